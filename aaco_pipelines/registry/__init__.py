@@ -1,0 +1,1 @@
+"""The model registry: a folder of ONNX files, their sidecar specs, and the bundled zoo."""

@@ -1,0 +1,168 @@
+"""The TraceLake schema: one Arrow schema per table, the single source of the DuckDB DDL.
+
+Every collector returns Arrow tables with exactly these schemas; times are integer nanoseconds
+(Unix epoch for timestamps, plain ns for durations); `session_id` ties every row to its run and
+`model_sha256` ties graph rows to the exact model file. Bump SCHEMA_VERSION with every change and
+add the migration in `tracelake.store`.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+_str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+_ts = pa.timestamp("us", tz="UTC")
+
+MODELS = pa.schema(
+    [
+        ("model_sha256", _str),
+        ("model_name", _str),
+        ("opset", _i64),
+        ("ir_version", _i64),
+        ("producer", _str),
+        ("node_count", _i64),
+        ("edge_count", _i64),
+        ("parameter_count", _i64),
+        ("parameter_bytes", _i64),
+        ("total_flops", _i64),
+        ("total_bytes_moved", _i64),
+        ("input_spec", _str),  # JSON: {name: {shape, dtype}} the graph was inferred with
+    ]
+)
+
+GRAPH_NODES = pa.schema(
+    [
+        ("model_sha256", _str),
+        ("node_index", _i32),
+        ("node_name", _str),
+        ("op_type", _str),
+        ("domain", _str),
+        ("inputs", pa.list_(_str)),
+        ("outputs", pa.list_(_str)),
+        ("attributes", _str),  # JSON object of the node's key attributes
+        ("output_shapes", _str),  # JSON list of shapes; a null dimension is unknown
+        ("output_dtypes", pa.list_(_str)),
+        ("flops", _i64),  # null when the cost model cannot tell
+        ("bytes_moved", _i64),  # bytes read + written, null when unknown
+        ("cost_rule", _str),  # which cost-model rule produced flops/bytes
+    ]
+)
+
+GRAPH_EDGES = pa.schema(
+    [
+        ("model_sha256", _str),
+        ("tensor_name", _str),
+        ("src_node", _str),  # null for graph inputs and initializers
+        ("dst_node", _str),  # null for graph outputs
+        ("dtype", _str),
+        ("shape", _str),  # JSON list
+        ("bytes", _i64),
+        ("is_initializer", _bool),
+    ]
+)
+
+SESSIONS = pa.schema(
+    [
+        ("session_id", _str),
+        ("model_slug", _str),
+        ("model_name", _str),
+        ("model_sha256", _str),
+        ("started_at", _ts),
+        ("finished_at", _ts),
+        ("target", _str),
+        ("providers_requested", pa.list_(_str)),
+        ("providers_used", pa.list_(_str)),
+        ("trace_source", _str),
+        ("laboratory", _bool),
+        ("warmup_iterations", _i64),
+        ("measured_iterations", _i64),
+        ("profiled_iterations", _i64),
+        ("latency_mean_ns", _f64),
+        ("latency_std_ns", _f64),
+        ("latency_p50_ns", _i64),
+        ("latency_p99_ns", _i64),
+        ("latency_min_ns", _i64),
+        ("throughput_per_s", _f64),
+        ("profiled_latency_p50_ns", _i64),
+        ("profiling_overhead_pct", _f64),
+        ("ort_version", _str),
+        ("rocm_version", _str),
+        ("runtime_fingerprint", _str),
+        ("hostname", _str),
+        ("bundle_path", _str),
+        ("env_json", _str),
+    ]
+)
+
+ITERATIONS = pa.schema(
+    [
+        ("session_id", _str),
+        ("pass", _str),  # warmup | measured | profiled
+        ("iteration", _i32),
+        ("start_ns", _i64),
+        ("latency_ns", _i64),
+    ]
+)
+
+KERNEL_EVENTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),  # ort_profile | rocprofv3 | ...
+        ("category", _str),  # Node (host op) | Kernel (device) | Session (runtime phases)
+        ("iteration", _i32),  # index within the profiled pass; null outside a run
+        ("event_name", _str),
+        ("node_name", _str),
+        ("op_type", _str),
+        ("provider", _str),
+        ("node_index", _i32),
+        ("start_ns", _i64),
+        ("duration_ns", _i64),
+        ("thread_id", _i64),
+        ("input_shapes", _str),  # JSON
+        ("output_shapes", _str),  # JSON
+        ("kernel_name", _str),
+        ("device_id", _i32),
+        ("queue_id", _i64),
+        ("correlation_id", _i64),
+    ]
+)
+
+TELEMETRY = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),  # host | amdsmi
+        ("pass", _str),  # which pass the sample fell in (measured | profiled | other)
+        ("timestamp_ns", _i64),
+        ("device", _str),  # cpu0.., process, gpu0..
+        ("metric", _str),
+        ("value", _f64),
+        ("unit", _str),
+    ]
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "models": MODELS,
+    "graph_nodes": GRAPH_NODES,
+    "graph_edges": GRAPH_EDGES,
+    "sessions": SESSIONS,
+    "iterations": ITERATIONS,
+    "kernel_events": KERNEL_EVENTS,
+    "telemetry": TELEMETRY,
+}
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Reorder, add missing nullable columns and cast, so every source lands in one schema."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
