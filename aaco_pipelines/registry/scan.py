@@ -40,6 +40,18 @@ def file_sha256(path: Path, chunk_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def registered_model(path: Path, slug: str | None = None) -> RegisteredModel:
+    """One model file as the registry sees it (also for files outside the registry)."""
+    path = path.absolute()
+    return RegisteredModel(
+        name=path.stem,
+        slug=slug or model_slug(path.stem),
+        path=path,
+        sha256=file_sha256(path),
+        sidecar=sidecar_path_for(path),
+    )
+
+
 def scan_registry(registry: Path) -> list[RegisteredModel]:
     """Every `*.onnx` file in the registry folder (not recursive), sorted by slug.
 
@@ -57,15 +69,7 @@ def scan_registry(registry: Path) -> list[RegisteredModel]:
         seen[slug] = seen.get(slug, 0) + 1
         if seen[slug] > 1:
             slug = f"{slug}_{seen[slug]}"
-        models.append(
-            RegisteredModel(
-                name=path.stem,
-                slug=slug,
-                path=path,
-                sha256=file_sha256(path),
-                sidecar=sidecar_path_for(path),
-            )
-        )
+        models.append(registered_model(path, slug))
     return sorted(models, key=lambda m: m.slug)
 
 

@@ -89,7 +89,9 @@ def load_sidecar(model_path: Path) -> ModelSidecar:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise AacoInputError(f"sidecar cannot be parsed ({exc})", path=path, fix=SIDECAR_HELP)
+        raise AacoInputError(
+            f"sidecar cannot be parsed ({exc})", path=path, fix=SIDECAR_HELP
+        ) from exc
     return parse_sidecar(data or {}, path)
 
 
@@ -103,7 +105,9 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
             path=path,
             fix=f"use only {sorted(KNOWN_KEYS)}",
         )
-    inputs = {name: _parse_input(name, spec, path) for name, spec in (data.get("inputs") or {}).items()}
+    inputs = {
+        name: _parse_input(name, spec, path) for name, spec in (data.get("inputs") or {}).items()
+    }
     counts = {
         key: _positive_int(data, key, path, default)
         for key, default in (
@@ -122,7 +126,9 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
 def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
     if not isinstance(spec, dict) or "shape" not in spec:
         raise AacoInputError(
-            f"input '{name}' needs a shape", path=path, fix=f"write inputs: {name}: {{shape: [...]}}"
+            f"input '{name}' needs a shape",
+            path=path,
+            fix=f"write inputs: {name}: {{shape: [...]}}",
         )
     shape = spec["shape"]
     if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
@@ -134,11 +140,17 @@ def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
     low, high = spec.get("low"), spec.get("high")
     if low is not None and high is not None and not low < high:
         raise AacoInputError(f"input '{name}' has low >= high", path=path, fix="make low < high")
-    return InputSpec(shape=tuple(shape), dtype=str(spec.get("dtype", "float32")), low=low, high=high)
+    return InputSpec(
+        shape=tuple(shape), dtype=str(spec.get("dtype", "float32")), low=low, high=high
+    )
 
 
 def _positive_int(data: dict, key: str, path: Path, default: int) -> int:
     value = data.get(key, default)
     if not isinstance(value, int) or value < (0 if key == "warmup_iterations" else 1):
-        raise AacoInputError(f"{key} must be a positive integer, not {value!r}", path=path, fix=f"set {key}: {default}")
+        raise AacoInputError(
+            f"{key} must be a positive integer, not {value!r}",
+            path=path,
+            fix=f"set {key}: {default}",
+        )
     return value

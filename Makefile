@@ -1,0 +1,29 @@
+# Entry points of README's quickstart. Every target sets up .venv first (idempotent).
+VENV ?= .venv
+PYTHON ?= python3
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.aaco-installed
+
+.PHONY: setup run test bench lint
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The observatory: AACO_HOME (default ./.aaco), zoo built if the registry is empty, Dagster
+# webserver + daemon on http://127.0.0.1:3000 with sensors and the nightly schedule running.
+run: setup
+	$(VENV)/bin/aaco ui --host 127.0.0.1 --port 3000
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: setup
+	$(PY) benchmarks/run.py
+
+lint: setup
+	$(VENV)/bin/ruff check .

@@ -1,0 +1,1 @@
+"""One reader per trace or telemetry source, each returning Arrow tables in the TraceLake schema."""

@@ -1,0 +1,117 @@
+"""A session bundle's raw evidence → the normalized TraceLake tables of that session.
+
+This is the single place where a bundle becomes rows: per-iteration latencies, kernel events from
+the trace source, host telemetry, and the one `sessions` row with the summary statistics. The
+next sources (rocprofv3, amdsmi) plug in here as further producers of the same tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.collectors.host_telemetry import host_telemetry_table
+from aaco_pipelines.collectors.ort_profile import read_ort_profile
+from aaco_pipelines.execution.environment import runtime_fingerprint
+from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
+
+PASS_ORDER = ("warmup", "measured", "profiled")
+
+
+def collect_session(bundle: SessionBundle) -> dict[str, pa.Table]:
+    """All TraceLake tables of one session (graph tables are added by the graph store)."""
+    session = bundle.session
+    latencies = bundle.read_json("latencies.json")
+    iterations = iterations_table(bundle.session_id, latencies)
+    kernel_events = read_ort_profile(
+        bundle.file("ort_profile.json"),
+        bundle.session_id,
+        session["profiling_start_ns"],
+        warmup_runs=session["profiled_warmup_iterations"],
+    )
+    passes = [(name, *bounds) for name, bounds in session["passes"].items()]
+    telemetry = host_telemetry_table(
+        pq.read_table(bundle.file("host_samples.parquet")), bundle.session_id, passes
+    )
+    return {
+        "sessions": sessions_row(bundle, latencies),
+        "iterations": iterations,
+        "kernel_events": kernel_events,
+        "telemetry": telemetry,
+    }
+
+
+def iterations_table(session_id: str, latencies: dict) -> pa.Table:
+    parts = []
+    for name in PASS_ORDER:
+        if name not in latencies:
+            continue
+        starts = np.asarray(latencies[name]["iteration_start_ns"], dtype=np.int64)
+        parts.append(
+            pa.table(
+                {
+                    "session_id": pa.array(np.full(len(starts), session_id)),
+                    "pass": pa.array(np.full(len(starts), name)),
+                    "iteration": pa.array(np.arange(len(starts), dtype=np.int32)),
+                    "start_ns": pa.array(starts),
+                    "latency_ns": pa.array(
+                        np.asarray(latencies[name]["latency_ns"], dtype=np.int64)
+                    ),
+                }
+            )
+        )
+    return pa.concat_tables([conform(p, ITERATIONS) for p in parts])
+
+
+def latency_summary(measured_ns: np.ndarray, profiled_ns: np.ndarray) -> dict:
+    """Summary statistics of the measured pass, and what profiling cost on top of it."""
+    p50 = float(np.percentile(measured_ns, 50))
+    profiled_p50 = float(np.percentile(profiled_ns, 50))
+    mean = float(measured_ns.mean())
+    return {
+        "latency_mean_ns": mean,
+        "latency_std_ns": float(measured_ns.std(ddof=1)) if len(measured_ns) > 1 else 0.0,
+        "latency_p50_ns": int(round(p50)),
+        "latency_p99_ns": int(round(np.percentile(measured_ns, 99))),
+        "latency_min_ns": int(measured_ns.min()),
+        "throughput_per_s": 1e9 / mean,  # one request at a time: inferences per second
+        "profiled_latency_p50_ns": int(round(profiled_p50)),
+        "profiling_overhead_pct": (profiled_p50 - p50) / p50 * 100.0,
+    }
+
+
+def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
+    session, request, env = bundle.session, bundle.request, bundle.environment
+    summary = latency_summary(
+        np.asarray(latencies["measured"]["latency_ns"], dtype=np.float64),
+        np.asarray(latencies["profiled"]["latency_ns"], dtype=np.float64),
+    )
+    row = {
+        "session_id": bundle.session_id,
+        "model_slug": session["model_slug"],
+        "model_name": session["model_name"],
+        "model_sha256": session["model_sha256"],
+        "started_at": dt.datetime.fromisoformat(session["started_at"]),
+        "finished_at": dt.datetime.fromisoformat(session["finished_at"]),
+        "target": session["target"],
+        "providers_requested": list(request["providers"]) or ["CPUExecutionProvider"],
+        "providers_used": session["providers_used"],
+        "trace_source": session["trace_source"],
+        "laboratory": request["laboratory"] is not None,
+        "warmup_iterations": request["warmup_iterations"],
+        "measured_iterations": request["measured_iterations"],
+        "profiled_iterations": request["profiled_iterations"],
+        **summary,
+        "ort_version": env.get("onnxruntime_version"),
+        "rocm_version": env.get("rocm_version"),
+        "runtime_fingerprint": runtime_fingerprint(env),
+        "hostname": env.get("hostname"),
+        "bundle_path": str(bundle.path),
+        "env_json": json.dumps(env, sort_keys=True, default=str),
+    }
+    return pa.Table.from_pylist([row], schema=SESSIONS)

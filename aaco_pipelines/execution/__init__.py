@@ -1,0 +1,1 @@
+"""Running a model in isolation: the worker process, its parent-side runner, laboratory mode."""

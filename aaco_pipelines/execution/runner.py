@@ -1,0 +1,246 @@
+"""The parent side of an isolated benchmark: start the worker, watch it, keep its evidence.
+
+The worker runs in its own process group. The parent samples host telemetry while it runs (so the
+sampling never perturbs the measured process), enforces the timeout and the memory limit by
+killing the whole group, and only publishes the bundle under sessions/ when the worker succeeded.
+A failed run's folder moves to failed/ with a failure.json, so nothing is lost and nothing
+half-written is ever ingested.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from aaco_pipelines.bundle import SessionBundle, write_json
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.execution.host_sampler import HostSampler
+from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
+from aaco_pipelines.registry.sidecar import InputSpec
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunnerLimits:
+    timeout_s: float = 600.0
+    memory_limit_mb: int = 8192
+    sample_interval_s: float = 0.05  # 20 Hz host telemetry
+
+
+@dataclass(frozen=True)
+class BenchmarkRequest:
+    session_id: str
+    model_name: str
+    model_slug: str
+    model_sha256: str
+    model_path: str  # the content-addressed snapshot that is measured
+    inputs: dict[str, InputSpec]
+    warmup_iterations: int = 5
+    measured_iterations: int = 50
+    profiled_iterations: int = 10
+    providers: tuple[str, ...] = ()
+    target: str = "cpu"
+    laboratory: LaboratorySettings | None = None
+    seed: int = 0
+    sidecar_path: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["inputs"] = {n: dataclasses.asdict(s) for n, s in self.inputs.items()}
+        return data
+
+
+def new_session_id(model_slug: str, now: dt.datetime | None = None) -> str:
+    """Sortable and unique: UTC time, model, and a random suffix."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{now:%Y%m%dT%H%M%SZ}-{model_slug}-{secrets.token_hex(3)}"
+
+
+def run_benchmark(
+    request: BenchmarkRequest,
+    paths: AacoPaths,
+    *,
+    limits: RunnerLimits = RunnerLimits(),
+    graph_dir: Path | None = None,
+    on_progress: Progress | None = None,
+) -> SessionBundle:
+    """Measure one model in an isolated worker and return its published bundle."""
+    say = on_progress or (lambda message: None)
+    staging = paths.sessions / ".staging" / request.session_id
+    staging.mkdir(parents=True, exist_ok=False)
+    started_at = dt.datetime.now(dt.timezone.utc)
+    write_json(
+        staging / "request.json", {**request.to_json(), "limits": dataclasses.asdict(limits)}
+    )
+    try:
+        outcome = _watch_worker(request, staging, limits, say)
+    except BaseException as exc:
+        _keep_failure(staging, paths, request.session_id, exc)
+        raise
+    if graph_dir is not None:
+        shutil.copytree(graph_dir, staging / "graph")
+    worker = json.loads((staging / "worker_result.json").read_text())
+    write_json(
+        staging / "session.json",
+        {
+            "session_id": request.session_id,
+            "model_name": request.model_name,
+            "model_slug": request.model_slug,
+            "model_sha256": request.model_sha256,
+            "target": request.target,
+            "started_at": started_at.isoformat(),
+            "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "trace_source": "ort_profile",
+            **worker,
+            **outcome,
+        },
+    )
+    final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, final)
+    say(f"session {request.session_id} written to {final}")
+    return SessionBundle(final)
+
+
+def _watch_worker(
+    request: BenchmarkRequest, staging: Path, limits: RunnerLimits, say: Progress
+) -> dict:
+    """Run the worker to completion under the limits; returns what the parent observed."""
+    log = open(staging / "worker.log", "w")  # noqa: SIM115 - closed below, also on failure
+    command = [
+        sys.executable,
+        "-m",
+        "aaco_pipelines.execution.worker",
+        str(staging / "request.json"),
+    ]
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    forwarder = threading.Thread(
+        target=_forward_progress, args=(process.stderr, log, say), daemon=True
+    )
+    forwarder.start()
+    sampler = HostSampler(process.pid, interval_s=limits.sample_interval_s)
+    sampler.start()
+    cgroup = (
+        place_in_cgroup(
+            process.pid, request.session_id, limits.memory_limit_mb << 20, request.laboratory.cores
+        )
+        if request.laboratory
+        else None
+    )
+    started = time.monotonic()
+    try:
+        killed_for = _wait_within_limits(process, sampler, limits, started)
+    finally:
+        if process.poll() is None:
+            _kill_group(process)
+        raw_samples = sampler.stop()
+        forwarder.join(timeout=5)
+        log.close()
+        if cgroup:
+            remove_cgroup(cgroup)
+    pq.write_table(raw_samples, staging / "host_samples.parquet")
+    observed = {
+        "worker_wall_s": round(time.monotonic() - started, 3),
+        "worker_exit_code": process.returncode,
+        "worker_peak_rss_bytes": sampler.peak_rss_bytes,
+        "command": command,
+        "cgroup": cgroup,
+    }
+    write_json(staging / "observed.json", observed)
+    if killed_for or process.returncode != 0:
+        _raise_worker_failure(request, staging, process.returncode, killed_for, limits, sampler)
+    return observed
+
+
+def _wait_within_limits(
+    process, sampler: HostSampler, limits: RunnerLimits, started: float
+) -> str | None:
+    limit_bytes = limits.memory_limit_mb << 20
+    while process.poll() is None:
+        if time.monotonic() - started > limits.timeout_s:
+            _kill_group(process)
+            return "timeout"
+        rss = sampler.latest_rss_bytes
+        if rss is not None and rss > limit_bytes:
+            _kill_group(process)
+            return "memory"
+        time.sleep(0.02)
+    return None
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _forward_progress(stream, log, say: Progress) -> None:
+    for line in stream:
+        log.write(line)
+        log.flush()
+        if line.startswith("aaco: "):
+            say(line[6:].rstrip())
+
+
+def _raise_worker_failure(request, staging, returncode, killed_for, limits, sampler) -> None:
+    model = request.model_name
+    if killed_for == "timeout":
+        raise WorkerFailure(
+            f"benchmark of {model} timed out after {limits.timeout_s:.0f} s and was killed; "
+            "raise timeout_s in the runner config or reduce the sidecar's iteration counts"
+        )
+    if killed_for == "memory":
+        raise WorkerFailure(
+            f"benchmark of {model} exceeded the memory limit of {limits.memory_limit_mb} MiB "
+            f"(RSS reached {sampler.peak_rss_bytes >> 20} MiB) and was killed; raise "
+            "memory_limit_mb in the runner config or use smaller inputs in the sidecar"
+        )
+    error_file = staging / "error.json"
+    if error_file.is_file():
+        error = json.loads(error_file.read_text())
+        if error["type"] == "AacoInputError":
+            raise AacoInputError(error["problem"], path=error.get("path"), fix=error.get("fix"))
+        raise WorkerFailure(
+            f"benchmark of {model} failed in the worker: {error['type']}: {error['problem']}"
+        )
+    if returncode is not None and returncode < 0:
+        name = signal.Signals(-returncode).name
+        raise WorkerFailure(
+            f"the benchmark worker for {model} crashed (killed by {name}); this is a crash inside "
+            "ONNX Runtime or a provider library: see worker.log, try the CPU provider"
+        )
+    raise WorkerFailure(
+        f"the benchmark worker for {model} exited with code {returncode}; see worker.log"
+    )
+
+
+def _keep_failure(staging: Path, paths: AacoPaths, session_id: str, exc: BaseException) -> None:
+    """Move a failed run's folder to failed/ with the reason: evidence kept, never ingested."""
+    write_json(staging / "failure.json", {"type": type(exc).__name__, "message": str(exc)})
+    target = paths.failed_sessions / dt.date.today().isoformat() / session_id
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(staging, target)
+    if isinstance(exc, WorkerFailure):
+        exc.evidence_dir = str(target)
+        exc.args = (f"{exc.args[0]} (worker output kept in {target})",)

@@ -1,0 +1,175 @@
+"""The benchmark worker: runs one model in ONNX Runtime, in its own process.
+
+Started by `execution.runner` as `python -m aaco_pipelines.execution.worker REQUEST.json`. It owns
+nothing but its output folder, so a crash, hang or out-of-memory here cannot take the caller down.
+
+Passes, in order, each recorded with its start and end (epoch ns):
+  warmup    the model runs `warmup_iterations` times (caches, allocators, thread pools)
+  measured  `measured_iterations` timed runs with profiling OFF: the latency figures
+  profiled  a fresh session with ONNX Runtime's profiler ON, a short warm-up, then
+            `profiled_iterations` runs: the kernel trace, and the profiling overhead
+
+Progress lines go to stderr prefixed "aaco:"; a user error is written to error.json so the parent
+can re-raise it with the model path and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from aaco_pipelines.bundle import write_json
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.execution.environment import capture_environment
+from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
+from aaco_pipelines.graph.inputs import make_inputs
+from aaco_pipelines.registry.sidecar import InputSpec
+
+PROFILED_WARMUP_ITERATIONS = 2
+
+
+def progress(message: str) -> None:
+    print(f"aaco: {message}", file=sys.stderr, flush=True)
+
+
+def session_options(ort, request: dict, profile_prefix: Path | None = None):
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    lab = request.get("laboratory")
+    if lab:
+        options.intra_op_num_threads = lab["intra_op_threads"]
+        options.inter_op_num_threads = lab["inter_op_threads"]
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        # The runtime's own spinning threads would pin cores we did not choose.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = str(profile_prefix)
+    return options
+
+
+def create_session(ort, request: dict, options):
+    available = ort.get_available_providers()
+    requested = request["providers"] or ["CPUExecutionProvider"]
+    unknown = [p for p in requested if p not in available]
+    if unknown:
+        raise AacoInputError(
+            f"execution providers {unknown} are not available in this ONNX Runtime "
+            f"(available: {available})",
+            path=request.get("sidecar_path") or request["model_path"],
+            fix="list only available providers under execution_providers in the sidecar",
+        )
+    return ort.InferenceSession(request["model_path"], options, providers=requested)
+
+
+def timed_runs(session, feeds: dict, count: int) -> tuple[list[int], list[int]]:
+    """Run `count` times; per-iteration epoch start and perf_counter latency, both in ns."""
+    starts, latencies = [], []
+    run = session.run
+    for _ in range(count):
+        starts.append(time.time_ns())
+        t0 = time.perf_counter_ns()
+        run(None, feeds)
+        latencies.append(time.perf_counter_ns() - t0)
+    return starts, latencies
+
+
+def run_passes(request: dict, out: Path) -> dict:
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    specs = {
+        name: InputSpec(**{**s, "shape": tuple(s["shape"])})
+        for name, s in request["inputs"].items()
+    }
+    feeds = make_inputs(specs, seed=request["seed"])
+    passes: dict[str, dict] = {}
+
+    progress("creating session")
+    session = create_session(ort, request, session_options(ort, request))
+    providers_used = session.get_providers()
+    for name, count in (
+        ("warmup", request["warmup_iterations"]),
+        ("measured", request["measured_iterations"]),
+    ):
+        progress(f"{name} pass: {count} iterations")
+        t0 = time.time_ns()
+        starts, latencies = timed_runs(session, feeds, count)
+        passes[name] = {
+            "start_ns": t0,
+            "end_ns": time.time_ns(),
+            "iteration_start_ns": starts,
+            "latency_ns": latencies,
+        }
+    del session
+
+    progress(f"profiled pass: {request['profiled_iterations']} iterations")
+    options = session_options(ort, request, profile_prefix=out / "ort_profile")
+    options.optimized_model_filepath = str(out / "optimized_model.onnx")
+    profiled = create_session(ort, request, options)
+    profiling_start_ns = profiled.get_profiling_start_time_ns()
+    timed_runs(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
+    t0 = time.time_ns()
+    starts, latencies = timed_runs(profiled, feeds, request["profiled_iterations"])
+    passes["profiled"] = {
+        "start_ns": t0,
+        "end_ns": time.time_ns(),
+        "iteration_start_ns": starts,
+        "latency_ns": latencies,
+    }
+    os.replace(profiled.end_profiling(), out / "ort_profile.json")
+
+    write_json(out / "latencies.json", passes)
+    return {
+        "providers_used": providers_used,
+        "profiling_start_ns": profiling_start_ns,
+        "profiled_warmup_iterations": PROFILED_WARMUP_ITERATIONS,
+        "passes": {name: [p["start_ns"], p["end_ns"]] for name, p in passes.items()},
+        "measured_median_ns": int(np.median(passes["measured"]["latency_ns"])),
+    }
+
+
+def main(argv: list[str]) -> int:
+    request_path = Path(argv[1])
+    out = request_path.parent
+    request = json.loads(request_path.read_text())
+    try:
+        lab_record = None
+        if request.get("laboratory"):
+            lab_record = pin_current_process(
+                LaboratorySettings(
+                    cores=tuple(request["laboratory"]["cores"]),
+                    intra_op_threads=request["laboratory"]["intra_op_threads"],
+                    inter_op_threads=request["laboratory"]["inter_op_threads"],
+                )
+            )
+        write_json(out / "env.json", capture_environment())
+        result = run_passes(request, out)
+        result["laboratory_affinity"] = lab_record
+        write_json(out / "worker_result.json", result)
+        progress("done")
+        return 0
+    except AacoInputError as exc:
+        write_json(
+            out / "error.json",
+            {"type": "AacoInputError", "problem": exc.problem, "path": exc.path, "fix": exc.fix},
+        )
+        progress(f"error: {exc}")
+        return 2
+    except Exception as exc:  # noqa: BLE001 - everything else is reported, with its traceback
+        write_json(
+            out / "error.json",
+            {"type": type(exc).__name__, "problem": str(exc), "traceback": traceback.format_exc()},
+        )
+        progress(f"error: {type(exc).__name__}: {exc}")
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,5 @@
+"""The model's graph: what it computes, how to feed it, and what each node should cost.
+
+Extraction is content-addressed by the model's sha256, so one model file is read once and its
+nodes and edges are shared by every session that runs it.
+"""

@@ -1,0 +1,130 @@
+"""Model versions: a registry file frozen at one content hash, with its graph extracted once.
+
+The registry file may be overwritten at any time, so the first stage copies it to
+`models/<sha256>.onnx` (hashing the copy, not the original) and every later stage measures that
+exact copy. The graph extraction is stored beside it in `graphs/<sha256>/`; both are immutable and
+shared by every session of that version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.graph.extract import GraphExtract, extract_graph
+from aaco_pipelines.graph.inputs import load_model, resolve_input_specs
+from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
+from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, load_sidecar, parse_sidecar
+
+
+@dataclass(frozen=True)
+class ModelVersion:
+    name: str
+    slug: str
+    sha256: str
+    snapshot_path: Path  # models/<sha256>.onnx: the exact file that is measured
+    registry_path: Path
+    sidecar_path: Path | None
+    sidecar: ModelSidecar
+    input_specs: dict[str, InputSpec]
+    graph_dir: Path
+
+    def to_record(self) -> dict:
+        """Plain JSON-able form, for passing between pipeline stages and processes."""
+        return {
+            "name": self.name,
+            "slug": self.slug,
+            "sha256": self.sha256,
+            "snapshot_path": str(self.snapshot_path),
+            "registry_path": str(self.registry_path),
+            "sidecar_path": str(self.sidecar_path) if self.sidecar_path else None,
+            "sidecar": self.sidecar.to_dict(),
+            "graph_dir": str(self.graph_dir),
+            "input_specs": {
+                name: dataclasses.asdict(spec) for name, spec in self.input_specs.items()
+            },
+        }
+
+    @classmethod
+    def from_record(cls, record: dict) -> ModelVersion:
+        sidecar_path = Path(record["sidecar_path"]) if record["sidecar_path"] else None
+        sidecar = parse_sidecar(record["sidecar"], sidecar_path or Path(record["registry_path"]))
+        return cls(
+            name=record["name"],
+            slug=record["slug"],
+            sha256=record["sha256"],
+            snapshot_path=Path(record["snapshot_path"]),
+            registry_path=Path(record["registry_path"]),
+            sidecar_path=sidecar_path,
+            sidecar=sidecar,
+            input_specs={
+                name: InputSpec(**{**spec, "shape": tuple(spec["shape"])})
+                for name, spec in record["input_specs"].items()
+            },
+            graph_dir=Path(record["graph_dir"]),
+        )
+
+
+def prepare_model_version(
+    model: RegisteredModel, paths: AacoPaths
+) -> tuple[ModelVersion, GraphExtract]:
+    """Snapshot the model file, resolve its inputs and extract (or reuse) its graph.
+
+    Raises AacoInputError (naming the registry file) for a corrupt file or dynamic inputs
+    without a sidecar, and then leaves no snapshot behind.
+    """
+    sidecar = load_sidecar(model.path)
+    snapshot, sha = snapshot_model_file(model.path, paths.home / "models")
+    try:
+        onnx_model = load_model(snapshot)
+        specs = resolve_input_specs(onnx_model, sidecar.inputs, model.path)
+    except AacoInputError as exc:
+        if not (paths.graphs / sha).exists():  # no earlier session uses this snapshot
+            snapshot.unlink(missing_ok=True)
+        if exc.path == str(snapshot):  # name the user's file, not our copy of it
+            raise AacoInputError(exc.problem, path=model.path, fix=exc.fix) from None
+        raise
+    graph_dir = paths.graphs / sha
+    if (graph_dir / "graph.json").is_file():
+        graph = GraphExtract.load(graph_dir)
+    else:
+        graph = extract_graph(snapshot, specs, model_name=model.name)
+        graph.save(graph_dir)
+    version = ModelVersion(
+        name=model.name,
+        slug=model.slug,
+        sha256=sha,
+        snapshot_path=snapshot,
+        registry_path=model.path,
+        sidecar_path=model.sidecar,
+        sidecar=sidecar,
+        input_specs=specs,
+        graph_dir=graph_dir,
+    )
+    return version, graph
+
+
+def snapshot_model_file(source: Path, store: Path) -> tuple[Path, str]:
+    """Copy `source` into the content-addressed store; returns (snapshot path, sha256)."""
+    store.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".incoming-", suffix=".onnx", dir=store)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        shutil.copyfile(source, tmp)
+        sha = file_sha256(tmp)
+        target = store / f"{sha}.onnx"
+        if target.exists():
+            tmp.unlink()
+        else:
+            os.replace(tmp, target)
+        return target, sha
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,86 @@
+"""The measurement pipeline as plain functions: prepare → benchmark → collect → ingest.
+
+Dagster assets call these stages one by one (so each is its own asset with its own metadata); the
+command line and the benchmarks call `measure_model` to run them all without a Dagster instance.
+There is one implementation of each stage, and it lives here or below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.collectors.session import collect_session
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.laboratory import laboratory_settings
+from aaco_pipelines.execution.runner import (
+    BenchmarkRequest,
+    RunnerLimits,
+    new_session_id,
+    run_benchmark,
+)
+from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
+from aaco_pipelines.registry.scan import RegisteredModel
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    target: str = "cpu"
+    laboratory: bool = False
+    laboratory_cores: tuple[int, ...] | None = None
+    providers: tuple[str, ...] | None = None  # overrides the sidecar's preference
+    seed: int = 0
+    limits: RunnerLimits = field(default_factory=RunnerLimits)
+
+
+def benchmark_version(
+    version: ModelVersion,
+    paths: AacoPaths,
+    options: MeasureOptions = MeasureOptions(),
+    on_progress: Callable[[str], None] | None = None,
+) -> SessionBundle:
+    """Run one isolated, measured session of a model version; returns its published bundle."""
+    sidecar = version.sidecar
+    request = BenchmarkRequest(
+        session_id=new_session_id(version.slug),
+        model_name=version.name,
+        model_slug=version.slug,
+        model_sha256=version.sha256,
+        model_path=str(version.snapshot_path),
+        inputs=version.input_specs,
+        warmup_iterations=sidecar.warmup_iterations,
+        measured_iterations=sidecar.measured_iterations,
+        profiled_iterations=sidecar.profiled_iterations,
+        providers=tuple(options.providers or sidecar.execution_providers),
+        target=options.target,
+        laboratory=laboratory_settings(options.laboratory_cores) if options.laboratory else None,
+        seed=options.seed,
+        sidecar_path=str(version.sidecar_path) if version.sidecar_path else None,
+        tags=dict(sidecar.tags),
+    )
+    return run_benchmark(
+        request, paths, limits=options.limits, graph_dir=version.graph_dir, on_progress=on_progress
+    )
+
+
+def collect_bundle(bundle: SessionBundle) -> dict[str, int]:
+    """Parse the bundle's raw evidence into its normalized tables (tables/*.parquet)."""
+    tables = collect_session(bundle)
+    bundle.write_tables(tables)
+    return {name: table.num_rows for name, table in tables.items()}
+
+
+def measure_model(
+    model: RegisteredModel,
+    paths: AacoPaths,
+    options: MeasureOptions = MeasureOptions(),
+    on_progress: Callable[[str], None] | None = None,
+) -> SessionBundle:
+    """Every stage for one registered model, ending with the session in the TraceLake."""
+    version, _graph = prepare_model_version(model, paths)
+    bundle = benchmark_version(version, paths, options, on_progress)
+    collect_bundle(bundle)
+    TraceLake(paths.tracelake).ingest_session(bundle)
+    return bundle

@@ -1,0 +1,196 @@
+"""The TraceLake file: versioned schema, serialized writers, one transaction per session.
+
+DuckDB allows one writing process per file and fails other processes with "Could not set lock"
+while it is held. So writers here take an exclusive advisory lock on `<file>.lock` first (which
+serializes the CLI, the Dagster run workers and the webserver's readers on one host), connections
+are short, and opening retries with back-off while another process holds the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.schema import MODELS, SCHEMA_VERSION, TABLES, conform
+
+SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
+GRAPH_TABLES = ("graph_nodes", "graph_edges")
+
+# Migrations from version N-1 to N, applied in order inside one transaction.
+MIGRATIONS: dict[int, list[str]] = {}
+
+
+def duckdb_type(arrow_type: pa.DataType) -> str:
+    """The DuckDB column type for an Arrow type of the TraceLake schema."""
+    if pa.types.is_list(arrow_type):
+        return duckdb_type(arrow_type.value_type) + "[]"
+    if pa.types.is_timestamp(arrow_type):
+        return "TIMESTAMPTZ" if arrow_type.tz else "TIMESTAMP"
+    simple = {
+        pa.string(): "VARCHAR",
+        pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT",
+        pa.float64(): "DOUBLE",
+        pa.bool_(): "BOOLEAN",
+    }
+    return simple[arrow_type]
+
+
+def create_table_sql(name: str, schema: pa.Schema) -> str:
+    columns = ", ".join(f'"{f.name}" {duckdb_type(f.type)}' for f in schema)
+    return f"CREATE TABLE IF NOT EXISTS {name} ({columns})"
+
+
+class TraceLake:
+    """One DuckDB TraceLake file."""
+
+    def __init__(self, path: Path | str, lock_timeout_s: float = 300.0):
+        self.path = Path(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    @contextlib.contextmanager
+    def connect(self, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A short-lived connection; `write=True` also holds the writer lock for its duration."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._writer_lock() if write else contextlib.nullcontext():
+            con = self._open()
+            try:
+                if write:
+                    self._ensure_schema(con)
+                yield con
+            finally:
+                con.close()
+
+    def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
+        """Run a read query and return Arrow (an empty table set is created on first use)."""
+        with self.connect(write=not self.path.exists()) as con:
+            return con.sql(sql, params=params).to_arrow_table()
+
+    def ingest_session(self, bundle: SessionBundle) -> dict[str, int]:
+        """Load one session and its model graph in a single transaction, replacing any earlier
+        load of the same session: re-ingesting never doubles rows."""
+        graph = read_graph_dir(bundle.graph_dir)
+        with self.connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                counts = self._replace_session(con, bundle)
+                if graph is not None:
+                    counts.update(self._replace_graph(con, graph))
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        return counts
+
+    def schema_version(self) -> int | None:
+        with self.connect() as con:
+            return _stored_version(con)
+
+    def _replace_session(self, con, bundle: SessionBundle) -> dict[str, int]:
+        if not bundle.has_tables():
+            raise AacoInputError(
+                "session bundle has no collected tables",
+                path=bundle.path,
+                fix="materialize collected_traces for this session first",
+            )
+        counts = {}
+        for table in SESSION_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE session_id = ?", [bundle.session_id])
+            source = str(bundle.table_path(table))
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [source])
+            counts[table] = con.execute(
+                f"SELECT count(*) FROM {table} WHERE session_id = ?", [bundle.session_id]
+            ).fetchone()[0]
+        return counts
+
+    def _replace_graph(self, con, graph: dict[str, pa.Table]) -> dict[str, int]:
+        sha = graph["models"]["model_sha256"][0].as_py()
+        counts = {}
+        for table in ("models", *GRAPH_TABLES):
+            con.execute(f"DELETE FROM {table} WHERE model_sha256 = ?", [sha])
+            con.register("incoming", graph[table])
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+            con.unregister("incoming")
+            counts[table] = graph[table].num_rows
+        return counts
+
+    def _open(self) -> duckdb.DuckDBPyConnection:
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return duckdb.connect(str(self.path))
+            except duckdb.IOException as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    @contextlib.contextmanager
+    def _writer_lock(self) -> Iterator[None]:
+        with open(f"{self.path}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _ensure_schema(self, con) -> None:
+        version = _stored_version(con)
+        if version == SCHEMA_VERSION:
+            return
+        if version is not None and version > SCHEMA_VERSION:
+            raise AacoInputError(
+                f"TraceLake schema v{version} is newer than this aaco (v{SCHEMA_VERSION})",
+                path=self.path,
+                fix="upgrade aaco-pipelines, or point AACO_TRACELAKE at another file",
+            )
+        con.execute("BEGIN TRANSACTION")
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER, applied_at TIMESTAMPTZ)"
+        )
+        for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS.get(step, []):
+                con.execute(statement)
+        for name, schema in TABLES.items():
+            con.execute(create_table_sql(name, schema))
+        con.execute(
+            "INSERT INTO schema_info VALUES (?, ?)",
+            [SCHEMA_VERSION, dt.datetime.now(dt.timezone.utc)],
+        )
+        con.execute("COMMIT")
+
+
+def _stored_version(con) -> int | None:
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_info'"
+    ).fetchone()[0]
+    if not exists:
+        return None
+    return con.execute("SELECT max(version) FROM schema_info").fetchone()[0]
+
+
+def read_graph_dir(directory: Path) -> dict[str, pa.Table] | None:
+    """The graph tables saved by graph extraction (graph.json + nodes/edges Parquet), if any."""
+    if not (directory / "graph.json").is_file():
+        return None
+    summary = json.loads((directory / "graph.json").read_text())
+    model_row = {field.name: summary.get(field.name) for field in MODELS}
+    if isinstance(model_row["input_spec"], dict):
+        model_row["input_spec"] = json.dumps(model_row["input_spec"], sort_keys=True)
+    return {
+        "models": pa.Table.from_pylist([model_row], schema=MODELS),
+        "graph_nodes": conform(pq.read_table(directory / "nodes.parquet"), TABLES["graph_nodes"]),
+        "graph_edges": conform(pq.read_table(directory / "edges.parquet"), TABLES["graph_edges"]),
+    }

@@ -1,0 +1,54 @@
+"""benchmark_run: one isolated, measured session of the model: the raw evidence bundle."""
+
+import dagster as dg
+import numpy as np
+
+from aaco_pipelines.collectors.session import latency_summary
+from aaco_pipelines.graph.store import ModelVersion
+from aaco_pipelines.pipeline import benchmark_version
+from assets.partitions import models_partitions
+from resources import BenchmarkRunnerResource, ModelRegistryResource
+from resources.runner import default_target
+
+
+@dg.asset(
+    partitions_def=models_partitions,
+    group_name="ingest",
+    kinds={"onnxruntime"},
+    pool=f"aaco_device_{default_target()}",  # one benchmark per device at a time
+    description="Runs the model in an isolated worker process: warm-up, measured iterations with "
+    "profiling off, then a separate profiled pass; host telemetry sampled throughout. Writes an "
+    "immutable session bundle (raw profile, latencies, telemetry, environment).",
+)
+def benchmark_run(
+    context: dg.AssetExecutionContext,
+    onnx_graph: dict,
+    registry: ModelRegistryResource,
+    runner: BenchmarkRunnerResource,
+) -> dict:
+    version = ModelVersion.from_record(onnx_graph)
+    bundle = benchmark_version(
+        version, registry.paths, runner.options(), on_progress=context.log.info
+    )
+    session, latencies = bundle.session, bundle.read_json("latencies.json")
+    summary = latency_summary(
+        np.asarray(latencies["measured"]["latency_ns"], dtype=np.float64),
+        np.asarray(latencies["profiled"]["latency_ns"], dtype=np.float64),
+    )
+    context.add_output_metadata(
+        {
+            "session_id": bundle.session_id,
+            "bundle": dg.MetadataValue.path(str(bundle.path)),
+            "providers_used": ", ".join(session["providers_used"]),
+            "latency_p50_ms": round(summary["latency_p50_ns"] / 1e6, 4),
+            "latency_p99_ms": round(summary["latency_p99_ns"] / 1e6, 4),
+            "latency_mean_ms": round(summary["latency_mean_ns"] / 1e6, 4),
+            "throughput_per_s": round(summary["throughput_per_s"], 2),
+            "profiling_overhead_pct": round(summary["profiling_overhead_pct"], 2),
+            "measured_iterations": len(latencies["measured"]["latency_ns"]),
+            "worker_peak_rss_mib": round(session["worker_peak_rss_bytes"] / 2**20, 1),
+            "worker_wall_s": session["worker_wall_s"],
+            "laboratory": bool(bundle.request["laboratory"]),
+        }
+    )
+    return {"session_id": bundle.session_id, "bundle_path": str(bundle.path)}

@@ -1,0 +1,7 @@
+"""Dagster resources: thin configurable handles on the domain library, read from AACO_* env."""
+
+from resources.registry import ModelRegistryResource
+from resources.runner import BenchmarkRunnerResource
+from resources.tracelake import TraceLakeResource
+
+__all__ = ["BenchmarkRunnerResource", "ModelRegistryResource", "TraceLakeResource"]

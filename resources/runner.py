@@ -1,0 +1,44 @@
+"""How benchmarks are run: target, limits, laboratory mode."""
+
+import os
+
+import dagster as dg
+from pydantic import Field
+
+from aaco_pipelines.execution.runner import RunnerLimits
+from aaco_pipelines.pipeline import MeasureOptions
+
+
+def default_target() -> str:
+    """The execution target this deployment measures on (AACO_TARGET, default cpu)."""
+    return os.environ.get("AACO_TARGET", "cpu")
+
+
+class BenchmarkRunnerResource(dg.ConfigurableResource):
+    target: str = Field(
+        default_factory=default_target, description="Execution target name (cpu, gpu0, ...)."
+    )
+    timeout_s: float = Field(default=600.0, description="Kill the worker after this long.")
+    memory_limit_mb: int = Field(default=8192, description="Kill the worker above this RSS.")
+    sample_interval_s: float = Field(
+        default=0.05, description="Host telemetry period (0.05 s = 20 Hz)."
+    )
+    laboratory: bool = Field(
+        default_factory=lambda: os.environ.get("AACO_LABORATORY", "0") == "1",
+        description="Pin cores, fix thread counts, place in a cgroup when possible (AACO_LABORATORY=1).",
+    )
+    laboratory_cores: list[int] | None = Field(
+        default=None, description="Cores to pin to in laboratory mode."
+    )
+
+    def options(self) -> MeasureOptions:
+        return MeasureOptions(
+            target=self.target,
+            laboratory=self.laboratory,
+            laboratory_cores=tuple(self.laboratory_cores) if self.laboratory_cores else None,
+            limits=RunnerLimits(
+                timeout_s=self.timeout_s,
+                memory_limit_mb=self.memory_limit_mb,
+                sample_interval_s=self.sample_interval_s,
+            ),
+        )

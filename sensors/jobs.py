@@ -1,0 +1,21 @@
+"""The per-model measurement job, and the run tags every trigger puts on its runs."""
+
+import dagster as dg
+
+from assets import MODEL_ASSETS, models_partitions
+from resources.runner import default_target
+
+DEVICE_TAG = "aaco/device"
+
+measure_model_job = dg.define_asset_job(
+    "measure_model",
+    selection=dg.AssetSelection.assets(*MODEL_ASSETS),
+    partitions_def=models_partitions,
+    description="Measure one model end to end: graph, isolated benchmark, traces, TraceLake.",
+)
+
+
+def run_tags(trigger: str, **extra: str) -> dict[str, str]:
+    """Tags for a measurement run. The device tag lets the run queue allow one run per device
+    (`tag_concurrency_limits` with applyLimitPerUniqueValue in dagster.yaml)."""
+    return {DEVICE_TAG: default_target(), "aaco/trigger": trigger, **extra}

@@ -1,0 +1,36 @@
+"""nightly_regression_sweep: measure every model partition once a night.
+
+`build_schedule_from_partitioned_job` rejects dynamic partitions, so this schedule reads the
+partition keys from the instance and yields one run request per model.
+"""
+
+import os
+
+import dagster as dg
+
+from assets.partitions import models_partitions
+from sensors.jobs import measure_model_job, run_tags
+
+NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
+
+
+@dg.schedule(
+    job=measure_model_job,
+    cron_schedule=NIGHTLY_CRON,
+    execution_timezone=os.environ.get("AACO_TIMEZONE", "UTC"),
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Nightly regression sweep over all models (AACO_NIGHTLY_CRON, default 02:00).",
+)
+def nightly_regression_sweep(context: dg.ScheduleEvaluationContext):
+    night = context.scheduled_execution_time.strftime("%Y-%m-%d")
+    slugs = context.instance.get_dynamic_partitions(models_partitions.name)
+    if not slugs:
+        return dg.SkipReason("no models registered yet")
+    return [
+        dg.RunRequest(
+            run_key=f"nightly:{night}:{slug}",
+            partition_key=slug,
+            tags=run_tags("nightly", **{"aaco/night": night}),
+        )
+        for slug in slugs
+    ]

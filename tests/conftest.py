@@ -1,0 +1,48 @@
+"""Shared fixtures: a temporary AACO_HOME with a registry of tiny real models."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import models  # noqa: E402
+
+from aaco_pipelines.config import AacoPaths  # noqa: E402
+from aaco_pipelines.execution.runner import RunnerLimits  # noqa: E402
+from aaco_pipelines.pipeline import MeasureOptions  # noqa: E402
+from aaco_pipelines.registry.sidecar import ModelSidecar  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+
+FAST_SIDECAR = ModelSidecar(warmup_iterations=2, measured_iterations=20, profiled_iterations=5)
+
+
+@pytest.fixture
+def aaco_paths(tmp_path, monkeypatch) -> AacoPaths:
+    home = tmp_path / "aaco"
+    monkeypatch.setenv("AACO_HOME", str(home))
+    monkeypatch.delenv("AACO_REGISTRY", raising=False)
+    monkeypatch.delenv("AACO_TRACELAKE", raising=False)
+    paths = AacoPaths.from_env()
+    paths.registry.mkdir(parents=True)
+    return paths
+
+
+def add_model(
+    paths: AacoPaths, name: str, model, sidecar: ModelSidecar | None = FAST_SIDECAR
+) -> Path:
+    """Register a model (and its sidecar) in the registry folder."""
+    path = models.save(model, paths.registry / f"{name}.onnx")
+    if sidecar is not None:
+        sidecar.save(paths.registry / f"{name}.yaml")
+    return path
+
+
+@pytest.fixture
+def fast_options() -> MeasureOptions:
+    return MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=4096))

@@ -1,0 +1,105 @@
+"""Tiny real ONNX models for tests, built with onnx.helper (IR 9, opset 17 for ONNX Runtime 1.22)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def save(model: onnx.ModelProto, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+    return path
+
+
+def tiny_mlp(
+    hidden: int = 32, batch: int = 4, features: int = 16, seed: int = 0
+) -> onnx.ModelProto:
+    """MatMul → Add → Relu → MatMul: ONNX Runtime fuses the first three into one FusedGemm."""
+    rng = np.random.default_rng(seed)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((features, hidden)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal(hidden).astype(np.float32), "b1"),
+        numpy_helper.from_array(rng.standard_normal((hidden, 8)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1/matmul"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1/bias"),
+        helper.make_node("Relu", ["hb"], ["a"], name="fc1/relu"),
+        helper.make_node("MatMul", ["a", "w2"], ["y"], name="fc2/matmul"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tiny_mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def dynamic_input_model() -> onnx.ModelProto:
+    """A model whose input has a symbolic batch dimension: needs a sidecar to be measured."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")],
+        "dynamic",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def memory_hog_model(elements: int = 400_000_000) -> onnx.ModelProto:
+    """ConstantOfShape to `elements` floats (1.6 GB by default) then a reduction: a worker that
+    blows through any modest memory limit, as a real out-of-memory model does."""
+    shape = numpy_helper.from_array(np.array([elements], dtype=np.int64), "shape")
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["x2"], name="touch_input"),
+        helper.make_node(
+            "ConstantOfShape",
+            ["shape"],
+            ["big"],
+            name="allocate",
+            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [1.0]),
+        ),
+        helper.make_node("ReduceSum", ["big"], ["s"], name="sum", keepdims=1),
+        helper.make_node("Add", ["x2", "s"], ["y"], name="combine"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "memory_hog",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [shape],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def slow_model(size: int = 1024) -> onnx.ModelProto:
+    """A MatMul chain big enough that a benchmark with many iterations outlives a short timeout."""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((size, size)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h0"], name="mm0")]
+    for i in range(1, 8):
+        nodes.append(helper.make_node("MatMul", [f"h{i - 1}", "w"], [f"h{i}"], name=f"mm{i}"))
+    graph = helper.make_graph(
+        nodes,
+        "slow",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [size, size])],
+        [helper.make_tensor_value_info("h7", TensorProto.FLOAT, [size, size])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def write_corrupt_model(path: Path) -> Path:
+    """A truncated ONNX file: the first half of a real model's bytes."""
+    data = tiny_mlp().SerializeToString()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[: len(data) // 2])
+    return path

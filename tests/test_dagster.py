@@ -1,0 +1,203 @@
+"""The Dagster layer on a real instance: the whole graph, bad partitions, sensors, schedule."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import dagster as dg
+import models
+import pytest
+from conftest import REPO, add_model
+
+from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.tracelake.store import TraceLake
+from assets import MODEL_ASSETS, models_partitions
+from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
+from sensors import model_registry_sensor, nightly_regression_sweep, runtime_version_sensor
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+def _resources(paths, memory_limit_mb=4096):
+    return {
+        "registry": ModelRegistryResource(
+            home=str(paths.home), registry=str(paths.registry), tracelake=str(paths.tracelake)
+        ),
+        "tracelake": TraceLakeResource(database=str(paths.tracelake)),
+        "runner": BenchmarkRunnerResource(timeout_s=120, memory_limit_mb=memory_limit_mb),
+    }
+
+
+def _materialize(instance, paths, slug, **kwargs):
+    instance.add_dynamic_partitions(models_partitions.name, [slug])
+    return dg.materialize(
+        MODEL_ASSETS,
+        partition_key=slug,
+        instance=instance,
+        resources=_resources(paths, **kwargs),
+        raise_on_error=False,
+    )
+
+
+def _error_text(error) -> str:
+    """The failure message with its causes (Dagster wraps the user's exception)."""
+    parts = []
+    while error is not None:
+        parts.append(error.message)
+        error = error.cause
+    return "\n".join(parts)
+
+
+def _lake_sessions(paths) -> list[str]:
+    if not paths.tracelake.exists():
+        return []
+    return (
+        TraceLake(paths.tracelake)
+        .query("SELECT model_slug FROM sessions ORDER BY 1")["model_slug"]
+        .to_pylist()
+    )
+
+
+def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aaco_paths):
+    add_model(aaco_paths, "tiny_mlp", models.tiny_mlp())
+    dynamic_sidecar = ModelSidecar(
+        inputs={"x": InputSpec(shape=(3, 8), dtype="float32")},
+        warmup_iterations=1,
+        measured_iterations=10,
+        profiled_iterations=3,
+    )
+    add_model(aaco_paths, "dynamic", models.dynamic_input_model(), dynamic_sidecar)
+
+    for slug in ("tiny_mlp", "dynamic"):
+        result = _materialize(instance, aaco_paths, slug)
+        assert result.success, slug
+        checks = result.get_asset_check_evaluations()
+        assert {c.check_name: c.passed for c in checks} == {
+            "iterations_complete": True,
+            "kernel_trace_present": True,
+            "telemetry_rate": True,
+        }
+    assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
+
+    graph_meta = instance.get_latest_materialization_event(
+        dg.AssetKey("onnx_graph")
+    ).asset_materialization.metadata
+    assert graph_meta["node_count"].value == 1  # the latest one is the Relu-only dynamic model
+    run_meta = instance.get_latest_materialization_event(
+        dg.AssetKey("benchmark_run")
+    ).asset_materialization.metadata
+    assert run_meta["latency_p50_ms"].value > 0 and run_meta["measured_iterations"].value == 10
+
+    # Three bad partitions, each failing with its own clear message and leaving no trace.
+    models.write_corrupt_model(aaco_paths.registry / "corrupt.onnx")
+    add_model(aaco_paths, "no_sidecar", models.dynamic_input_model(), sidecar=None)
+    add_model(
+        aaco_paths,
+        "crasher",
+        models.memory_hog_model(),
+        ModelSidecar(warmup_iterations=0, measured_iterations=1),
+    )
+    expected = {
+        "corrupt": ["corrupt.onnx", "not a valid ONNX model"],
+        "no_sidecar": ["no_sidecar.onnx", "sidecar", "batch"],
+        "crasher": ["memory limit of 600 MiB", "killed"],
+    }
+    for slug, fragments in expected.items():
+        result = _materialize(instance, aaco_paths, slug, memory_limit_mb=600)
+        assert not result.success
+        failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+        message = _error_text(failure.step_failure_data.error)
+        for fragment in fragments:
+            assert fragment in message, (slug, message)
+    assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
+    assert not any((aaco_paths.sessions / ".staging").iterdir())
+
+
+def test_model_registry_sensor(instance, aaco_paths):
+    resources = {"registry": _resources(aaco_paths)["registry"]}
+    path = add_model(aaco_paths, "Model-A", models.tiny_mlp())
+    (aaco_paths.registry / "README.txt").write_text("not a model")
+
+    first = model_registry_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    assert [r.partition_key for r in first.run_requests] == ["model_a"]
+    assert first.run_requests[0].run_key.startswith("model_a:")
+    assert first.run_requests[0].tags["aaco/device"] == "cpu"
+    assert first.dynamic_partitions_requests[0].partition_keys == ["model_a"]
+    instance.add_dynamic_partitions(models_partitions.name, ["model_a"])
+
+    unchanged = model_registry_sensor(
+        dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
+    )
+    assert isinstance(unchanged, dg.SkipReason)
+
+    models.save(models.tiny_mlp(seed=7), path)  # same name, new content
+    changed = model_registry_sensor(
+        dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
+    )
+    assert [r.partition_key for r in changed.run_requests] == ["model_a"]
+    assert changed.run_requests[0].run_key != first.run_requests[0].run_key
+    assert not changed.dynamic_partitions_requests  # partition exists already
+
+    path.unlink()  # deleted: nothing requested, history (cursor, partition) kept
+    deleted = model_registry_sensor(
+        dg.build_sensor_context(instance=instance, cursor=changed.cursor, resources=resources)
+    )
+    assert isinstance(deleted, dg.SkipReason)
+    assert instance.get_dynamic_partitions(models_partitions.name) == ["model_a"]
+
+
+def test_runtime_version_sensor_sweeps_on_change(instance):
+    instance.add_dynamic_partitions(models_partitions.name, ["a", "b"])
+    first = runtime_version_sensor(dg.build_sensor_context(instance=instance))
+    assert not first.run_requests
+    same = runtime_version_sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor))
+    assert isinstance(same, dg.SkipReason)
+
+    old = json.loads(first.cursor)
+    old["fingerprint"] = "0" * 64
+    old["parts"]["onnxruntime_version"] = "1.0.0"
+    swept = runtime_version_sensor(
+        dg.build_sensor_context(instance=instance, cursor=json.dumps(old))
+    )
+    assert sorted(r.partition_key for r in swept.run_requests) == ["a", "b"]
+    fingerprint = json.loads(swept.cursor)["fingerprint"]
+    assert all(r.tags["aaco/runtime_fingerprint"] == fingerprint for r in swept.run_requests)
+
+
+def test_nightly_sweep_requests_every_model_once_per_night(instance):
+    context = dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=dt.datetime(2026, 11, 21, 2, 0)
+    )
+    assert isinstance(nightly_regression_sweep(context), dg.SkipReason)
+    instance.add_dynamic_partitions(models_partitions.name, ["a", "b", "c"])
+    requests = nightly_regression_sweep(context)
+    assert [r.partition_key for r in requests] == ["a", "b", "c"]
+    assert requests[0].run_key == "nightly:2026-11-21:a"
+    assert nightly_regression_sweep.cron_schedule == "0 2 * * *"
+
+
+def test_definitions_validate_as_a_code_location(tmp_path):
+    env = {**os.environ, "DAGSTER_HOME": str(tmp_path), "AACO_HOME": str(tmp_path / "aaco")}
+    result = subprocess.run(
+        [
+            os.path.join(os.path.dirname(sys.executable), "dagster"),
+            "definitions",
+            "validate",
+            "-w",
+            "workspace.yaml",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

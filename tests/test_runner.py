@@ -1,0 +1,101 @@
+"""The isolated worker: what a good run leaves behind, and how bad runs fail."""
+
+from __future__ import annotations
+
+import json
+
+import models
+import pytest
+from conftest import add_model
+
+from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.execution.runner import RunnerLimits
+from aaco_pipelines.graph.store import prepare_model_version
+from aaco_pipelines.pipeline import MeasureOptions, benchmark_version
+from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.registry.sidecar import ModelSidecar
+
+
+def _version(paths, name, model, sidecar):
+    path = add_model(paths, name, model, sidecar)
+    version, _ = prepare_model_version(registered_model(path), paths)
+    return version
+
+
+def _no_staging_left(paths):
+    staging = paths.sessions / ".staging"
+    return not staging.exists() or not any(staging.iterdir())
+
+
+def test_good_run_publishes_a_complete_bundle(aaco_paths, fast_options):
+    sidecar = ModelSidecar(warmup_iterations=3, measured_iterations=25, profiled_iterations=4)
+    version = _version(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
+    progress: list[str] = []
+    bundle = benchmark_version(version, aaco_paths, fast_options, on_progress=progress.append)
+
+    assert bundle.path.parent.parent == aaco_paths.sessions
+    for name in (
+        "request.json",
+        "session.json",
+        "env.json",
+        "latencies.json",
+        "ort_profile.json",
+        "optimized_model.onnx",
+        "host_samples.parquet",
+        "worker.log",
+        "graph/graph.json",
+    ):
+        assert bundle.file(name).is_file(), name
+    latencies = bundle.read_json("latencies.json")
+    assert [len(latencies[p]["latency_ns"]) for p in ("warmup", "measured", "profiled")] == [
+        3,
+        25,
+        4,
+    ]
+    assert all(v > 0 for v in latencies["measured"]["latency_ns"])
+    session = bundle.session
+    assert session["providers_used"] == ["CPUExecutionProvider"]
+    measured, profiled = session["passes"]["measured"], session["passes"]["profiled"]
+    assert measured[0] < measured[1] <= profiled[0] < profiled[1]
+    assert session["worker_exit_code"] == 0 and session["worker_peak_rss_bytes"] > 10 << 20
+    assert any("measured pass" in line for line in progress)
+    assert _no_staging_left(aaco_paths)
+
+
+def test_unknown_provider_is_a_user_error_naming_the_sidecar(aaco_paths, fast_options):
+    sidecar = ModelSidecar(measured_iterations=2, execution_providers=("NoSuchExecutionProvider",))
+    version = _version(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
+    with pytest.raises(AacoInputError) as err:
+        benchmark_version(version, aaco_paths, fast_options)
+    assert "NoSuchExecutionProvider" in str(err.value)
+    assert "mlp.yaml" in str(err.value)
+    assert not list(aaco_paths.sessions.glob("*/*"))  # nothing published
+    assert len(list(aaco_paths.failed_sessions.glob("*/*/error.json"))) == 1
+
+
+def test_memory_limit_kills_the_worker_and_keeps_the_evidence(aaco_paths):
+    version = _version(
+        aaco_paths,
+        "hog",
+        models.memory_hog_model(),
+        ModelSidecar(warmup_iterations=0, measured_iterations=1),
+    )
+    options = MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=600))
+    with pytest.raises(WorkerFailure) as err:
+        benchmark_version(version, aaco_paths, options)
+    message = str(err.value)
+    assert "memory limit of 600 MiB" in message and "memory_limit_mb" in message
+    failed = list(aaco_paths.failed_sessions.glob("*/*"))
+    assert len(failed) == 1
+    assert json.loads((failed[0] / "failure.json").read_text())["type"] == "WorkerFailure"
+    assert (failed[0] / "host_samples.parquet").is_file()
+    assert not list(aaco_paths.sessions.glob("2*/*")) and _no_staging_left(aaco_paths)
+
+
+def test_timeout_kills_a_hung_worker(aaco_paths):
+    sidecar = ModelSidecar(warmup_iterations=0, measured_iterations=10_000)
+    version = _version(aaco_paths, "slow", models.slow_model(), sidecar)
+    options = MeasureOptions(limits=RunnerLimits(timeout_s=3, memory_limit_mb=4096))
+    with pytest.raises(WorkerFailure, match="timed out after 3 s"):
+        benchmark_version(version, aaco_paths, options)
+    assert not list(aaco_paths.sessions.glob("2*/*"))

@@ -1,0 +1,114 @@
+"""The TraceLake: one transaction per session, idempotent, versioned, serialized writers."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import duckdb
+import models
+import pytest
+from conftest import add_model
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.pipeline import collect_bundle, measure_model
+from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.tracelake.queries import session_quality
+from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One real measured session of a tiny MLP, ingested into a fresh TraceLake."""
+    from aaco_pipelines.config import AacoPaths
+    from aaco_pipelines.pipeline import MeasureOptions
+
+    home = tmp_path_factory.mktemp("lake")
+    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
+    path = add_model(paths, "mlp", models.tiny_mlp())
+    bundle = measure_model(registered_model(path), paths, MeasureOptions())
+    return paths, bundle
+
+
+def _counts(lake: TraceLake, session_id: str) -> dict:
+    return {
+        t: lake.query(f"SELECT count(*) AS n FROM {t} WHERE session_id = ?", [session_id])["n"][
+            0
+        ].as_py()
+        for t in ("sessions", "iterations", "kernel_events", "telemetry")
+    }
+
+
+def test_session_lands_whole(measured):
+    paths, bundle = measured
+    lake = TraceLake(paths.tracelake)
+    quality = session_quality(lake, bundle.session_id)
+    assert quality["session_rows"] == 1
+    assert quality["measured_rows"] == quality["measured_requested"] == 20
+    assert quality["profiled_rows"] == 5 and quality["iterations_with_node_events"] == 5
+    assert quality["telemetry_hz"] >= 10
+    graph = lake.query("SELECT node_count, parameter_count FROM models").to_pylist()
+    assert graph == [{"node_count": 4, "parameter_count": 16 * 32 + 32 + 32 * 8}]
+    assert lake.schema_version() == SCHEMA_VERSION
+
+
+def test_reingesting_replaces_never_doubles(measured):
+    paths, bundle = measured
+    lake = TraceLake(paths.tracelake)
+    before = _counts(lake, bundle.session_id)
+    collect_bundle(bundle)
+    lake.ingest_session(bundle)
+    assert _counts(lake, bundle.session_id) == before
+    assert lake.query("SELECT count(*) AS n FROM graph_nodes")["n"][0].as_py() == 4
+
+
+def test_failed_ingest_leaves_nothing_half_written(measured, tmp_path):
+    paths, bundle = measured
+    lake = TraceLake(tmp_path / "other.duckdb")
+    # Break one table of a copy of the bundle: the transaction must roll back as a whole.
+    import shutil
+
+    copy = SessionBundle(tmp_path / bundle.session_id)
+    shutil.copytree(bundle.path, copy.path)
+    copy.table_path("telemetry").write_bytes(b"not parquet")
+    with pytest.raises(duckdb.Error):
+        lake.ingest_session(copy)
+    assert _counts(lake, bundle.session_id) == dict.fromkeys(_counts(lake, bundle.session_id), 0)
+    assert lake.query("SELECT count(*) AS n FROM models")["n"][0].as_py() == 0
+
+
+def test_bundle_without_tables_is_refused(measured, tmp_path):
+    paths, bundle = measured
+    import shutil
+
+    copy = SessionBundle(tmp_path / bundle.session_id)
+    shutil.copytree(bundle.path, copy.path)
+    shutil.rmtree(copy.tables_dir)
+    with pytest.raises(AacoInputError, match="collected_traces"):
+        TraceLake(tmp_path / "x.duckdb").ingest_session(copy)
+
+
+def test_newer_schema_is_refused_with_the_fix(tmp_path):
+    path = tmp_path / "future.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.execute("CREATE TABLE schema_info (version INTEGER, applied_at TIMESTAMPTZ)")
+        con.execute("INSERT INTO schema_info VALUES (?, now())", [SCHEMA_VERSION + 1])
+    with pytest.raises(AacoInputError, match="upgrade aaco"):
+        with TraceLake(path).connect(write=True):
+            pass
+
+
+def _ingest_in_process(args):
+    lake_path, bundle_path = args
+    TraceLake(lake_path).ingest_session(SessionBundle(bundle_path))
+    return True
+
+
+def test_concurrent_writers_from_processes_do_not_fail_on_the_file_lock(measured, tmp_path):
+    _paths, bundle = measured
+    lake_path = tmp_path / "shared.duckdb"
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_ingest_in_process, [(lake_path, bundle.path)] * 8)
+    assert all(results)
+    assert _counts(TraceLake(lake_path), bundle.session_id)["sessions"] == 1
