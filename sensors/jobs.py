@@ -11,6 +11,9 @@ measure_model_job = dg.define_asset_job(
     "measure_model",
     selection=dg.AssetSelection.assets(*MODEL_ASSETS),
     partitions_def=models_partitions,
+    # The benchmark already runs in its own isolated worker process; running the light stages
+    # in the run process saves a Python start-up per step.
+    executor_def=dg.in_process_executor,
     description="Measure one model end to end: graph, isolated benchmark, traces, TraceLake.",
 )
 
