@@ -99,3 +99,30 @@ def test_timeout_kills_a_hung_worker(aaco_paths):
     with pytest.raises(WorkerFailure, match="timed out after 3 s"):
         benchmark_version(version, aaco_paths, options)
     assert not list(aaco_paths.sessions.glob("2*/*"))
+
+
+def test_laboratory_mode_pins_the_worker_and_records_what_it_could_not_do(aaco_paths):
+    import os
+
+    from aaco_pipelines.execution.laboratory import laboratory_settings
+
+    version = _version(
+        aaco_paths,
+        "mlp",
+        models.tiny_mlp(),
+        ModelSidecar(measured_iterations=5, profiled_iterations=2),
+    )
+    options = MeasureOptions(laboratory=True, limits=RunnerLimits(timeout_s=120))
+    bundle = benchmark_version(version, aaco_paths, options)
+    expected = laboratory_settings()
+    request = bundle.request["laboratory"]
+    assert tuple(request["cores"]) == expected.cores
+    assert request["intra_op_threads"] == len(expected.cores) and request["inter_op_threads"] == 1
+    session = bundle.session
+    assert session["laboratory_affinity"]["affinity"] == list(expected.cores)
+    cgroup = session["cgroup"]
+    assert cgroup["placed"] or cgroup["reason"]  # placed, or the reason why not is recorded
+    if os.sched_getaffinity(0) != set(expected.cores):
+        assert session["laboratory_affinity"]["affinity"] != sorted(os.sched_getaffinity(0))
+    cpu = bundle.environment["cpu"]
+    assert cpu["frequency_mhz"] and "governors" in cpu  # governor and clocks recorded

@@ -1,0 +1,180 @@
+"""AACO benchmarks: `make bench` (or `.venv/bin/python benchmarks/run.py [--repeats N]`).
+
+Prints, for this machine:
+  1. the wall time of a full zoo sweep, bare pipeline and through Dagster's asset graph;
+  2. Dagster's overhead: the asset graph for one model vs. the bare pipeline on the same model;
+  3. profiling overhead per zoo model: profiled vs. unprofiled median latency;
+  4. latency coefficient of variation per zoo model, with and without laboratory mode.
+Everything runs in a temporary AACO_HOME; nothing here is a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.pipeline import MeasureOptions, measure_model
+from aaco_pipelines.registry.scan import scan_registry
+from aaco_pipelines.registry.zoo import build_zoo
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - t0, result
+
+
+def fresh_paths(root: Path, name: str) -> AacoPaths:
+    home = root / name
+    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "tracelake.duckdb")
+    build_zoo(paths.registry)
+    return paths
+
+
+def bare_sweep(paths: AacoPaths, options: MeasureOptions = MeasureOptions()) -> dict[str, str]:
+    """Every zoo model through the pipeline functions, no Dagster: slug -> session id."""
+    return {
+        m.slug: measure_model(m, paths, options).session_id for m in scan_registry(paths.registry)
+    }
+
+
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+def dagster_materialize(paths: AacoPaths, slugs: list[str]) -> None:
+    """The asset graph for the given partitions on a temporary Dagster instance."""
+    import dagster as dg
+
+    from assets import MODEL_ASSETS, models_partitions
+    from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
+
+    resources = {
+        "registry": ModelRegistryResource(
+            home=str(paths.home), registry=str(paths.registry), tracelake=str(paths.tracelake)
+        ),
+        "tracelake": TraceLakeResource(database=str(paths.tracelake)),
+        "runner": BenchmarkRunnerResource(),
+    }
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(models_partitions.name, slugs)
+        for slug in slugs:
+            result = dg.materialize(
+                MODEL_ASSETS,
+                partition_key=slug,
+                instance=instance,
+                resources=resources,
+                run_config=QUIET,
+            )
+            assert result.success, slug
+
+
+def session_latencies(paths: AacoPaths, session_id: str) -> dict[str, np.ndarray]:
+    table = TraceLake(paths.tracelake).query(
+        "SELECT pass, latency_ns FROM iterations WHERE session_id = ? AND pass IN ('measured', 'profiled')",
+        [session_id],
+    )
+    passes = np.asarray(table["pass"].to_pylist())
+    latency = table["latency_ns"].to_numpy().astype(np.float64)
+    return {name: latency[passes == name] for name in ("measured", "profiled")}
+
+
+def coefficient_of_variation(values: np.ndarray) -> float:
+    return float(values.std(ddof=1) / values.mean())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="repeats of the one-model overhead comparison"
+    )
+    parser.add_argument(
+        "--overhead-model", default="mlp", help="zoo model for the Dagster overhead figure"
+    )
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    results: dict = {"cpu_count": os.cpu_count()}
+
+    with tempfile.TemporaryDirectory(prefix="aaco-bench-") as tmp:
+        root = Path(tmp)
+        print("1. full zoo sweep", flush=True)
+        bare = fresh_paths(root, "bare")
+        bare_s, sessions = timed(lambda: bare_sweep(bare))
+        dagster_paths = fresh_paths(root, "dagster")
+        slugs = [m.slug for m in scan_registry(dagster_paths.registry)]
+        dagster_s, _ = timed(lambda: dagster_materialize(dagster_paths, slugs))
+        results["zoo_sweep_s"] = {
+            "bare_pipeline": round(bare_s, 2),
+            "dagster_asset_graph": round(dagster_s, 2),
+        }
+        print(
+            f"   {len(slugs)} models: bare pipeline {bare_s:.1f} s, Dagster asset graph {dagster_s:.1f} s"
+        )
+
+        print(
+            f"2. Dagster overhead on one model ({args.overhead_model}, median of {args.repeats})",
+            flush=True,
+        )
+        model = next(m for m in scan_registry(bare.registry) if m.slug == args.overhead_model)
+        bare_times = [timed(lambda: measure_model(model, bare))[0] for _ in range(args.repeats)]
+        dagster_times = [
+            timed(lambda: dagster_materialize(dagster_paths, [args.overhead_model]))[0]
+            for _ in range(args.repeats)
+        ]
+        b, d = statistics.median(bare_times), statistics.median(dagster_times)
+        results["dagster_overhead_s"] = {
+            "bare": round(b, 3),
+            "dagster": round(d, 3),
+            "overhead": round(d - b, 3),
+        }
+        print(
+            f"   bare {b:.2f} s, Dagster {d:.2f} s, overhead {d - b:.2f} s ({(d - b) / b * 100:.0f}%)"
+        )
+
+        print("3. profiling overhead (profiled vs unprofiled median latency)", flush=True)
+        results["profiling_overhead_pct"] = {}
+        for slug, session_id in sessions.items():
+            lat = session_latencies(bare, session_id)
+            m, p = np.median(lat["measured"]), np.median(lat["profiled"])
+            results["profiling_overhead_pct"][slug] = round((p - m) / m * 100, 1)
+            print(
+                f"   {slug:15} unprofiled {m / 1e6:8.3f} ms  profiled {p / 1e6:8.3f} ms  {(p - m) / m * 100:+7.1f}%"
+            )
+
+        print("4. latency CV, default vs laboratory mode", flush=True)
+        lab = fresh_paths(root, "lab")
+        lab_sessions = bare_sweep(lab, MeasureOptions(laboratory=True))
+        results["latency_cv"] = {}
+        for slug in sessions:
+            default_cv = coefficient_of_variation(
+                session_latencies(bare, sessions[slug])["measured"]
+            )
+            lab_cv = coefficient_of_variation(
+                session_latencies(lab, lab_sessions[slug])["measured"]
+            )
+            results["latency_cv"][slug] = {
+                "default": round(default_cv, 4),
+                "laboratory": round(lab_cv, 4),
+            }
+            print(f"   {slug:15} default CV {default_cv:6.3f}   laboratory CV {lab_cv:6.3f}")
+
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.exit(main())
