@@ -52,6 +52,7 @@ def benchmark_version(
         inputs=version.input_specs,
         warmup_iterations=sidecar.warmup_iterations,
         measured_iterations=sidecar.measured_iterations,
+        min_measured_seconds=sidecar.min_measured_seconds,
         profiled_iterations=sidecar.profiled_iterations,
         providers=tuple(options.providers or sidecar.execution_providers),
         target=options.target,

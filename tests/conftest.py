@@ -19,7 +19,9 @@ from aaco_pipelines.registry.sidecar import ModelSidecar  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 
-FAST_SIDECAR = ModelSidecar(warmup_iterations=2, measured_iterations=20, profiled_iterations=5)
+FAST_SIDECAR = ModelSidecar(
+    warmup_iterations=2, measured_iterations=20, profiled_iterations=5, min_measured_seconds=0.0
+)
 
 
 @pytest.fixture

@@ -73,6 +73,7 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
         warmup_iterations=1,
         measured_iterations=10,
         profiled_iterations=3,
+        min_measured_seconds=0,
     )
     add_model(aaco_paths, "dynamic", models.dynamic_input_model(), dynamic_sidecar)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import models
+import pyarrow.parquet as pq
 import pytest
 from conftest import add_model
 
@@ -28,7 +29,9 @@ def _no_staging_left(paths):
 
 
 def test_good_run_publishes_a_complete_bundle(aaco_paths, fast_options):
-    sidecar = ModelSidecar(warmup_iterations=3, measured_iterations=25, profiled_iterations=4)
+    sidecar = ModelSidecar(
+        warmup_iterations=3, measured_iterations=25, profiled_iterations=4, min_measured_seconds=0.6
+    )
     version = _version(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
     progress: list[str] = []
     bundle = benchmark_version(version, aaco_paths, fast_options, on_progress=progress.append)
@@ -47,16 +50,19 @@ def test_good_run_publishes_a_complete_bundle(aaco_paths, fast_options):
     ):
         assert bundle.file(name).is_file(), name
     latencies = bundle.read_json("latencies.json")
-    assert [len(latencies[p]["latency_ns"]) for p in ("warmup", "measured", "profiled")] == [
-        3,
-        25,
-        4,
-    ]
+    assert len(latencies["warmup"]["latency_ns"]) == 3
+    assert len(latencies["profiled"]["latency_ns"]) == 4
+    # A sub-millisecond model keeps running past 25 iterations until the 0.6 s minimum is met,
+    # so the host sampler ticks many times inside the measured pass.
+    assert len(latencies["measured"]["latency_ns"]) > 25
     assert all(v > 0 for v in latencies["measured"]["latency_ns"])
     session = bundle.session
     assert session["providers_used"] == ["CPUExecutionProvider"]
     measured, profiled = session["passes"]["measured"], session["passes"]["profiled"]
     assert measured[0] < measured[1] <= profiled[0] < profiled[1]
+    assert measured[1] - measured[0] >= 0.6e9
+    samples = pq.read_table(bundle.file("host_samples.parquet"))["timestamp_ns"].to_numpy()
+    assert ((samples >= measured[0]) & (samples <= measured[1])).sum() >= 6  # >= 10 Hz
     assert session["worker_exit_code"] == 0 and session["worker_peak_rss_bytes"] > 10 << 20
     assert any("measured pass" in line for line in progress)
     assert _no_staging_left(aaco_paths)

@@ -104,7 +104,7 @@ def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
         "trace_source": session["trace_source"],
         "laboratory": request["laboratory"] is not None,
         "warmup_iterations": request["warmup_iterations"],
-        "measured_iterations": request["measured_iterations"],
+        "measured_iterations": len(latencies["measured"]["latency_ns"]),
         "profiled_iterations": request["profiled_iterations"],
         **summary,
         "ort_version": env.get("onnxruntime_version"),

@@ -53,6 +53,7 @@ class BenchmarkRequest:
     inputs: dict[str, InputSpec]
     warmup_iterations: int = 5
     measured_iterations: int = 50
+    min_measured_seconds: float = 1.0
     profiled_iterations: int = 10
     providers: tuple[str, ...] = ()
     target: str = "cpu"

@@ -5,7 +5,8 @@ nothing but its output folder, so a crash, hang or out-of-memory here cannot tak
 
 Passes, in order, each recorded with its start and end (epoch ns):
   warmup    the model runs `warmup_iterations` times (caches, allocators, thread pools)
-  measured  `measured_iterations` timed runs with profiling OFF: the latency figures
+  measured  at least `measured_iterations` timed runs and `min_measured_seconds`, profiling
+            OFF: the latency figures
   profiled  a fresh session with ONNX Runtime's profiler ON, a short warm-up, then
             `profiled_iterations` runs: the kernel trace, and the profiling overhead
 
@@ -68,16 +69,28 @@ def create_session(ort, request: dict, options):
     return ort.InferenceSession(request["model_path"], options, providers=requested)
 
 
-def timed_runs(session, feeds: dict, count: int) -> tuple[list[int], list[int]]:
-    """Run `count` times; per-iteration epoch start and perf_counter latency, both in ns."""
+def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> dict:
+    """Run at least `count` times and for at least `min_seconds`.
+
+    Per iteration: epoch start (to place it among telemetry and trace events) and the
+    perf_counter latency, both in ns. The minimum duration gives the host sampler enough ticks
+    inside the pass even for sub-millisecond models.
+    """
     starts, latencies = [], []
-    run = session.run
-    for _ in range(count):
+    run, clock = session.run, time.perf_counter_ns
+    pass_start_ns = time.time_ns()
+    deadline = clock() + int(min_seconds * 1e9)
+    while len(latencies) < count or clock() < deadline:
         starts.append(time.time_ns())
-        t0 = time.perf_counter_ns()
+        t0 = clock()
         run(None, feeds)
-        latencies.append(time.perf_counter_ns() - t0)
-    return starts, latencies
+        latencies.append(clock() - t0)
+    return {
+        "start_ns": pass_start_ns,
+        "end_ns": time.time_ns(),
+        "iteration_start_ns": starts,
+        "latency_ns": latencies,
+    }
 
 
 def run_passes(request: dict, out: Path) -> dict:
@@ -94,19 +107,15 @@ def run_passes(request: dict, out: Path) -> dict:
     progress("creating session")
     session = create_session(ort, request, session_options(ort, request))
     providers_used = session.get_providers()
-    for name, count in (
-        ("warmup", request["warmup_iterations"]),
-        ("measured", request["measured_iterations"]),
-    ):
-        progress(f"{name} pass: {count} iterations")
-        t0 = time.time_ns()
-        starts, latencies = timed_runs(session, feeds, count)
-        passes[name] = {
-            "start_ns": t0,
-            "end_ns": time.time_ns(),
-            "iteration_start_ns": starts,
-            "latency_ns": latencies,
-        }
+    progress(f"warmup pass: {request['warmup_iterations']} iterations")
+    passes["warmup"] = timed_pass(session, feeds, request["warmup_iterations"])
+    progress(
+        f"measured pass: {request['measured_iterations']} iterations, "
+        f"at least {request['min_measured_seconds']} s"
+    )
+    passes["measured"] = timed_pass(
+        session, feeds, request["measured_iterations"], request["min_measured_seconds"]
+    )
     del session
 
     progress(f"profiled pass: {request['profiled_iterations']} iterations")
@@ -114,15 +123,8 @@ def run_passes(request: dict, out: Path) -> dict:
     options.optimized_model_filepath = str(out / "optimized_model.onnx")
     profiled = create_session(ort, request, options)
     profiling_start_ns = profiled.get_profiling_start_time_ns()
-    timed_runs(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
-    t0 = time.time_ns()
-    starts, latencies = timed_runs(profiled, feeds, request["profiled_iterations"])
-    passes["profiled"] = {
-        "start_ns": t0,
-        "end_ns": time.time_ns(),
-        "iteration_start_ns": starts,
-        "latency_ns": latencies,
-    }
+    timed_pass(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
+    passes["profiled"] = timed_pass(profiled, feeds, request["profiled_iterations"])
     os.replace(profiled.end_profiling(), out / "ort_profile.json")
 
     write_json(out / "latencies.json", passes)

@@ -5,7 +5,8 @@
     inputs:                       # needed for every dynamic dimension
       input_ids: {shape: [1, 128], dtype: int64, low: 0, high: 30522}
     warmup_iterations: 5
-    measured_iterations: 50
+    measured_iterations: 50       # at least this many measured runs...
+    min_measured_seconds: 1.0     # ...and for at least this long (fast models run more)
     profiled_iterations: 10
     execution_providers: [MIGraphXExecutionProvider, CPUExecutionProvider]
     tags: {family: bert}
@@ -29,6 +30,7 @@ KNOWN_KEYS = {
     "inputs",
     "warmup_iterations",
     "measured_iterations",
+    "min_measured_seconds",
     "profiled_iterations",
     "execution_providers",
     "tags",
@@ -49,6 +51,7 @@ class ModelSidecar:
     inputs: dict[str, InputSpec] = field(default_factory=dict)
     warmup_iterations: int = 5
     measured_iterations: int = 50
+    min_measured_seconds: float = 1.0
     profiled_iterations: int = 10
     execution_providers: tuple[str, ...] = ()
     tags: dict[str, str] = field(default_factory=dict)
@@ -116,11 +119,24 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
             ("profiled_iterations", 10),
         )
     }
+    min_seconds = data.get("min_measured_seconds", 1.0)
+    if not isinstance(min_seconds, int | float) or min_seconds < 0:
+        raise AacoInputError(
+            f"min_measured_seconds must be a number >= 0, not {min_seconds!r}",
+            path=path,
+            fix="set min_measured_seconds: 1.0",
+        )
     providers = data.get("execution_providers") or []
     if isinstance(providers, str):
         providers = [providers]
     tags = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
-    return ModelSidecar(inputs=inputs, execution_providers=tuple(providers), tags=tags, **counts)
+    return ModelSidecar(
+        inputs=inputs,
+        execution_providers=tuple(providers),
+        tags=tags,
+        min_measured_seconds=float(min_seconds),
+        **counts,
+    )
 
 
 def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
