@@ -5,9 +5,10 @@ This is the only module of the domain library that imports Dagster.
 
 import dagster as dg
 
-from assets import MODEL_ASSETS
+from assets import MODEL_ASSETS, TARGET_ASSETS
 from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
 from sensors import (
+    calibrate_envelope_job,
     measure_model_job,
     model_registry_sensor,
     nightly_regression_sweep,
@@ -15,8 +16,8 @@ from sensors import (
 )
 
 defs = dg.Definitions(
-    assets=MODEL_ASSETS,
-    jobs=[measure_model_job],
+    assets=[*MODEL_ASSETS, *TARGET_ASSETS],
+    jobs=[measure_model_job, calibrate_envelope_job],
     sensors=[model_registry_sensor, runtime_version_sensor],
     schedules=[nightly_regression_sweep],
     resources={

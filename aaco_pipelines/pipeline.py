@@ -1,4 +1,4 @@
-"""The measurement pipeline as plain functions: prepare → benchmark → collect → ingest.
+"""The pipeline as plain functions: prepare → benchmark → collect → ingest → analyze.
 
 Dagster assets call these stages one by one (so each is its own asset with its own metadata); the
 command line and the benchmarks call `measure_model` to run them all without a Dagster instance.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.session import collect_session
 from aaco_pipelines.config import AacoPaths
@@ -20,6 +21,7 @@ from aaco_pipelines.execution.runner import (
     new_session_id,
     run_benchmark,
 )
+from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.tracelake.store import TraceLake
@@ -73,15 +75,39 @@ def collect_bundle(bundle: SessionBundle) -> dict[str, int]:
     return {name: table.num_rows for name, table in tables.items()}
 
 
+def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:
+    """Attribution, envelope, bottleneck and drift verdicts for an ingested session."""
+    lake = TraceLake(paths.tracelake)
+    tables = analysis.attribute(lake, bundle)
+    envelope_id, envelope = analysis.current_envelope(lake, target)
+    report, utilization = analysis.explain(
+        lake, bundle.session_id, analysis.metrics_of(tables), envelope_id, envelope
+    )
+    verdicts = drift_rows(lake, bundle.session["model_slug"], bundle.session_id)
+    lake.replace_session_rows(bundle.session_id, {"drift_verdicts": verdicts})
+    return {
+        "bottleneck": report.bottleneck,
+        "confidence": report.confidence,
+        "hardware_envelope_utilization": utilization.hardware_envelope_utilization,
+        "verdicts": dict(
+            zip(verdicts["metric"].to_pylist(), verdicts["verdict"].to_pylist(), strict=True)
+        ),
+    }
+
+
 def measure_model(
     model: RegisteredModel,
     paths: AacoPaths,
     options: MeasureOptions = MeasureOptions(),
     on_progress: Callable[[str], None] | None = None,
+    analyze: bool = False,
 ) -> SessionBundle:
-    """Every stage for one registered model, ending with the session in the TraceLake."""
+    """Every measurement stage for one registered model, ending with the session in the
+    TraceLake; `analyze=True` also runs the analysis stages on it."""
     version, _graph = prepare_model_version(model, paths)
     bundle = benchmark_version(version, paths, options, on_progress)
     collect_bundle(bundle)
     TraceLake(paths.tracelake).ingest_session(bundle)
+    if analyze:
+        analyze_session(bundle, paths, options.target)
     return bundle

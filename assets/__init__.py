@@ -1,12 +1,26 @@
 """Dagster software-defined assets, one module per stage; thin wrappers over aaco_pipelines."""
 
+from assets.attribution import kernel_attribution
 from assets.benchmark import benchmark_run
+from assets.bottleneck import bottleneck_report
+from assets.drift import performance_drift
+from assets.envelope import hardware_envelope
 from assets.graph import onnx_graph
 from assets.partitions import models_partitions
 from assets.tracelake import tracelake_session
 from assets.traces import collected_traces
 
 # Every asset partitioned by model, in pipeline order: what a per-model run materializes.
-MODEL_ASSETS = [onnx_graph, benchmark_run, collected_traces, tracelake_session]
+MODEL_ASSETS = [
+    onnx_graph,
+    benchmark_run,
+    collected_traces,
+    tracelake_session,
+    kernel_attribution,
+    bottleneck_report,
+    performance_drift,
+]
+# Per execution target, not per model: measured by its own job.
+TARGET_ASSETS = [hardware_envelope]
 
-__all__ = ["MODEL_ASSETS", "models_partitions"]
+__all__ = ["MODEL_ASSETS", "TARGET_ASSETS", "models_partitions"]

@@ -44,7 +44,8 @@ def fresh_paths(root: Path, name: str) -> AacoPaths:
 def bare_sweep(paths: AacoPaths, options: MeasureOptions | None = None) -> dict[str, str]:
     """Every zoo model through the pipeline functions, no Dagster: slug -> session id."""
     return {
-        m.slug: measure_model(m, paths, options or MeasureOptions()).session_id for m in scan_registry(paths.registry)
+        m.slug: measure_model(m, paths, options or MeasureOptions()).session_id
+        for m in scan_registry(paths.registry)
     }
 
 

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets import MODEL_ASSETS, models_partitions
+from assets import MODEL_ASSETS, TARGET_ASSETS, models_partitions
 from resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
@@ -15,6 +15,12 @@ measure_model_job = dg.define_asset_job(
     # in the run process saves a Python start-up per step.
     executor_def=dg.in_process_executor,
     description="Measure one model end to end: graph, isolated benchmark, traces, TraceLake.",
+)
+
+calibrate_envelope_job = dg.define_asset_job(
+    "calibrate_envelope",
+    selection=dg.AssetSelection.assets(*TARGET_ASSETS),
+    description="Measure the target's hardware envelope (peak GEMM FLOP/s, streaming bandwidth).",
 )
 
 

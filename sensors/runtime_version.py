@@ -15,7 +15,7 @@ from aaco_pipelines.execution.environment import (
     runtime_fingerprint,
 )
 from assets.partitions import models_partitions
-from sensors.jobs import measure_model_job, run_tags
+from sensors.jobs import calibrate_envelope_job, measure_model_job, run_tags
 
 
 def current_runtime() -> tuple[str, dict]:
@@ -24,11 +24,11 @@ def current_runtime() -> tuple[str, dict]:
 
 
 @dg.sensor(
-    job=measure_model_job,
+    jobs=[measure_model_job, calibrate_envelope_job],
     minimum_interval_seconds=300,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Requests a sweep of every model when the ROCm / GPU driver / ONNX Runtime "
-    "fingerprint changes.",
+    description="When the ROCm / GPU driver / ONNX Runtime fingerprint changes: re-measures the "
+    "hardware envelope, then requests a sweep of every model.",
 )
 def runtime_version_sensor(context: dg.SensorEvaluationContext):
     fingerprint, parts = current_runtime()
@@ -45,14 +45,17 @@ def runtime_version_sensor(context: dg.SensorEvaluationContext):
     }
     context.log.info(f"runtime changed: {changed}")
     slugs = context.instance.get_dynamic_partitions(models_partitions.name)
-    return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(
-                run_key=f"runtime:{fingerprint}:{slug}",
-                partition_key=slug,
-                tags=run_tags("runtime_version", **{"aaco/runtime_fingerprint": fingerprint}),
-            )
-            for slug in slugs
-        ],
-        cursor=cursor,
+    tags = run_tags("runtime_version", **{"aaco/runtime_fingerprint": fingerprint})
+    envelope = dg.RunRequest(
+        run_key=f"runtime:{fingerprint}:envelope", job_name=calibrate_envelope_job.name, tags=tags
     )
+    sweep = [
+        dg.RunRequest(
+            run_key=f"runtime:{fingerprint}:{slug}",
+            partition_key=slug,
+            job_name=measure_model_job.name,
+            tags=tags,
+        )
+        for slug in slugs
+    ]
+    return dg.SensorResult(run_requests=[envelope, *sweep], cursor=cursor)

@@ -103,3 +103,102 @@ def write_corrupt_model(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data[: len(data) // 2])
     return path
+
+
+def conv_block_model(seed: int = 0) -> onnx.ModelProto:
+    """Conv → BatchNorm → Relu → MaxPool → Conv → BatchNorm, a residual Add, Relu, global pool:
+    what ONNX Runtime's CPU provider fuses (Conv+BN+Relu, residual Add into Conv) and re-lays out
+    (NCHWc with ReorderInput/ReorderOutput)."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    weights = [init("w1", (16, 3, 3, 3)), init("w2", (16, 16, 3, 3))]
+    for i in (1, 2):
+        weights += [
+            numpy_helper.from_array(
+                np.abs(rng.standard_normal(16)).astype(np.float32) + 0.5, f"bn{i}.{p}"
+            )
+            for p in ("scale", "bias", "mean", "var")
+        ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization",
+            ["c1", "bn1.scale", "bn1.bias", "bn1.mean", "bn1.var"],
+            ["b1"],
+            name="bn1",
+        ),
+        helper.make_node("Relu", ["b1"], ["r1"], name="relu1"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+        ),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node(
+            "BatchNormalization",
+            ["c2", "bn2.scale", "bn2.bias", "bn2.mean", "bn2.var"],
+            ["b2"],
+            name="bn2",
+        ),
+        helper.make_node("Add", ["b2", "p1"], ["s"], name="residual_add"),
+        helper.make_node("Relu", ["s"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["y"], name="global_pool"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def gelu_model(seed: int = 0) -> onnx.ModelProto:
+    """MatMul → bias Add → Erf-GELU: ONNX Runtime fuses the bias and GELU into one BiasGelu."""
+    rng = np.random.default_rng(seed)
+    w = numpy_helper.from_array(rng.standard_normal((64, 128)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b")
+    consts = [
+        numpy_helper.from_array(np.array(1.4142135, dtype=np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, dtype=np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, dtype=np.float32), "half"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"], name="up/matmul"),
+        helper.make_node("Add", ["m", "b"], ["h"], name="up/bias"),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"], name="gelu/div"),
+        helper.make_node("Erf", ["d"], ["e"], name="gelu/erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="gelu/add"),
+        helper.make_node("Mul", ["h", "a"], ["ha"], name="gelu/mul"),
+        helper.make_node("Mul", ["ha", "half"], ["y"], name="gelu/half"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 128])],
+        [w, b, *consts],
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
+
+
+def slower_mlp(extra_layers: int = 40) -> onnx.ModelProto:
+    """The tiny MLP with many extra square MatMul+Relu layers: the same model made much slower."""
+    model = tiny_mlp()
+    rng = np.random.default_rng(3)
+    graph = model.graph
+    last = "y"
+    graph.output[0].name = f"y{extra_layers}"
+    for i in range(extra_layers):
+        w = numpy_helper.from_array(
+            rng.standard_normal((8, 8)).astype(np.float32) * 0.3, f"extra{i}.w"
+        )
+        graph.initializer.append(w)
+        graph.node.append(
+            helper.make_node("MatMul", [last, w.name], [f"m{i}"], name=f"extra{i}/matmul")
+        )
+        graph.node.append(helper.make_node("Relu", [f"m{i}"], [f"y{i + 1}"], name=f"extra{i}/relu"))
+        last = f"y{i + 1}"
+    return model

@@ -85,6 +85,9 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
             "iterations_complete": True,
             "kernel_trace_present": True,
             "telemetry_rate": True,
+            "kernel_events_present": True,
+            "kernel_time_within_wall": True,
+            "no_performance_regression": True,
         }
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
 
@@ -168,7 +171,10 @@ def test_runtime_version_sensor_sweeps_on_change(instance):
     swept = runtime_version_sensor(
         dg.build_sensor_context(instance=instance, cursor=json.dumps(old))
     )
-    assert sorted(r.partition_key for r in swept.run_requests) == ["a", "b"]
+    envelope, *sweep = swept.run_requests
+    assert envelope.job_name == "calibrate_envelope" and envelope.partition_key is None
+    assert sorted(r.partition_key for r in sweep) == ["a", "b"]
+    assert {r.job_name for r in sweep} == {"measure_model"}
     fingerprint = json.loads(swept.cursor)["fingerprint"]
     assert all(r.tags["aaco/runtime_fingerprint"] == fingerprint for r in swept.run_requests)
 

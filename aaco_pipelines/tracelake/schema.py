@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -142,6 +142,111 @@ TELEMETRY = pa.schema(
     ]
 )
 
+# --- Analysis results (schema v2): one row set per session, replaced on re-analysis ---------
+
+NODE_ATTRIBUTION = pa.schema(
+    [
+        ("session_id", _str),
+        ("runtime_node", _str),  # the node ONNX Runtime executed (null: eliminated original node)
+        ("runtime_op_type", _str),
+        ("onnx_node", _str),  # the original graph node (null: runtime-inserted, unmatched)
+        ("onnx_op_type", _str),
+        (
+            "method",
+            _str,
+        ),  # exact_name | fused_anchor | fused_absorbed | runtime_inserted | eliminated
+        ("confidence", _f64),
+        ("share", _f64),  # fraction of the runtime node's time given to this original node
+        ("split_rule", _str),  # flop_share | byte_share | equal_share | unmatched | not executed
+    ]
+)
+
+OP_BREAKDOWN = pa.schema(
+    [
+        ("session_id", _str),
+        ("level", _str),  # node | op_type
+        ("name", _str),  # ONNX node name, or op type; "(unmatched) <runtime node>" when unmatched
+        ("op_type", _str),
+        ("mean_ns", _f64),  # per profiled iteration
+        ("p50_ns", _f64),
+        ("share", _f64),  # of all attributed kernel time
+        ("kernels_per_iteration", _f64),
+        ("flops", _i64),
+        ("bytes_moved", _i64),
+    ]
+)
+
+DERIVED_METRICS = pa.schema(
+    [("session_id", _str), ("metric", _str), ("value", _f64), ("unit", _str)]
+)
+
+HARDWARE_ENVELOPES = pa.schema(
+    [
+        ("envelope_id", _str),
+        ("target", _str),
+        ("runtime_fingerprint", _str),
+        ("measured_at", _ts),
+        ("providers", pa.list_(_str)),
+        ("gemm_flops_per_s", _f64),
+        ("gemm_low", _f64),
+        ("gemm_high", _f64),
+        ("bandwidth_bytes_per_s", _f64),
+        ("bandwidth_low", _f64),
+        ("bandwidth_high", _f64),
+        ("envelope_json", _str),  # the full envelope with every size swept
+    ]
+)
+
+ROOFLINE_POINTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("envelope_id", _str),
+        ("onnx_node", _str),
+        ("op_type", _str),
+        ("flops", _i64),
+        ("bytes_moved", _i64),
+        ("time_ns", _f64),
+        ("arithmetic_intensity", _f64),
+        ("achieved_flops_per_s", _f64),
+        ("achieved_bytes_per_s", _f64),
+        ("roof_flops_per_s", _f64),
+        ("bound", _str),
+        ("utilization", _f64),
+    ]
+)
+
+BOTTLENECK_REPORTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("envelope_id", _str),
+        ("bottleneck", _str),
+        ("confidence", _f64),
+        ("dominant_resource", _str),
+        ("hardware_envelope_utilization", _f64),
+        ("posterior_json", _str),
+        ("evidence_json", _str),
+        ("recommendations_json", _str),
+    ]
+)
+
+DRIFT_VERDICTS = pa.schema(
+    [
+        ("session_id", _str),  # the session judged (the newest point of the series)
+        ("model_slug", _str),
+        ("metric", _str),
+        ("verdict", _str),  # regression | improvement | no_change | insufficient_history
+        ("effect_pct", _f64),
+        ("ci_low", _f64),
+        ("ci_high", _f64),
+        ("z", _f64),
+        ("decided_by", _str),
+        ("history_points", _i64),
+        ("baseline_json", _str),
+        ("parameters_json", _str),
+        ("series_json", _str),  # the points judged, with version / runtime change markers
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "graph_nodes": GRAPH_NODES,
@@ -150,6 +255,13 @@ TABLES: dict[str, pa.Schema] = {
     "iterations": ITERATIONS,
     "kernel_events": KERNEL_EVENTS,
     "telemetry": TELEMETRY,
+    "node_attribution": NODE_ATTRIBUTION,
+    "op_breakdown": OP_BREAKDOWN,
+    "derived_metrics": DERIVED_METRICS,
+    "hardware_envelopes": HARDWARE_ENVELOPES,
+    "roofline_points": ROOFLINE_POINTS,
+    "bottleneck_reports": BOTTLENECK_REPORTS,
+    "drift_verdicts": DRIFT_VERDICTS,
 }
 
 

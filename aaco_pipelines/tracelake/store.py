@@ -27,8 +27,9 @@ from aaco_pipelines.tracelake.schema import MODELS, SCHEMA_VERSION, TABLES, conf
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
 GRAPH_TABLES = ("graph_nodes", "graph_edges")
 
-# Migrations from version N-1 to N, applied in order inside one transaction.
-MIGRATIONS: dict[int, list[str]] = {}
+# Migrations from version N-1 to N, applied in order inside one transaction. New tables need no
+# statement: every table of the current schema is created if missing after the migrations.
+MIGRATIONS: dict[int, list[str]] = {2: []}
 
 
 def duckdb_type(arrow_type: pa.DataType) -> str:
@@ -72,9 +73,14 @@ class TraceLake:
             finally:
                 con.close()
 
-    def query(self, sql: str, params: list | dict | None = None) -> pa.Table:
-        """Run a read query and return Arrow (an empty table set is created on first use)."""
+    def query(
+        self, sql: str, params: list | dict | None = None, tables: dict[str, pa.Table] | None = None
+    ) -> pa.Table:
+        """Run a read query and return Arrow. `tables` are Arrow tables visible to the query by
+        name (joined against TraceLake tables without writing them)."""
         with self.connect(write=not self.path.exists()) as con:
+            for name, table in (tables or {}).items():
+                con.register(name, table)
             return con.sql(sql, params=params).to_arrow_table()
 
     def ingest_session(self, bundle: SessionBundle) -> dict[str, int]:
@@ -92,6 +98,28 @@ class TraceLake:
                 con.execute("ROLLBACK")
                 raise
         return counts
+
+    def replace_session_rows(self, session_id: str, tables: dict[str, pa.Table]) -> None:
+        """Replace one session's rows in several analysis tables, in one transaction."""
+        with self.connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for name, table in tables.items():
+                    con.execute(f"DELETE FROM {name} WHERE session_id = ?", [session_id])
+                    con.register("incoming", conform(table, TABLES[name]))
+                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+                    con.unregister("incoming")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def append_rows(self, name: str, table: pa.Table) -> None:
+        """Append rows (for tables keyed by their own id, such as hardware_envelopes)."""
+        with self.connect(write=True) as con:
+            con.register("incoming", conform(table, TABLES[name]))
+            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+            con.unregister("incoming")
 
     def schema_version(self) -> int | None:
         with self.connect() as con:
@@ -111,7 +139,7 @@ class TraceLake:
             con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [source])
             counts[table] = con.execute(
                 f"SELECT count(*) FROM {table} WHERE session_id = ?", [bundle.session_id]
-            ).fetchone()[0]
+            ).fetchall()[0][0]
         return counts
 
     def _replace_graph(self, con, graph: dict[str, pa.Table]) -> dict[str, int]:
@@ -175,10 +203,10 @@ class TraceLake:
 def _stored_version(con) -> int | None:
     exists = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_info'"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if not exists:
         return None
-    return con.execute("SELECT max(version) FROM schema_info").fetchone()[0]
+    return con.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
 
 
 def read_graph_dir(directory: Path) -> dict[str, pa.Table] | None:

@@ -1,0 +1,1 @@
+"""Turning measured sessions into findings: what limits a model, and what to do about it."""

@@ -1,0 +1,342 @@
+"""Kernel attribution: which ONNX graph node(s) each executed kernel belongs to.
+
+ONNX Runtime runs an optimized graph: it fuses nodes (Conv+BatchNorm+Relu, MatMul+Add,
+Erf-GELU → BiasGelu, MatMul+Scale), folds constants, drops no-ops and inserts its own layout
+nodes (ReorderInput/ReorderOutput). The profile names the *runtime* node; this module maps every
+runtime node back to the original graph nodes it covers, from the optimized model ONNX Runtime
+saved for the session:
+
+  exact_name        the runtime node has an original node's name                 confidence 1.0
+  fused_anchor      an original node's name is embedded in the runtime name
+                    ("fused layer0/fc", "stem/relu_nchwc", ".../MatMulScaleFusion/")  0.9
+  fused_absorbed    an original node whose output tensors no longer exist in the
+                    optimized graph, joined to the nearest anchor through those
+                    vanished tensors (multi-source BFS over the original graph)     0.8
+  runtime_inserted  a runtime node with no original counterpart (its time is kept
+                    and reported as unmatched, never dropped)                      0.0
+  eliminated        an original node that no longer runs (folded or removed)       share 0
+
+A runtime node's time is split across the original nodes it covers by their FLOP share from the
+cost model; by bytes moved when FLOPs are unknown or zero; equally when both are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import onnx
+import pyarrow as pa
+
+CONFIDENCE = {
+    "exact_name": 1.0,
+    "fused_anchor": 0.9,
+    "fused_absorbed": 0.8,
+    "runtime_inserted": 0.0,
+    "eliminated": 1.0,
+}
+
+NODE_MAPPING = pa.schema(
+    [
+        ("runtime_node", pa.string()),
+        ("runtime_op_type", pa.string()),
+        ("onnx_node", pa.string()),
+        ("onnx_op_type", pa.string()),
+        ("method", pa.string()),
+        ("confidence", pa.float64()),
+        ("share", pa.float64()),
+        ("split_rule", pa.string()),
+    ]
+)
+
+_SEPARATORS = re.compile(r"[ /_:.\-]")
+
+
+@dataclass(frozen=True)
+class OriginalNode:
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    flops: int | None
+    bytes_moved: int | None
+
+
+def original_nodes(graph_nodes: pa.Table) -> list[OriginalNode]:
+    """The original graph's nodes from a GRAPH_NODES table (one model)."""
+    return [
+        OriginalNode(
+            r["node_name"],
+            r["op_type"],
+            tuple(r["inputs"]),
+            tuple(r["outputs"]),
+            r["flops"],
+            r["bytes_moved"],
+        )
+        for r in graph_nodes.select(
+            ["node_name", "op_type", "inputs", "outputs", "flops", "bytes_moved"]
+        ).to_pylist()
+    ]
+
+
+def map_runtime_nodes(originals: list[OriginalNode], optimized: onnx.GraphProto) -> pa.Table:
+    """One row per (runtime node, original node) pair, plus inserted and eliminated nodes."""
+    by_name = {node.name: node for node in originals}
+    anchors, methods = _anchors(optimized, by_name)
+    owner = _absorb(originals, optimized, anchors)
+    groups: dict[str, list[str]] = {}
+    for original, runtime in owner.items():
+        groups.setdefault(runtime, []).append(original)
+
+    rows = []
+    for runtime in optimized.node:
+        members = groups.get(runtime.name, [])
+        if not members:
+            rows.append(_row(runtime, None, "runtime_inserted", 1.0, "unmatched"))
+            continue
+        shares, rule = _split(by_name[m] for m in members)
+        for member, share in zip(members, shares, strict=True):
+            method = (
+                methods[runtime.name] if member == anchors.get(runtime.name) else "fused_absorbed"
+            )
+            rows.append(_row(runtime, by_name[member], method, share, rule))
+    for node in originals:
+        if node.name not in owner:
+            rows.append(
+                {
+                    "runtime_node": None,
+                    "runtime_op_type": None,
+                    "onnx_node": node.name,
+                    "onnx_op_type": node.op_type,
+                    "method": "eliminated",
+                    "confidence": CONFIDENCE["eliminated"],
+                    "share": 0.0,
+                    "split_rule": "not executed",
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=NODE_MAPPING)
+
+
+def _row(runtime, original: OriginalNode | None, method: str, share: float, rule: str) -> dict:
+    return {
+        "runtime_node": runtime.name,
+        "runtime_op_type": runtime.op_type,
+        "onnx_node": original.name if original else None,
+        "onnx_op_type": original.op_type if original else None,
+        "method": method,
+        "confidence": CONFIDENCE[method],
+        "share": share,
+        "split_rule": rule,
+    }
+
+
+def _anchors(optimized: onnx.GraphProto, by_name: dict[str, OriginalNode]):
+    """Each runtime node's anchor original node, best evidence first: the same name; the original
+    producer of a tensor the runtime node still outputs; an original node name, or an original
+    tensor name (NCHWc nodes are named `<output tensor>_nchwc`), embedded in its name."""
+    producers = {t: node.name for node in by_name.values() for t in node.outputs}
+    known_names = {**producers, **{name: name for name in by_name}}
+    anchors: dict[str, str] = {}
+    methods: dict[str, str] = {}
+    for runtime in optimized.node:
+        if runtime.name in by_name:
+            anchors[runtime.name], methods[runtime.name] = runtime.name, "exact_name"
+            continue
+        fusable = [
+            producers[t]
+            for t in runtime.output
+            if t in producers and can_fuse(runtime.op_type, by_name[producers[t]].op_type)
+        ]
+        embedded = _embedded_name(runtime.name, known_names)
+        if not fusable and embedded and can_fuse(runtime.op_type, by_name[embedded].op_type):
+            fusable = [embedded]
+        if fusable and fusable[0] not in anchors.values():
+            anchors[runtime.name], methods[runtime.name] = fusable[0], "fused_anchor"
+    return anchors, methods
+
+
+def _embedded_name(runtime_name: str, known_names: dict[str, str]) -> str | None:
+    """The original node whose name (or output tensor's name) is the longest piece of
+    `runtime_name` between separators."""
+    cuts = [0, *(m.start() for m in _SEPARATORS.finditer(runtime_name)), len(runtime_name)]
+    best = None
+    for i, start in enumerate(cuts):
+        for end in cuts[i + 1 :]:
+            candidate = runtime_name[start:end].strip(" /_:.-")
+            if candidate in known_names and (best is None or len(candidate) > len(best)):
+                best = candidate
+    return known_names[best] if best is not None else None
+
+
+def _absorb(originals: list[OriginalNode], optimized: onnx.GraphProto, anchors: dict[str, str]):
+    """Original node -> runtime node that executes it.
+
+    A fusion swallows intermediate tensors: they no longer exist in the optimized graph. Until
+    nothing changes: a node whose outputs all vanished and whose consumers all belong to one
+    runtime node joins it (Conv ← BatchNorm ← Relu, named after the Relu; the bias Add of a
+    BiasGelu); a node fed by a vanished tensor it alone consumed joins its producer's runtime node
+    (a residual Add and Relu folded into the Conv before them). Both only when that runtime op
+    can execute the original op (`can_fuse`). Anything left was folded or removed.
+    """
+    runtime_op = {node.name: node.op_type for node in optimized.node}
+    vanished = _vanished_tensors(originals, optimized)
+    producer_of = {t: n for n in originals for t in n.outputs}
+    consumers: dict[str, list[str]] = {}
+    for node in originals:
+        for tensor in node.inputs:
+            consumers.setdefault(tensor, []).append(node.name)
+    owner: dict[str, str] = {anchor: runtime for runtime, anchor in anchors.items()}
+
+    def candidates(node: OriginalNode):
+        """Runtime nodes this original node may have been fused into, best evidence first."""
+        outputs = [t for t in node.outputs if t]
+        if outputs and all(t in vanished for t in outputs):
+            owners = {owner.get(c) for t in outputs for c in consumers.get(t, ())}
+            if len(owners) == 1 and None not in owners:
+                yield owners.pop()
+        for tensor in node.inputs:
+            producer = producer_of.get(tensor)
+            if tensor in vanished and consumers[tensor] == [node.name] and producer.name in owner:
+                yield owner[producer.name]
+
+    changed = True
+    while changed:
+        changed = False
+        for node in originals:
+            if node.name in owner:
+                continue
+            for runtime in candidates(node):
+                if can_fuse(runtime_op[runtime], node.op_type):
+                    owner[node.name] = runtime
+                    changed = True
+                    break
+    return owner
+
+
+def _vanished_tensors(originals: list[OriginalNode], optimized: onnx.GraphProto) -> set[str]:
+    """Tensors the original nodes produce that the optimized graph no longer has."""
+    surviving = {*(i.name for i in optimized.input), *(o.name for o in optimized.output)}
+    surviving.update(init.name for init in optimized.initializer)
+    for node in optimized.node:
+        surviving.update(node.input)
+        surviving.update(node.output)
+    return {t for n in originals for t in n.outputs if t and t not in surviving}
+
+
+_ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "Elu", "Selu"}
+_ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Sum", "Erf", "Pow", "Sqrt", "Cast"}
+# Which original ops a fused runtime op can contain (ONNX Runtime's CPU and GPU fusions).
+FUSES = {
+    "Conv": {"Conv", "BatchNormalization", *_ACTIVATIONS, "Add", "Sum"},
+    "FusedConv": {"Conv", "BatchNormalization", *_ACTIVATIONS, "Add", "Sum"},
+    "Gemm": {"Gemm", "MatMul", "Add", *_ACTIVATIONS},
+    "FusedGemm": {"Gemm", "MatMul", "Add", *_ACTIVATIONS},
+    "MatMul": {"MatMul", "Add"},
+    "FusedMatMul": {"MatMul", "Mul", "Div", "Transpose"},
+    "BiasGelu": {"Add", "Mul", "Div", "Erf"},
+    "Gelu": {"Mul", "Div", "Erf", "Add"},
+    "FastGelu": {"Add", "Mul", "Tanh", "Pow"},
+    "LayerNormalization": {"LayerNormalization", "ReduceMean", *_ELEMENTWISE},
+    "SkipLayerNormalization": {"LayerNormalization", "ReduceMean", *_ELEMENTWISE},
+    "SimplifiedLayerNormalization": {"ReduceMean", *_ELEMENTWISE},
+    "Attention": {"MatMul", "Add", "Reshape", "Transpose", "Softmax", "Mul", "Div"},
+    "MultiHeadAttention": {"MatMul", "Add", "Reshape", "Transpose", "Softmax", "Mul", "Div"},
+}
+
+
+# Nodes the runtime adds to move or re-lay out data: they execute no original node.
+RUNTIME_ONLY = {"ReorderInput", "ReorderOutput", "MemcpyToHost", "MemcpyFromHost"}
+
+
+def can_fuse(runtime_op_type: str, original_op_type: str) -> bool:
+    """Whether a runtime op can be executing an original op. A standard ONNX op outside the
+    table executes only itself; an opaque compiled kernel (MIGraphX, TensorRT...) anything."""
+    if runtime_op_type in RUNTIME_ONLY:
+        return False
+    if runtime_op_type == original_op_type:
+        return True
+    if runtime_op_type in FUSES:
+        return original_op_type in FUSES[runtime_op_type]
+    return not onnx.defs.has(runtime_op_type)
+
+
+def _split(members) -> tuple[list[float], str]:
+    members = list(members)
+    for rule, weights in (
+        ("flop_share", [m.flops for m in members]),
+        ("byte_share", [m.bytes_moved for m in members]),
+    ):
+        if all(w is not None for w in weights) and sum(weights) > 0:
+            total = float(sum(weights))
+            return [w / total for w in weights], rule
+    return [1.0 / len(members)] * len(members), "equal_share"
+
+
+# --- Time breakdown of one session ----------------------------------------------------------
+
+# The kernels of a session: device kernels when the provider traced them, else the host-side
+# node executions (on the CPU provider those are the kernels).
+KERNELS_SQL = """
+SELECT iteration, node_name, provider, start_ns, duration_ns FROM kernel_events
+WHERE session_id = $sid AND iteration >= 0 AND category = (
+    SELECT CASE WHEN count(*) FILTER (WHERE category = 'Kernel') > 0 THEN 'Kernel' ELSE 'Node' END
+    FROM kernel_events WHERE session_id = $sid)
+"""
+
+BREAKDOWN_SQL = f"""
+WITH kernels AS ({KERNELS_SQL}),
+attributed AS (
+    SELECT k.iteration,
+           coalesce(m.onnx_node, '(unmatched) ' || k.node_name) AS name,
+           coalesce(m.onnx_op_type, m.runtime_op_type, 'unmatched') AS op_type,
+           k.duration_ns * coalesce(m.share, 1.0) AS ns
+    FROM kernels k LEFT JOIN mapping m ON m.runtime_node = k.node_name
+),
+iterations AS (SELECT DISTINCT iteration FROM kernels),
+per_node AS (SELECT name, op_type, iteration, sum(ns) AS ns, count(*) AS n FROM attributed GROUP BY ALL),
+node_grid AS (
+    SELECT names.name, names.op_type, it.iteration, coalesce(p.ns, 0) AS ns, coalesce(p.n, 0) AS n
+    FROM (SELECT DISTINCT name, op_type FROM per_node) names CROSS JOIN iterations it
+    LEFT JOIN per_node p ON p.name = names.name AND p.iteration = it.iteration
+),
+op_grid AS (SELECT op_type, iteration, sum(ns) AS ns, sum(n) AS n FROM node_grid GROUP BY ALL),
+total AS (SELECT nullif(sum(ns), 0) AS ns FROM node_grid)
+SELECT $sid AS session_id, 'node' AS level, g.name, g.op_type, avg(g.ns) AS mean_ns,
+       median(g.ns) AS p50_ns, sum(g.ns) / any_value(total.ns) AS share,
+       avg(g.n) AS kernels_per_iteration, any_value(gn.flops) AS flops,
+       any_value(gn.bytes_moved) AS bytes_moved
+FROM node_grid g CROSS JOIN total
+LEFT JOIN graph_nodes gn ON gn.model_sha256 = $sha AND gn.node_name = g.name
+GROUP BY g.name, g.op_type
+UNION ALL
+SELECT $sid, 'op_type', g.op_type, g.op_type, avg(g.ns), median(g.ns), sum(g.ns) / any_value(total.ns),
+       avg(g.n), NULL, NULL
+FROM op_grid g CROSS JOIN total GROUP BY g.op_type
+ORDER BY level, mean_ns DESC
+"""
+
+
+def session_model_sha(lake, session_id: str) -> str:
+    rows = lake.query("SELECT model_sha256 FROM sessions WHERE session_id = ?", [session_id])
+    if rows.num_rows == 0:
+        raise KeyError(f"session {session_id} is not in the TraceLake")
+    return rows["model_sha256"][0].as_py()
+
+
+def attribute_session(
+    lake, session_id: str, optimized_model: onnx.ModelProto
+) -> dict[str, pa.Table]:
+    """The session's node mapping and its per-node / per-op-type time breakdown."""
+    sha = session_model_sha(lake, session_id)
+    graph_nodes = lake.query(
+        "SELECT * FROM graph_nodes WHERE model_sha256 = ? ORDER BY node_index", [sha]
+    )
+    mapping = map_runtime_nodes(original_nodes(graph_nodes), optimized_model.graph)
+    breakdown = lake.query(
+        BREAKDOWN_SQL, {"sid": session_id, "sha": sha}, tables={"mapping": mapping}
+    )
+    session_column = pa.array([session_id] * mapping.num_rows, pa.string())
+    return {
+        "node_attribution": mapping.add_column(0, "session_id", session_column),
+        "op_breakdown": breakdown,
+    }

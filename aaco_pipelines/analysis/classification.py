@@ -1,0 +1,422 @@
+"""What limits a session: a bottleneck class with a Bayesian confidence, and what to do about it.
+
+A session is summarized as evidence signals; each falls into a bin of its rule, and each bin says
+how likely that observation is under every class. The posterior is the prior times those
+likelihoods (naive Bayes), so a confidence is a probability rather than a hand-tuned score, and a
+signal that was not measured (None, e.g. no GPU power telemetry on a CPU host) simply drops out.
+
+Every number lives in PRIORS and SIGNAL_RULES, one table that rules_markdown() prints for README
+and that is meant to be recalibrated against measured sessions. Naive Bayes treats signals as
+independent; correlated ones (launch_tax, microkernel_share, mean_kernel_us) therefore push the
+confidence further than their joint information warrants, which calibration should absorb.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+LAUNCH = "launch-bound"
+CPU = "cpu-bound"
+MEMORY = "memory-bound"
+COMPUTE = "compute-bound"
+THROTTLED = "throttled"
+BALANCED = "balanced"
+CLASSES: tuple[str, ...] = (LAUNCH, CPU, MEMORY, COMPUTE, THROTTLED, BALANCED)
+
+# Roughly uniform: we have no measured base rates yet. Balanced is slightly favoured so that
+# evidence has to point somewhere before a session is called a bottleneck.
+PRIORS: dict[str, float] = {
+    LAUNCH: 0.16,
+    CPU: 0.16,
+    MEMORY: 0.16,
+    COMPUTE: 0.16,
+    THROTTLED: 0.16,
+    BALANCED: 0.20,
+}
+
+RUNNER_UP_MIN_POSTERIOR = 0.2  # below this the runner-up gets no recommendations
+
+
+@dataclass(frozen=True)
+class SignalRule:
+    edges: tuple[float, ...]  # n ascending edges make n + 1 bins; a value on an edge bins low
+    likelihoods: Mapping[str, tuple[float, ...]]  # class -> P(bin | class), one per bin
+    rationale: str
+
+
+# Bins are "≤ e0", "e0 – e1", "> e1". Columns below: low, middle, high bin.
+SIGNAL_RULES: dict[str, SignalRule] = {
+    "launch_tax": SignalRule(
+        edges=(0.1, 0.3),
+        likelihoods={
+            LAUNCH: (0.05, 0.20, 0.75),
+            CPU: (0.10, 0.30, 0.60),
+            MEMORY: (0.60, 0.30, 0.10),
+            COMPUTE: (0.65, 0.27, 0.08),
+            THROTTLED: (0.40, 0.40, 0.20),
+            BALANCED: (0.35, 0.50, 0.15),
+        },
+        rationale="host time between kernels: launch overhead, or a starved host (cpu-bound)",
+    ),
+    "microkernel_share": SignalRule(
+        edges=(0.2, 0.5),
+        likelihoods={
+            LAUNCH: (0.05, 0.20, 0.75),
+            CPU: (0.50, 0.30, 0.20),
+            MEMORY: (0.50, 0.30, 0.20),
+            COMPUTE: (0.65, 0.25, 0.10),
+            THROTTLED: (0.35, 0.35, 0.30),
+            BALANCED: (0.35, 0.45, 0.20),
+        },
+        rationale="kernels under 10 µs cost about as much to launch as to run",
+    ),
+    "mean_kernel_us": SignalRule(
+        edges=(20.0, 500.0),
+        likelihoods={
+            LAUNCH: (0.75, 0.20, 0.05),
+            CPU: (0.15, 0.60, 0.25),
+            MEMORY: (0.10, 0.35, 0.55),
+            COMPUTE: (0.05, 0.35, 0.60),
+            THROTTLED: (0.30, 0.40, 0.30),
+            BALANCED: (0.20, 0.50, 0.30),
+        },
+        rationale="tiny kernels point to launch cost; long ones to memory or math",
+    ),
+    "compute_utilization": SignalRule(
+        edges=(0.1, 0.4),
+        likelihoods={
+            LAUNCH: (0.75, 0.20, 0.05),
+            CPU: (0.60, 0.30, 0.10),
+            MEMORY: (0.55, 0.35, 0.10),
+            COMPUTE: (0.05, 0.25, 0.70),
+            THROTTLED: (0.35, 0.40, 0.25),
+            BALANCED: (0.30, 0.55, 0.15),
+        },
+        rationale="achieved FLOP/s near the measured GEMM peak means the math units are the limit",
+    ),
+    "memory_utilization": SignalRule(
+        edges=(0.15, 0.5),
+        likelihoods={
+            LAUNCH: (0.75, 0.20, 0.05),
+            CPU: (0.60, 0.30, 0.10),
+            MEMORY: (0.05, 0.25, 0.70),
+            COMPUTE: (0.30, 0.45, 0.25),
+            THROTTLED: (0.35, 0.40, 0.25),
+            BALANCED: (0.30, 0.55, 0.15),
+        },
+        rationale="achieved bytes/s near the measured streaming peak means memory is the limit",
+    ),
+    "arithmetic_intensity_ratio": SignalRule(
+        edges=(0.5, 2.0),
+        likelihoods={
+            LAUNCH: (0.40, 0.30, 0.30),
+            CPU: (0.35, 0.30, 0.35),
+            MEMORY: (0.75, 0.20, 0.05),
+            COMPUTE: (0.05, 0.20, 0.75),
+            THROTTLED: (0.35, 0.30, 0.35),
+            BALANCED: (0.25, 0.50, 0.25),
+        },
+        rationale="FLOP/byte over the roofline ridge: below 1 the memory side, above 1 the math side",
+    ),
+    "runqueue_wait_ratio": SignalRule(
+        # Calibrated on this project's 2-core CI host: a quiet run of the zoo waits 0.002-0.05 s
+        # per s; with two competing busy processes every model waits ~1.0 s per s.
+        edges=(0.1, 0.3),
+        likelihoods={
+            LAUNCH: (0.60, 0.30, 0.10),
+            CPU: (0.05, 0.20, 0.75),
+            MEMORY: (0.60, 0.30, 0.10),
+            COMPUTE: (0.60, 0.30, 0.10),
+            THROTTLED: (0.50, 0.30, 0.20),
+            BALANCED: (0.45, 0.45, 0.10),
+        },
+        rationale="threads runnable but waiting for a core: the host is oversubscribed",
+    ),
+    "involuntary_switches_per_s": SignalRule(
+        # ONNX Runtime's spinning thread pool alone gives ~100/s on a quiet 2-core host; two
+        # competing busy processes raise it to 200-300/s.
+        edges=(150.0, 1000.0),
+        likelihoods={
+            LAUNCH: (0.60, 0.30, 0.10),
+            CPU: (0.15, 0.50, 0.35),
+            MEMORY: (0.60, 0.30, 0.10),
+            COMPUTE: (0.60, 0.30, 0.10),
+            THROTTLED: (0.50, 0.30, 0.20),
+            BALANCED: (0.55, 0.35, 0.10),
+        },
+        rationale="the scheduler keeps preempting the worker: something competes for its cores",
+    ),
+    "clock_drop": SignalRule(
+        edges=(0.03, 0.1),
+        likelihoods={
+            LAUNCH: (0.70, 0.22, 0.08),
+            CPU: (0.70, 0.22, 0.08),
+            MEMORY: (0.70, 0.22, 0.08),
+            COMPUTE: (0.70, 0.22, 0.08),
+            THROTTLED: (0.05, 0.20, 0.75),
+            BALANCED: (0.65, 0.27, 0.08),
+        },
+        rationale="the clock fell during the pass: power or thermal limits cut in",
+    ),
+    "clock_cv": SignalRule(
+        edges=(0.01, 0.05),
+        likelihoods={
+            LAUNCH: (0.70, 0.22, 0.08),
+            CPU: (0.70, 0.22, 0.08),
+            MEMORY: (0.70, 0.22, 0.08),
+            COMPUTE: (0.70, 0.22, 0.08),
+            THROTTLED: (0.05, 0.20, 0.75),
+            BALANCED: (0.65, 0.27, 0.08),
+        },
+        rationale="an unsteady clock means the device is managing power, not running flat out",
+    ),
+    "power_or_thermal_limited": SignalRule(
+        edges=(0.01, 0.05),
+        likelihoods={
+            LAUNCH: (0.80, 0.15, 0.05),
+            CPU: (0.80, 0.15, 0.05),
+            MEMORY: (0.80, 0.15, 0.05),
+            COMPUTE: (0.80, 0.15, 0.05),
+            THROTTLED: (0.05, 0.25, 0.70),
+            BALANCED: (0.80, 0.15, 0.05),
+        },
+        rationale="the GPU itself reports power or thermal violations",
+    ),
+}
+
+# What to do per class: (action, signals its "why" cites), in the order to try them.
+ACTIONS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    LAUNCH: (
+        (
+            "Fuse operators: let the runtime fuse (graph optimization level ORT_ENABLE_ALL) "
+            "or compile the model with MIGraphX",
+            ("launch_tax", "microkernel_share"),
+        ),
+        ("Run larger batches so each kernel launch carries more work", ("mean_kernel_us",)),
+        (
+            "Capture the iteration once and replay it (CUDA/HIP-graph style capture) "
+            "to skip per-kernel launch cost",
+            ("launch_tax",),
+        ),
+        (
+            "Cut host ops between kernels: shape arithmetic, CPU fallbacks, host-device copies",
+            ("launch_tax",),
+        ),
+    ),
+    MEMORY: (
+        (
+            "Fuse elementwise chains so intermediates stay on chip instead of round-tripping memory",
+            ("memory_utilization", "arithmetic_intensity_ratio"),
+        ),
+        ("Lower precision (fp16/bf16) to halve the bytes moved", ("memory_utilization",)),
+        (
+            "Use a layout the kernels stream well (NHWC on GPU, NCHWc on CPU)",
+            ("memory_utilization",),
+        ),
+        (
+            "Remove redundant Transpose/Cast nodes: they move bytes without computing",
+            ("arithmetic_intensity_ratio",),
+        ),
+    ),
+    COMPUTE: (
+        (
+            "Lower precision (fp16/bf16, int8) to reach matrix cores or wider SIMD",
+            ("compute_utilization", "arithmetic_intensity_ratio"),
+        ),
+        (
+            "Use tuned GEMM libraries (hipBLASLt/rocBLAS tuning, MIGraphX tuning; oneDNN on CPU)",
+            ("compute_utilization",),
+        ),
+        (
+            "Check achieved FLOP/s against the measured peak: a large gap means badly shaped "
+            "GEMMs (pad dimensions to the tile size)",
+            ("compute_utilization",),
+        ),
+    ),
+    CPU: (
+        (
+            "Use fewer intra-op threads than cores to avoid oversubscription",
+            ("runqueue_wait_ratio", "involuntary_switches_per_s"),
+        ),
+        (
+            "Pin the worker with laboratory mode (aaco run --laboratory)",
+            ("involuntary_switches_per_s",),
+        ),
+        ("Remove competing host work while measuring", ("runqueue_wait_ratio",)),
+        (
+            "Move pre/post-processing off the inference critical path",
+            ("launch_tax", "mean_kernel_us"),
+        ),
+    ),
+    THROTTLED: (
+        (
+            "Check cooling and power capping (amd-smi power/thermal violations, CPU governor)",
+            ("power_or_thermal_limited", "clock_drop"),
+        ),
+        (
+            "Enable performance determinism mode so clocks hold steady",
+            ("clock_drop", "clock_cv"),
+        ),
+        (
+            "Re-measure once the device is cool: these numbers mix throttled and full clocks",
+            ("clock_drop", "clock_cv"),
+        ),
+    ),
+    BALANCED: (
+        (
+            "Nothing dominates: look at the top ops by time and optimize the largest",
+            ("launch_tax", "compute_utilization", "memory_utilization"),
+        ),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class EvidenceItem:
+    signal: str
+    value: float | None
+    bin: str  # e.g. "> 0.3", "0.1 – 0.3", or "absent"
+    threshold_edges: tuple[float, ...]
+    likelihoods: dict[str, float]  # P(bin | class); empty when absent
+    favours: str | None  # the class this bin is most likely under; None when absent
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    rank: int
+    action: str
+    why: str  # quotes the evidence values behind the action
+
+
+@dataclass(frozen=True)
+class BottleneckReport:
+    bottleneck: str
+    confidence: float  # the winning class's posterior
+    posterior: dict[str, float]
+    evidence: list[EvidenceItem]
+    recommendations: list[Recommendation]
+
+    def to_dict(self) -> dict:
+        """Plain, JSON-ready form for storing alongside the session."""
+        return asdict(self)
+
+
+def bin_labels(edges: Sequence[float]) -> list[str]:
+    """Human labels for the bins the edges make: "≤ a", "a – b", ..., "> z"."""
+    inner = [f"{low:g} – {high:g}" for low, high in zip(edges, edges[1:], strict=False)]
+    return [f"≤ {edges[0]:g}", *inner, f"> {edges[-1]:g}"]
+
+
+def bin_index(value: float, edges: Sequence[float]) -> int:
+    """Which bin a value falls in; a value exactly on an edge belongs to the lower bin."""
+    return bisect_left(edges, value)
+
+
+def judge(signal: str, value: float | None) -> EvidenceItem:
+    """One signal's bin and what that bin says about each class."""
+    rule = SIGNAL_RULES[signal]
+    if value is None or math.isnan(value):
+        return EvidenceItem(signal, None, "absent", rule.edges, {}, None)
+    index = bin_index(value, rule.edges)
+    likelihoods = {name: rule.likelihoods[name][index] for name in CLASSES}
+    favours = max(CLASSES, key=likelihoods.__getitem__)
+    label = bin_labels(rule.edges)[index]
+    return EvidenceItem(signal, float(value), label, rule.edges, likelihoods, favours)
+
+
+def posterior(evidence: Sequence[EvidenceItem]) -> dict[str, float]:
+    """Prior times the likelihood of every present signal, normalized in log space."""
+    log_post = np.log([PRIORS[name] for name in CLASSES])
+    for item in evidence:
+        if item.likelihoods:
+            log_post += np.log([item.likelihoods[name] for name in CLASSES])
+    log_post -= log_post.max()
+    probs = np.exp(log_post)
+    probs /= probs.sum()
+    return {name: float(p) for name, p in zip(CLASSES, probs, strict=True)}
+
+
+def classify_bottleneck(evidence: Mapping[str, float | None]) -> BottleneckReport:
+    """Classify a session from its signals; missing or None signals contribute nothing."""
+    unknown = set(evidence) - set(SIGNAL_RULES)
+    if unknown:
+        raise ValueError(f"unknown evidence signals {sorted(unknown)}; known: {list(SIGNAL_RULES)}")
+    items = [judge(signal, evidence.get(signal)) for signal in SIGNAL_RULES]
+    post = posterior(items)
+    ranked = sorted(CLASSES, key=post.__getitem__, reverse=True)  # stable: ties keep table order
+    return BottleneckReport(
+        bottleneck=ranked[0],
+        confidence=post[ranked[0]],
+        posterior=post,
+        evidence=items,
+        recommendations=recommend(ranked, post, items),
+    )
+
+
+def recommend(
+    ranked: Sequence[str], post: Mapping[str, float], items: Sequence[EvidenceItem]
+) -> list[Recommendation]:
+    """The winner's actions, then the runner-up's when it is still a real possibility."""
+    classes = [ranked[0]]
+    if post[ranked[1]] > RUNNER_UP_MIN_POSTERIOR:
+        classes.append(ranked[1])
+    by_signal = {item.signal: item for item in items}
+    pairs = [
+        (action, _why(name, post[name], [by_signal[s] for s in cited]))
+        for name in classes
+        for action, cited in ACTIONS[name]
+    ]
+    return [Recommendation(rank, action, why) for rank, (action, why) in enumerate(pairs, 1)]
+
+
+def _why(name: str, probability: float, cited: Sequence[EvidenceItem]) -> str:
+    """The class's posterior and the measured values the action rests on."""
+    present = [
+        f"{item.signal} = {item.value:.3g} ({item.bin})" for item in cited if item.likelihoods
+    ]
+    if not present:
+        missing = ", ".join(item.signal for item in cited)
+        return f"{name} posterior {probability:.2f}; {missing} not measured"
+    return f"{name} posterior {probability:.2f}; " + ", ".join(present)
+
+
+def rules_markdown() -> str:
+    """The priors and every signal rule as Markdown tables, for README."""
+    lines = ["| class | prior |", "| --- | ---: |"]
+    lines += [f"| {name} | {PRIORS[name]:.2f} |" for name in CLASSES]
+    lines += ["", "| signal | bin | " + " | ".join(CLASSES) + " |"]
+    lines.append("| --- | --- |" + " ---: |" * len(CLASSES))
+    for signal, rule in SIGNAL_RULES.items():
+        for index, label in enumerate(bin_labels(rule.edges)):
+            row = " | ".join(f"{rule.likelihoods[name][index]:.2f}" for name in CLASSES)
+            lines.append(f"| {signal} | {label} | {row} |")
+    lines += ["", "| signal | why it matters |", "| --- | --- |"]
+    lines += [f"| {signal} | {rule.rationale} |" for signal, rule in SIGNAL_RULES.items()]
+    return "\n".join(lines) + "\n"
+
+
+def check_rules() -> None:
+    """Fail fast on a miscalibrated table: it must stay a set of probability distributions."""
+    if set(PRIORS) != set(CLASSES) or not math.isclose(sum(PRIORS.values()), 1.0):
+        raise ValueError("PRIORS must give every class a probability, summing to 1")
+    for signal, rule in SIGNAL_RULES.items():
+        if list(rule.edges) != sorted(set(rule.edges)) or not rule.edges:
+            raise ValueError(f"{signal}: edges must be strictly ascending")
+        if set(rule.likelihoods) != set(CLASSES):
+            raise ValueError(f"{signal}: likelihoods must cover exactly {CLASSES}")
+        for name in CLASSES:
+            row = rule.likelihoods[name]
+            if len(row) != len(rule.edges) + 1 or min(row) <= 0:
+                raise ValueError(
+                    f"{signal}/{name}: need {len(rule.edges) + 1} positive likelihoods"
+                )
+            if not math.isclose(sum(row), 1.0):
+                raise ValueError(f"{signal}/{name}: likelihoods sum to {sum(row)}, not 1")
+
+
+check_rules()

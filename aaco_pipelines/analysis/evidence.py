@@ -1,0 +1,87 @@
+"""The evidence signals of one session, gathered from the TraceLake for the classifier.
+
+Kernel-side signals come from the derived metrics; roofline signals from the cost model's totals
+over the kernels' busy time against the measured hardware envelope; host-contention and clock
+signals from the telemetry of the measured pass. A signal whose source is absent is None.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.roofline import EnvelopeUtilization, envelope_utilization
+
+MEASURED_TELEMETRY_SQL = """
+SELECT device, metric, timestamp_ns, value FROM telemetry
+WHERE session_id = $sid AND pass = 'measured'
+  AND ((device = 'process' AND metric IN ('runqueue_wait', 'involuntary_context_switches'))
+       OR metric IN ('cpu_frequency', 'gfx_clock', 'power_violation', 'thermal_violation'))
+"""
+
+
+def session_utilization(lake, session_id: str, metrics: dict, envelope: HardwareEnvelope):
+    """How close the session's kernels came to the measured envelope (per iteration)."""
+    totals = lake.query(
+        "SELECT m.total_flops, m.total_bytes_moved FROM models m JOIN sessions s "
+        "USING (model_sha256) WHERE s.session_id = $sid",
+        {"sid": session_id},
+    ).to_pylist()[0]
+    return envelope_utilization(
+        float(totals["total_flops"] or 0.0),
+        float(totals["total_bytes_moved"] or 0.0),
+        metrics["busy_ns_per_iteration"],
+        envelope,
+    )
+
+
+def session_evidence(
+    lake, session_id: str, metrics: dict, utilization: EnvelopeUtilization, ridge_point: float
+) -> dict[str, float | None]:
+    telemetry = lake.query(MEASURED_TELEMETRY_SQL, {"sid": session_id})
+    device = np.asarray(telemetry["device"].to_pylist(), dtype=object)
+    metric = np.asarray(telemetry["metric"].to_pylist(), dtype=object)
+    value = telemetry["value"].to_numpy()
+    timestamp = telemetry["timestamp_ns"].to_numpy()
+
+    def mean_of(name: str, where: str = "process") -> float | None:
+        selected = value[(metric == name) & (device == where)]
+        return float(selected.mean()) if len(selected) else None
+
+    runqueue_ms_per_s = mean_of("runqueue_wait")
+    clock_drop, clock_cv = _clock_signals(timestamp, metric, value)
+    intensity = utilization.arithmetic_intensity
+    return {
+        "launch_tax": metrics["launch_tax"],
+        "microkernel_share": metrics["microkernel_share"],
+        "mean_kernel_us": metrics["mean_kernel_us"],
+        "compute_utilization": utilization.compute_utilization,
+        "memory_utilization": utilization.memory_utilization,
+        "arithmetic_intensity_ratio": intensity / ridge_point if intensity is not None else None,
+        "runqueue_wait_ratio": runqueue_ms_per_s / 1000.0
+        if runqueue_ms_per_s is not None
+        else None,
+        "involuntary_switches_per_s": mean_of("involuntary_context_switches"),
+        "clock_drop": clock_drop,
+        "clock_cv": clock_cv,
+        "power_or_thermal_limited": _violation_share(metric, value),
+    }
+
+
+def _clock_signals(timestamp, metric, value) -> tuple[float | None, float | None]:
+    """Drop and variation of the device clock over the measured pass: the GPU gfx clock when
+    there is one, else the mean CPU core frequency at each sample."""
+    name = "gfx_clock" if np.any(metric == "gfx_clock") else "cpu_frequency"
+    mask = metric == name
+    if not np.any(mask):
+        return None, None
+    stamps, inverse = np.unique(timestamp[mask], return_inverse=True)
+    clock = np.bincount(inverse, weights=value[mask]) / np.bincount(inverse)
+    if len(stamps) < 2 or clock.max() <= 0:
+        return None, None
+    return float(1.0 - clock.min() / clock.max()), float(clock.std() / clock.mean())
+
+
+def _violation_share(metric, value) -> float | None:
+    mask = (metric == "power_violation") | (metric == "thermal_violation")
+    return float(np.mean(value[mask] > 0)) if np.any(mask) else None

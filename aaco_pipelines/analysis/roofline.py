@@ -1,0 +1,138 @@
+"""Placing ops, and a whole session, on the roofline of the measured hardware envelope.
+
+An op's arithmetic intensity AI = flops / bytes_moved says which roof applies to it: the
+attainable rate is min(peak FLOP/s, AI x peak B/s), bending at the ridge point (peak FLOP/s /
+peak B/s). Utilization against that roof tells how much of the hardware an op really gets,
+whether it is starved by compute or by memory. Unknown costs stay null: a roofline built on
+guessed FLOPs would point at the wrong op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
+
+ROOFLINE_COLUMNS = pa.schema(
+    [
+        ("arithmetic_intensity", pa.float64()),
+        ("achieved_flops_per_s", pa.float64()),
+        ("achieved_bytes_per_s", pa.float64()),
+        ("roof_flops_per_s", pa.float64()),
+        ("bound", pa.string()),
+        ("utilization", pa.float64()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Known:
+    """A column as float64 values and where they are known (nulls and NaN are not)."""
+
+    values: np.ndarray
+    known: np.ndarray
+
+    @classmethod
+    def of(cls, column: pa.ChunkedArray | pa.Array) -> Known:
+        values = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+        return cls(values, ~np.isnan(values))
+
+    def arrow(self) -> pa.Array:
+        return pa.array(np.where(self.known, self.values, 0.0), pa.float64(), mask=~self.known)
+
+
+def _ratio(numerator: Known, denominator: Known) -> Known:
+    """numerator / denominator, known only where both are and the denominator is positive."""
+    known = numerator.known & denominator.known & (denominator.values > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = numerator.values / np.where(known, denominator.values, 1.0)
+    return Known(values, known)
+
+
+def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope) -> pa.Table:
+    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns per iteration) plus its roofline.
+
+    arithmetic_intensity  flops / bytes_moved                      null when bytes null or 0
+    achieved_flops_per_s  flops / (time_ns x 1e-9)                 null when time null or 0
+    achieved_bytes_per_s  bytes_moved / (time_ns x 1e-9)
+    roof_flops_per_s      min(gemm.peak, AI x bandwidth.peak)
+    bound                 "compute" when AI >= ridge point, else "memory"
+    utilization           achieved_flops_per_s / roof_flops_per_s; for a memory-bound op this
+                          equals achieved_bytes_per_s / bandwidth.peak, which is what is used,
+                          so zero-FLOP data movement (AI 0, roof 0) still gets a utilization
+    """
+    flops = Known.of(nodes["flops"])
+    moved = Known.of(nodes["bytes_moved"])
+    seconds = Known.of(nodes["time_ns"])
+    seconds = Known(seconds.values * 1e-9, seconds.known)
+    intensity = _ratio(flops, moved)
+    achieved_flops = _ratio(flops, seconds)
+    achieved_bytes = _ratio(moved, seconds)
+    roof = Known(
+        np.minimum(envelope.gemm.peak, intensity.values * envelope.bandwidth.peak), intensity.known
+    )
+    compute_bound = intensity.values >= envelope.ridge_point()
+    utilization = Known(
+        np.where(
+            compute_bound,
+            achieved_flops.values / envelope.gemm.peak,
+            achieved_bytes.values / envelope.bandwidth.peak,
+        ),
+        intensity.known & achieved_flops.known & achieved_bytes.known,
+    )
+    bound = pa.array(
+        np.where(compute_bound, "compute", "memory"), pa.string(), mask=~intensity.known
+    )
+    added = [intensity.arrow(), achieved_flops.arrow(), achieved_bytes.arrow(), roof.arrow()]
+    added += [bound, utilization.arrow()]
+    for field, column in zip(ROOFLINE_COLUMNS, added, strict=True):
+        nodes = nodes.append_column(field, column)
+    return nodes
+
+
+@dataclass(frozen=True)
+class EnvelopeUtilization:
+    dominant_resource: str  # "compute" | "memory": the roof the session's AI sits under
+    hardware_envelope_utilization: float  # the dominant resource's utilization
+    achieved_flops_per_s: float
+    achieved_bytes_per_s: float
+    compute_utilization: float  # achieved_flops_per_s / gemm.peak
+    memory_utilization: float  # achieved_bytes_per_s / bandwidth.peak
+    arithmetic_intensity: float | None  # None when the session moved no bytes
+
+
+def envelope_utilization(
+    total_flops: float, total_bytes: float, busy_time_ns: float, envelope: HardwareEnvelope
+) -> EnvelopeUtilization:
+    """Hardware envelope utilization (HEU) of a session, over the time its kernels were busy.
+
+    With totals and busy time per iteration:
+      achieved_flops_per_s = total_flops / (busy_time_ns x 1e-9), likewise for bytes
+      AI = total_flops / total_bytes; dominant resource = "compute" when AI >= ridge point
+      (or no bytes moved), else "memory"
+      HEU = achieved_flops_per_s / gemm.peak           when compute dominates
+          = achieved_bytes_per_s / bandwidth.peak      when memory dominates
+    Busy time, not wall time, so host gaps between kernels count against the runtime, not here.
+    """
+    if busy_time_ns <= 0:
+        raise ValueError(f"busy_time_ns must be positive, got {busy_time_ns}")
+    seconds = busy_time_ns * 1e-9
+    flops_per_s = total_flops / seconds
+    bytes_per_s = total_bytes / seconds
+    compute = flops_per_s / envelope.gemm.peak
+    memory = bytes_per_s / envelope.bandwidth.peak
+    intensity = total_flops / total_bytes if total_bytes > 0 else None
+    dominant = "compute" if intensity is None or intensity >= envelope.ridge_point() else "memory"
+    return EnvelopeUtilization(
+        dominant_resource=dominant,
+        hardware_envelope_utilization=compute if dominant == "compute" else memory,
+        achieved_flops_per_s=flops_per_s,
+        achieved_bytes_per_s=bytes_per_s,
+        compute_utilization=compute,
+        memory_utilization=memory,
+        arithmetic_intensity=intensity,
+    )

@@ -1,0 +1,104 @@
+"""kernel_attribution: where the time went, per ONNX node and op type, and the derived metrics."""
+
+from pathlib import Path
+
+import dagster as dg
+import pyarrow.compute as pc
+
+from aaco_pipelines.analysis.metrics import UNITS
+from aaco_pipelines.analysis.session import attribute, metrics_of
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from assets.partitions import models_partitions
+from resources import TraceLakeResource
+
+CHECKS = [
+    dg.AssetCheckSpec(
+        "kernel_events_present",
+        asset="kernel_attribution",
+        blocking=True,
+        description="The session has kernel events in every profiled iteration.",
+    ),
+    dg.AssetCheckSpec(
+        "kernel_time_within_wall",
+        asset="kernel_attribution",
+        description="No iteration's union of kernel intervals is longer than the iteration.",
+    ),
+]
+
+
+@dg.asset(
+    partitions_def=models_partitions,
+    group_name="analysis",
+    kinds={"duckdb"},
+    pool="aaco_duckdb_writer",
+    check_specs=CHECKS,
+    description="Maps every kernel to the ONNX node(s) it executes (fused kernels split by FLOP "
+    "share, unmatched kernels reported), breaks time down per node and op type, and derives "
+    "launch tax, device active ratio, kernel amplification, fragmentation and microkernel share.",
+)
+def kernel_attribution(
+    context: dg.AssetExecutionContext, tracelake_session: dict, tracelake: TraceLakeResource
+):
+    lake = tracelake.lake
+    bundle = SessionBundle(Path(tracelake_session["bundle_path"]))
+    tables = attribute(lake, bundle)
+    metrics = metrics_of(tables)
+    mapping, breakdown = tables["node_attribution"], tables["op_breakdown"]
+    unmatched = breakdown.filter(
+        pc.and_(
+            pc.equal(breakdown["level"], "node"), pc.starts_with(breakdown["name"], "(unmatched)")
+        )
+    )
+    yield dg.Output(
+        {**tracelake_session, "metrics": metrics},
+        metadata={
+            "session_id": bundle.session_id,
+            "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
+            "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
+            "derived_metrics": dg.MetadataValue.md(_metrics_table(metrics)),
+            "attribution_methods": dg.MetadataValue.json(
+                {
+                    row["values"]: row["counts"]
+                    for row in pc.value_counts(mapping["method"]).to_pylist()
+                }
+            ),
+            "unmatched_kernels": dg.MetadataValue.md(_top_table(unmatched, "node", 10)),
+            "unmatched_time_share": float(pc.sum(unmatched["share"]).as_py() or 0.0),
+            **{name: round(value, 6) for name, value in metrics.items()},
+        },
+    )
+    yield dg.AssetCheckResult(
+        check_name="kernel_events_present",
+        passed=metrics["wall_ns_per_iteration"] > 0 and metrics["busy_ns_per_iteration"] > 0,
+        metadata={"busy_ns_per_iteration": metrics["busy_ns_per_iteration"]},
+    )
+    yield dg.AssetCheckResult(
+        check_name="kernel_time_within_wall",
+        passed=metrics["max_busy_over_wall"] <= 1.001,
+        metadata={"max_busy_over_wall": metrics["max_busy_over_wall"]},
+    )
+
+
+def _top_table(breakdown, level: str, limit: int) -> str:
+    rows = breakdown.filter(pc.equal(breakdown["level"], level)).sort_by(
+        [("mean_ns", "descending")]
+    )
+    return markdown_table(
+        rows.slice(0, limit).to_pylist(),
+        [
+            ("name", "node" if level == "node" else "op type", None),
+            ("op_type", "op", None),
+            ("mean_ns", "mean ms", ms),
+            ("p50_ns", "p50 ms", ms),
+            ("share", "share", pct),
+            ("kernels_per_iteration", "kernels/iter", num),
+        ],
+    )
+
+
+def _metrics_table(metrics: dict) -> str:
+    rows = [{"metric": k, "value": v, "unit": UNITS[k]} for k, v in metrics.items()]
+    return markdown_table(
+        rows, [("metric", "metric", None), ("value", "value", num), ("unit", "unit", None)]
+    )

@@ -1,0 +1,83 @@
+"""bottleneck_report: roofline placement, envelope utilization and the bottleneck with evidence."""
+
+import dagster as dg
+
+from aaco_pipelines.analysis.session import current_envelope, explain, top_roofline_points
+from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from assets.envelope import hardware_envelope
+from assets.partitions import models_partitions
+from resources import BenchmarkRunnerResource, TraceLakeResource
+
+
+@dg.asset(
+    partitions_def=models_partitions,
+    group_name="analysis",
+    kinds={"duckdb"},
+    pool="aaco_duckdb_writer",
+    deps=[hardware_envelope],
+    description="Places every op on the roofline of the measured hardware envelope, computes the "
+    "hardware envelope utilization, and classifies the session (launch-, CPU-, memory-, "
+    "compute-bound, throttled or balanced) by a Bayesian combination of the evidence, with "
+    "ranked recommendations.",
+)
+def bottleneck_report(
+    context: dg.AssetExecutionContext,
+    kernel_attribution: dict,
+    tracelake: TraceLakeResource,
+    runner: BenchmarkRunnerResource,
+) -> dict:
+    lake, session_id = tracelake.lake, kernel_attribution["session_id"]
+    envelope_id, envelope = current_envelope(lake, runner.target)
+    report, utilization = explain(
+        lake, session_id, kernel_attribution["metrics"], envelope_id, envelope
+    )
+    evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
+    points = top_roofline_points(lake, session_id).to_pylist()
+    context.add_output_metadata(
+        {
+            "session_id": session_id,
+            "bottleneck": report.bottleneck,
+            "confidence": round(report.confidence, 4),
+            "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4),
+            "dominant_resource": utilization.dominant_resource,
+            "posterior": dg.MetadataValue.md(
+                markdown_table(
+                    [
+                        {"class": k, "p": v}
+                        for k, v in sorted(report.posterior.items(), key=lambda kv: -kv[1])
+                    ],
+                    [("class", "class", None), ("p", "posterior", num)],
+                )
+            ),
+            "evidence": dg.MetadataValue.md(
+                markdown_table(
+                    evidence,
+                    [
+                        ("signal", "signal", None),
+                        ("value", "value", num),
+                        ("bin", "bin", None),
+                        ("favours", "favours", None),
+                    ],
+                )
+            ),
+            "recommendations": dg.MetadataValue.md(
+                "\n".join(f"{r.rank}. **{r.action}** — {r.why}" for r in report.recommendations)
+            ),
+            "roofline_top_ops": dg.MetadataValue.md(
+                markdown_table(
+                    points,
+                    [
+                        ("onnx_node", "node", None),
+                        ("op_type", "op", None),
+                        ("time_ns", "ms/iter", ms),
+                        ("arithmetic_intensity", "FLOP/B", num),
+                        ("achieved_flops_per_s", "FLOP/s", num),
+                        ("bound", "bound", None),
+                        ("utilization", "of roof", pct),
+                    ],
+                )
+            ),
+            "envelope_id": envelope_id,
+        }
+    )
+    return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}

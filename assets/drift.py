@@ -1,0 +1,105 @@
+"""performance_drift: each metric's history for the model, and the verdict on the new session."""
+
+import json
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco_pipelines.governance.series import drift_rows
+from aaco_pipelines.report.markdown import markdown_table, num
+from assets.partitions import models_partitions
+from resources import TraceLakeResource
+
+# The headline metrics a confirmed regression fails the check on; op-level verdicts are reported.
+GATED_METRICS = ("latency_p50_ns", "latency_p99_ns", "throughput_per_s")
+
+
+@dg.asset(
+    partitions_def=models_partitions,
+    group_name="governance",
+    kinds={"duckdb"},
+    pool="aaco_duckdb_writer",
+    check_specs=[
+        dg.AssetCheckSpec(
+            "no_performance_regression",
+            asset="performance_drift",
+            blocking=True,
+            description="Fails when p50, p99 or throughput of the new session is a confirmed "
+            "regression against the model's history (robust baseline, EWMA/CUSUM, practical "
+            "effect and bootstrap CI).",
+        )
+    ],
+    description="Builds each metric's series for the model (one point per session, with model "
+    "version and runtime change markers) and judges the newest session: regression, "
+    "improvement, no change or insufficient history, with effect size and confidence interval.",
+)
+def performance_drift(
+    context: dg.AssetExecutionContext, bottleneck_report: dict, tracelake: TraceLakeResource
+):
+    lake, session_id = tracelake.lake, bottleneck_report["session_id"]
+    slug = context.partition_key
+    rows = drift_rows(lake, slug, session_id)
+    lake.replace_session_rows(session_id, {"drift_verdicts": rows})
+    verdicts = rows.to_pylist()
+    p50 = json.loads(next(v for v in verdicts if v["metric"] == "latency_p50_ns")["series_json"])
+    yield dg.Output(
+        {"session_id": session_id, "verdicts": {v["metric"]: v["verdict"] for v in verdicts}},
+        metadata={
+            "session_id": session_id,
+            "verdicts": dg.MetadataValue.md(_verdict_table(verdicts)),
+            "p50_last_points_ms": dg.MetadataValue.md(_last_points(p50)),
+            "history_points": verdicts[0]["history_points"],
+        },
+    )
+    gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))
+    regressions = [v for v in gated.to_pylist() if v["verdict"] == "regression"]
+    yield dg.AssetCheckResult(
+        check_name="no_performance_regression",
+        passed=not regressions,
+        metadata={
+            "regressions": dg.MetadataValue.md(
+                _verdict_table(regressions) if regressions else "none"
+            ),
+            "verdicts": dg.MetadataValue.json(
+                {v["metric"]: v["verdict"] for v in gated.to_pylist()}
+            ),
+        },
+    )
+
+
+def _verdict_table(verdicts: list[dict]) -> str:
+    return markdown_table(
+        verdicts,
+        [
+            ("metric", "metric", None),
+            ("verdict", "verdict", None),
+            ("effect_pct", "effect %", lambda v: f"{v:+.2f}"),
+            ("ci_low", "CI low %", lambda v: f"{v:+.2f}"),
+            ("ci_high", "CI high %", lambda v: f"{v:+.2f}"),
+            ("z", "z", num),
+            ("decided_by", "decided by", None),
+            ("history_points", "history", None),
+        ],
+    )
+
+
+def _last_points(series: dict, count: int = 8) -> str:
+    rows = [
+        {
+            "session": sid,
+            "p50_ms": value / 1e6 if value is not None else None,
+            "changed": ", ".join(m),
+        }
+        for sid, value, m in zip(
+            series["session_ids"], series["values"], series["markers"], strict=True
+        )
+    ][-count:]
+    return markdown_table(
+        rows,
+        [
+            ("session", "session", None),
+            ("p50_ms", "p50 ms", lambda v: f"{v:.4f}"),
+            ("changed", "changed", None),
+        ],
+    )

@@ -1,0 +1,39 @@
+"""hardware_envelope: the measured peak GEMM FLOP/s and streaming bandwidth of the target."""
+
+import dagster as dg
+
+from aaco_pipelines.analysis.envelope import measure_envelope
+from aaco_pipelines.analysis.session import save_envelope
+from resources import BenchmarkRunnerResource, TraceLakeResource
+from resources.runner import default_target
+
+
+@dg.asset(
+    group_name="analysis",
+    kinds={"onnxruntime"},
+    pool=f"aaco_device_{default_target()}",  # calibration needs the device to itself too
+    description="Microbenchmarks through ONNX Runtime on the target's execution provider: GEMM "
+    "sizes swept until FLOP/s saturates, and large streaming adds for bandwidth; medians of "
+    "repeats with their spread, stored with the runtime fingerprint. Refreshed on demand and "
+    "when the runtime fingerprint changes.",
+)
+def hardware_envelope(
+    context: dg.AssetExecutionContext, runner: BenchmarkRunnerResource, tracelake: TraceLakeResource
+) -> dg.MaterializeResult:
+    envelope = measure_envelope(runner.target)
+    envelope_id = save_envelope(tracelake.lake, envelope)
+    return dg.MaterializeResult(
+        metadata={
+            "envelope_id": envelope_id,
+            "target": envelope.target,
+            "providers": ", ".join(envelope.providers),
+            "peak_gemm_gflops": round(envelope.gemm.peak / 1e9, 2),
+            "gemm_spread_gflops": f"{envelope.gemm.spread_low / 1e9:.1f} – {envelope.gemm.spread_high / 1e9:.1f}",
+            "peak_bandwidth_gbs": round(envelope.bandwidth.peak / 1e9, 2),
+            "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
+            "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
+            "runtime_fingerprint": envelope.runtime_fingerprint[:16],
+            "gemm_sweep": dg.MetadataValue.json(envelope.gemm.sweep),
+            "bandwidth_sweep": dg.MetadataValue.json(envelope.bandwidth.sweep),
+        }
+    )

@@ -1,0 +1,133 @@
+"""Attribution of real ONNX Runtime kernels to the original graph nodes, and derived metrics."""
+
+from __future__ import annotations
+
+import collections
+
+import models
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pyarrow as pa
+import pytest
+
+from aaco_pipelines.analysis.attribution import can_fuse, map_runtime_nodes, original_nodes
+from aaco_pipelines.analysis.metrics import (
+    busy_time_per_iteration,
+    compute_metrics,
+    partition_count,
+)
+from aaco_pipelines.graph.extract import extract_graph
+from aaco_pipelines.registry.sidecar import InputSpec
+
+
+def _mapping(tmp_path, model: onnx.ModelProto, input_shape: tuple[int, ...]):
+    """Extract the original graph and let ONNX Runtime optimize it, as a session would."""
+    path = models.save(model, tmp_path / "model.onnx")
+    graph = extract_graph(
+        path, {model.graph.input[0].name: InputSpec(shape=input_shape, dtype="float32")}
+    )
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    optimized = onnx.load(str(tmp_path / "optimized.onnx"))
+    mapping = map_runtime_nodes(original_nodes(graph.nodes), optimized.graph).to_pylist()
+    return mapping, optimized
+
+
+def _groups(mapping) -> dict[str, set[str]]:
+    groups = collections.defaultdict(set)
+    for row in mapping:
+        if row["runtime_node"] and row["onnx_node"]:
+            groups[row["runtime_node"]].add(row["onnx_node"])
+    return groups
+
+
+def _shares_per_runtime_node(mapping) -> dict[str, float]:
+    totals = collections.defaultdict(float)
+    for row in mapping:
+        if row["runtime_node"]:
+            totals[row["runtime_node"]] += row["share"]
+    return totals
+
+
+def test_fused_gemm_covers_matmul_bias_and_relu_split_by_flops(tmp_path):
+    mapping, optimized = _mapping(tmp_path, models.tiny_mlp(), (4, 16))
+    assert any(n.op_type == "FusedGemm" for n in optimized.graph.node)
+    groups = _groups(mapping)
+    fused = next(name for name, members in groups.items() if "fc1/matmul" in members)
+    assert groups[fused] == {"fc1/matmul", "fc1/bias", "fc1/relu"}
+    rows = {r["onnx_node"]: r for r in mapping if r["runtime_node"] == fused}
+    assert rows["fc1/matmul"]["split_rule"] == "flop_share"
+    # FLOPs: matmul 2*4*16*32 = 4096, bias add 128, relu 128.
+    assert rows["fc1/matmul"]["share"] == pytest.approx(4096 / (4096 + 128 + 128))
+    assert all(v == pytest.approx(1.0) for v in _shares_per_runtime_node(mapping).values())
+    assert {r["method"] for r in mapping} <= {"exact_name", "fused_anchor", "fused_absorbed"}
+
+
+def test_conv_bn_relu_and_residual_fusions_map_back_and_layout_nodes_are_reported(tmp_path):
+    mapping, optimized = _mapping(tmp_path, models.conv_block_model(), (1, 3, 32, 32))
+    groups = _groups(mapping)
+    owner = {member: runtime for runtime, members in groups.items() for member in members}
+    assert owner["conv1"] == owner["bn1"] == owner["relu1"]
+    assert owner["conv2"] == owner["bn2"]
+    assert owner["residual_add"] == owner["relu2"] == owner["conv2"]  # folded into the Conv
+    assert owner["pool"] != owner["conv2"] and owner["global_pool"] != owner["relu2"]
+    # Every original node is accounted for; runtime-only nodes are kept as unmatched.
+    assert {r["onnx_node"] for r in mapping if r["onnx_node"]} == {
+        n.name for n in models.conv_block_model().graph.node
+    }
+    inserted = [r for r in mapping if r["method"] == "runtime_inserted"]
+    runtime_only = {n.name for n in optimized.graph.node if n.op_type.startswith("Reorder")}
+    assert {r["runtime_node"] for r in inserted} == runtime_only
+    assert all(r["onnx_node"] is None and r["confidence"] == 0.0 for r in inserted)
+
+
+def test_erf_gelu_folds_into_one_gelu_and_bias_into_the_gemm(tmp_path):
+    mapping, optimized = _mapping(tmp_path, models.gelu_model(), (8, 64))
+    groups = _groups(mapping)
+    gelu = next(n.name for n in optimized.graph.node if n.op_type in ("Gelu", "BiasGelu"))
+    gemm = next(
+        n.name for n in optimized.graph.node if n.op_type in ("Gemm", "FusedGemm", "MatMul")
+    )
+    gelu_nodes = {"gelu/div", "gelu/erf", "gelu/add", "gelu/mul", "gelu/half"}
+    assert groups[gelu] | groups[gemm] == {"up/matmul", "up/bias", *gelu_nodes}
+    assert gelu_nodes <= groups[gelu] and "up/matmul" in groups[gemm]
+
+
+def test_fusion_table_refuses_impossible_owners():
+    assert can_fuse("Conv", "Relu") and can_fuse("Conv", "BatchNormalization")
+    assert not can_fuse("GlobalAveragePool", "Relu") and not can_fuse("MaxPool", "Conv")
+    assert can_fuse("MGXKernel_graph_0", "Softmax")  # an opaque compiled partition
+
+
+def test_union_of_intervals_counts_overlap_once_per_iteration():
+    iteration = np.array([0, 0, 0, 1, 1])
+    start = np.array([0, 5, 20, 100, 100], dtype=float)
+    duration = np.array([10, 10, 5, 30, 10], dtype=float)  # [0,15] ∪ [20,25]; [100,130]
+    assert busy_time_per_iteration(iteration, start, duration, 2).tolist() == [20.0, 30.0]
+    assert partition_count(["CPU", "CPU", "ROCM", "ROCM", "CPU"]) == 3
+    assert partition_count([]) == 0
+
+
+def test_derived_metrics_definitions():
+    kernels = pa.table(
+        {
+            "iteration": [0, 0, 1, 1],
+            "start_ns": [100, 150, 1100, 1150],
+            "duration_ns": [40, 15_000, 40, 20],
+            "provider": ["CPUExecutionProvider"] * 4,
+        }
+    )
+    runs = pa.table({"iteration": [0, 1], "start_ns": [100, 1100], "duration_ns": [20_000, 100]})
+    m = compute_metrics(kernels, runs, onnx_node_count=4)
+    # iteration 0: [100,140] ∪ [150,15150]; iteration 1: [1100,1140] ∪ [1150,1170], even though
+    # iteration 0's long kernel reaches past iteration 1's start: no merging across iterations.
+    busy = np.array([40 + 15_000, 40 + 20])
+    assert m["busy_ns_per_iteration"] == pytest.approx(busy.mean())
+    assert m["launch_tax"] == pytest.approx(np.mean(1 - busy / np.array([20_000, 100])))
+    assert m["device_active_ratio"] == pytest.approx(1 - m["launch_tax"])
+    assert m["kernel_amplification_ratio"] == pytest.approx(2 / 4)
+    assert m["partition_fragmentation_index"] == pytest.approx(1 / 4)
+    assert m["microkernel_share"] == pytest.approx(3 / 4)
+    assert m["max_busy_over_wall"] == pytest.approx(15_040 / 20_000)

@@ -1,0 +1,149 @@
+"""The measured hardware envelope on this CPU, and the roofline built on a handcrafted one."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+
+from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, measure_envelope
+from aaco_pipelines.analysis.roofline import (
+    ROOFLINE_COLUMNS,
+    envelope_utilization,
+    roofline_table,
+)
+from aaco_pipelines.errors import AacoInputError
+
+GFLOP, GB = 1e9, 1e9
+
+
+@pytest.fixture(scope="module")
+def measured() -> HardwareEnvelope:
+    return measure_envelope(budget_s=10, repeats=3)
+
+
+def test_measured_peaks_are_sane_for_a_small_cpu(measured):
+    assert measured.providers == ["CPUExecutionProvider"]
+    assert 1 * GFLOP <= measured.gemm.peak <= 1000 * GFLOP
+    assert 0.5 * GB <= measured.bandwidth.peak <= 500 * GB
+    for peak, unit in ((measured.gemm, "FLOP/s"), (measured.bandwidth, "B/s")):
+        assert peak.unit == unit
+        assert 0 < peak.spread_low <= peak.peak <= peak.spread_high
+        assert len(peak.sweep) >= 2
+        sizes = [entry["size"] for entry in peak.sweep]
+        assert sizes == sorted(sizes)
+        assert all(entry["repeats"] == 3 for entry in peak.sweep)
+        assert peak.peak_entry()["median"] == peak.peak
+    assert measured.ridge_point() == measured.gemm.peak / measured.bandwidth.peak
+    assert len(measured.runtime_fingerprint) == 64
+
+
+def test_envelope_round_trips_through_json(measured):
+    restored = HardwareEnvelope.from_dict(json.loads(json.dumps(measured.to_dict())))
+    assert restored == measured
+
+
+def test_unknown_provider_is_an_input_error():
+    with pytest.raises(AacoInputError, match="NoSuchExecutionProvider"):
+        measure_envelope(providers=["NoSuchExecutionProvider"])
+
+
+def _peak(resource: str, value: float, unit: str) -> ResourcePeak:
+    entry = {"size": 1, "median": value, "low": value, "high": value, "repeats": 1}
+    return ResourcePeak(resource, value, value, value, unit, [entry])
+
+
+@pytest.fixture
+def envelope() -> HardwareEnvelope:
+    """100 GFLOP/s and 10 GB/s: the ridge sits at 10 FLOP per byte."""
+    return HardwareEnvelope(
+        target="handmade",
+        providers=["CPUExecutionProvider"],
+        runtime_fingerprint="0" * 64,
+        measured_at_ns=0,
+        gemm=_peak("gemm_flops", 100 * GFLOP, "FLOP/s"),
+        bandwidth=_peak("memory_bandwidth", 10 * GB, "B/s"),
+    )
+
+
+NODES = pa.table(
+    {
+        "onnx_node": ["gemm", "add", "custom", "idle", "transpose"],
+        "op_type": ["MatMul", "Add", "MyOp", "Relu", "Transpose"],
+        # gemm: AI 100 -> compute bound; add: AI 0.25 -> memory bound
+        "flops": pa.array([2_000_000_000, 1_000_000, 5_000, 1_000, 0], pa.int64()),
+        "bytes_moved": pa.array([20_000_000, 4_000_000, None, 4_000, 8_000_000], pa.int64()),
+        "time_ns": pa.array([40e6, 1e6, 1e3, 0.0, 2e6], pa.float64()),
+    }
+)
+
+
+def test_roofline_table_adds_the_columns_with_exact_values(envelope):
+    assert envelope.ridge_point() == pytest.approx(10.0)
+    table = roofline_table(NODES, envelope)
+    assert table.schema == pa.schema([*NODES.schema, *ROOFLINE_COLUMNS])
+    rows = {row["onnx_node"]: row for row in table.to_pylist()}
+    assert rows["gemm"] == {
+        **rows["gemm"],
+        "arithmetic_intensity": pytest.approx(100.0),
+        "achieved_flops_per_s": pytest.approx(50 * GFLOP),
+        "achieved_bytes_per_s": pytest.approx(0.5 * GB),
+        "roof_flops_per_s": pytest.approx(100 * GFLOP),
+        "bound": "compute",
+        "utilization": pytest.approx(0.5),
+    }
+    assert rows["add"] == {
+        **rows["add"],
+        "arithmetic_intensity": pytest.approx(0.25),
+        "achieved_flops_per_s": pytest.approx(1 * GFLOP),
+        "achieved_bytes_per_s": pytest.approx(4 * GB),
+        "roof_flops_per_s": pytest.approx(2.5 * GFLOP),
+        "bound": "memory",
+        "utilization": pytest.approx(0.4),
+    }
+
+
+def test_roofline_table_keeps_unknowns_null(envelope):
+    rows = {row["onnx_node"]: row for row in roofline_table(NODES, envelope).to_pylist()}
+    custom = rows["custom"]  # bytes unknown: rates that need bytes and everything on the roof
+    assert custom["achieved_flops_per_s"] == pytest.approx(5 * GFLOP)
+    for column in ("arithmetic_intensity", "achieved_bytes_per_s", "roof_flops_per_s"):
+        assert custom[column] is None
+    assert custom["bound"] is None and custom["utilization"] is None
+    idle = rows["idle"]  # zero time: no rates, but the roof is still known from the costs
+    assert idle["achieved_flops_per_s"] is None and idle["achieved_bytes_per_s"] is None
+    assert idle["utilization"] is None
+    assert idle["arithmetic_intensity"] == pytest.approx(0.25) and idle["bound"] == "memory"
+
+
+def test_zero_flop_data_movement_is_judged_on_bandwidth(envelope):
+    transpose = roofline_table(NODES, envelope).to_pylist()[4]
+    assert transpose["arithmetic_intensity"] == 0.0
+    assert transpose["roof_flops_per_s"] == 0.0
+    assert transpose["bound"] == "memory"
+    assert transpose["utilization"] == pytest.approx(0.4)  # 4 GB/s of 10 GB/s
+
+
+def test_envelope_utilization_of_a_compute_bound_session(envelope):
+    # 8 GFLOP over 200 MB in 100 ms: AI 40 >= 10, 80 GFLOP/s of 100
+    heu = envelope_utilization(8e9, 200e6, 100e6, envelope)
+    assert heu.dominant_resource == "compute"
+    assert heu.arithmetic_intensity == pytest.approx(40.0)
+    assert heu.achieved_flops_per_s == pytest.approx(80 * GFLOP)
+    assert heu.achieved_bytes_per_s == pytest.approx(2 * GB)
+    assert heu.compute_utilization == pytest.approx(0.8)
+    assert heu.memory_utilization == pytest.approx(0.2)
+    assert heu.hardware_envelope_utilization == pytest.approx(0.8)
+
+
+def test_envelope_utilization_of_a_memory_bound_session(envelope):
+    # 100 MFLOP over 600 MB in 100 ms: AI 1/6 < 10, 6 GB/s of 10
+    heu = envelope_utilization(100e6, 600e6, 100e6, envelope)
+    assert heu.dominant_resource == "memory"
+    assert heu.arithmetic_intensity == pytest.approx(1 / 6)
+    assert heu.achieved_flops_per_s == pytest.approx(1 * GFLOP)
+    assert heu.achieved_bytes_per_s == pytest.approx(6 * GB)
+    assert heu.compute_utilization == pytest.approx(0.01)
+    assert heu.memory_utilization == pytest.approx(0.6)
+    assert heu.hardware_envelope_utilization == pytest.approx(0.6)
