@@ -178,3 +178,11 @@ def test_rules_markdown_mentions_every_signal_and_class():
     markdown = rules_markdown()
     for name in (*SIGNAL_RULES, *CLASSES):
         assert name in markdown
+
+
+def test_readme_documents_the_current_rule_table():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    documented = readme.split("<!-- rules:begin -->")[1].split("<!-- rules:end -->")[0]
+    assert documented.strip() == rules_markdown().strip()

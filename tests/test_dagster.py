@@ -208,3 +208,45 @@ def test_definitions_validate_as_a_code_location(tmp_path):
         timeout=180,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(instance, aaco_paths):
+    sidecar = ModelSidecar(
+        warmup_iterations=5,
+        measured_iterations=200,
+        profiled_iterations=5,
+        min_measured_seconds=0.3,
+    )
+    path = add_model(aaco_paths, "drifting", models.tiny_mlp(), sidecar)
+
+    def measure() -> tuple[bool, dict, dict]:
+        result = _materialize(instance, aaco_paths, "drifting")
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        verdicts = {
+            row["metric"]: row
+            for row in TraceLake(aaco_paths.tracelake)
+            .query(
+                "SELECT * FROM drift_verdicts WHERE session_id = "
+                "(SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1)"
+            )
+            .to_pylist()
+        }
+        return result.success, checks, verdicts
+
+    for _ in range(4):  # history; the first three lack it, the fourth judges against three
+        success, checks, verdicts = measure()
+        assert success and checks["no_performance_regression"].passed
+    assert verdicts["latency_p50_ns"]["verdict"] != "regression"
+
+    success, checks, verdicts = measure()  # re-measuring the unchanged model
+    assert success and checks["no_performance_regression"].passed
+    assert verdicts["latency_p50_ns"]["verdict"] in ("no_change", "improvement")
+
+    models.save(models.slower_mlp(), path)  # a new version of the same model, with extra ops
+    success, checks, verdicts = measure()
+    p50 = verdicts["latency_p50_ns"]
+    assert p50["verdict"] == "regression" and p50["effect_pct"] > 50
+    assert p50["ci_low"] > 0 and p50["decided_by"] in ("cusum", "ewma", "z_threshold")
+    assert json.loads(p50["series_json"])["markers"][-1] == ["model_version"]
+    assert not checks["no_performance_regression"].passed
+    assert not success  # the blocking check fails the run
