@@ -184,9 +184,9 @@ def gelu_model(seed: int = 0) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET, ir_version=9)
 
 
-def slower_mlp(extra_layers: int = 40) -> onnx.ModelProto:
+def slower_mlp(extra_layers: int = 40, **mlp_dims) -> onnx.ModelProto:
     """The tiny MLP with many extra square MatMul+Relu layers: the same model made much slower."""
-    model = tiny_mlp()
+    model = tiny_mlp(**mlp_dims)
     rng = np.random.default_rng(3)
     graph = model.graph
     last = "y"

@@ -217,7 +217,8 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
         profiled_iterations=5,
         min_measured_seconds=0.3,
     )
-    path = add_model(aaco_paths, "drifting", models.tiny_mlp(), sidecar)
+    dims = {"hidden": 512, "batch": 64, "features": 256}  # ~0.2 ms: steadier than a 20 µs model
+    path = add_model(aaco_paths, "drifting", models.tiny_mlp(**dims), sidecar)
 
     def measure() -> tuple[bool, dict, dict]:
         result = _materialize(instance, aaco_paths, "drifting")
@@ -233,16 +234,19 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
         }
         return result.success, checks, verdicts
 
+    def summary(verdicts):
+        return {m: (v["verdict"], round(v["effect_pct"] or 0, 1), v["decided_by"]) for m, v in verdicts.items()}
+
     for _ in range(4):  # history; the first three lack it, the fourth judges against three
         success, checks, verdicts = measure()
-        assert success and checks["no_performance_regression"].passed
+        assert success and checks["no_performance_regression"].passed, summary(verdicts)
     assert verdicts["latency_p50_ns"]["verdict"] != "regression"
 
     success, checks, verdicts = measure()  # re-measuring the unchanged model
-    assert success and checks["no_performance_regression"].passed
+    assert success and checks["no_performance_regression"].passed, summary(verdicts)
     assert verdicts["latency_p50_ns"]["verdict"] in ("no_change", "improvement")
 
-    models.save(models.slower_mlp(), path)  # a new version of the same model, with extra ops
+    models.save(models.slower_mlp(200, **dims), path)  # a new version of the model: extra ops
     success, checks, verdicts = measure()
     p50 = verdicts["latency_p50_ns"]
     assert p50["verdict"] == "regression" and p50["effect_pct"] > 50
