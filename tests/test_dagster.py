@@ -235,7 +235,10 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
         return result.success, checks, verdicts
 
     def summary(verdicts):
-        return {m: (v["verdict"], round(v["effect_pct"] or 0, 1), v["decided_by"]) for m, v in verdicts.items()}
+        return {
+            m: (v["verdict"], round(v["effect_pct"] or 0, 1), v["decided_by"])
+            for m, v in verdicts.items()
+        }
 
     for _ in range(4):  # history; the first three lack it, the fourth judges against three
         success, checks, verdicts = measure()

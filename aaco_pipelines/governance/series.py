@@ -27,6 +27,7 @@ NOISE_FLOORS = {
     "op_time_ns": 0.05,
 }
 DEFAULT_POLICY = VerdictPolicy()
+CONFIRM_SESSIONS = 2  # consecutive sessions with the same verdict, unless a known change
 SESSION_METRICS = {  # metric -> (sessions column, higher is worse)
     "latency_p50_ns": ("latency_p50_ns", True),
     "latency_p99_ns": ("latency_p99_ns", True),
@@ -102,15 +103,35 @@ def _markers(sessions: pa.Table) -> list[list[str]]:
 def judge_series(
     entry: dict, current_samples: np.ndarray | None = None, policy: VerdictPolicy = DEFAULT_POLICY
 ) -> DriftVerdict:
-    """The verdict on the newest point of one series (points a session lacks are skipped)."""
-    values = entry["values"]
-    keep = ~np.isnan(values)
-    return drift_verdict(
-        values[keep],
-        higher_is_worse=entry["higher_is_worse"],
-        current_samples=current_samples,
-        policy=policy,
+    """The verdict on the newest point of one series (points a session lacks are skipped).
+
+    On a shared host one session in ten can run 10-60% slow for reasons outside the model, so a
+    regression or improvement is confirmed only when the previous session showed the same
+    verdict, or when the model version or the runtime changed at this point (a known cause is
+    reported at once). Until then the verdict stays no_change, decided_by "awaiting_confirmation",
+    with its effect and CI reported.
+    """
+    values = entry["values"][~np.isnan(entry["values"])]
+    worse = entry["higher_is_worse"]
+    verdict = drift_verdict(
+        values, higher_is_worse=worse, current_samples=current_samples, policy=policy
     )
+    if verdict.verdict not in ("regression", "improvement") or entry["markers"][-1]:
+        return _with_confirmation(verdict, "known_change" if entry["markers"][-1] else "not_needed")
+    previous = (
+        drift_verdict(values[:-1], higher_is_worse=worse, policy=policy)
+        if len(values) > 1
+        else None
+    )
+    if previous is not None and previous.verdict == verdict.verdict:
+        return _with_confirmation(verdict, "confirmed_by_previous_session")
+    unconfirmed = _with_confirmation(verdict, "awaiting_confirmation")
+    return dataclasses.replace(unconfirmed, verdict="no_change", decided_by="awaiting_confirmation")
+
+
+def _with_confirmation(verdict: DriftVerdict, how: str) -> DriftVerdict:
+    parameters = {**verdict.parameters, "confirmation": how, "confirm_sessions": CONFIRM_SESSIONS}
+    return dataclasses.replace(verdict, parameters=parameters)
 
 
 def drift_rows(
