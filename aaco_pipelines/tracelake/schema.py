@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -126,6 +126,17 @@ KERNEL_EVENTS = pa.schema(
         ("device_id", _i32),
         ("queue_id", _i64),
         ("correlation_id", _i64),
+        # v3: device dispatch details (GPU traces; null on the CPU provider)
+        ("kernel_family", _str),  # gemm | convolution | attention | ... (analysis.fingerprints)
+        ("dispatch_id", _i64),
+        ("stream_id", _i64),
+        ("process_id", _i64),
+        ("grid_size", _i64),  # total work-items (x*y*z)
+        ("workgroup_size", _i64),  # work-items per workgroup (x*y*z)
+        ("lds_bytes", _i64),
+        ("scratch_bytes", _i64),
+        ("vgpr_count", _i64),
+        ("sgpr_count", _i64),
     ]
 )
 
@@ -139,6 +150,66 @@ TELEMETRY = pa.schema(
         ("metric", _str),
         ("value", _f64),
         ("unit", _str),
+    ]
+)
+
+# --- Device traces (schema v3): host API calls, copies, counters and agents of GPU profilers -
+
+API_CALLS = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),  # rocprofv3_csv | rocprofv3_json | rocpd | rpd | ...
+        ("domain", _str),  # HIP_RUNTIME_API | HSA_CORE_API | ...
+        ("api_name", _str),  # hipLaunchKernel, hipMemcpyAsync, ...
+        ("start_ns", _i64),
+        ("duration_ns", _i64),
+        ("process_id", _i64),
+        ("thread_id", _i64),
+        ("correlation_id", _i64),  # ties a launch to the kernel dispatch it caused
+    ]
+)
+
+MEMORY_COPIES = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),
+        ("direction", _str),  # MEMORY_COPY_HOST_TO_DEVICE, ... as the tool names it
+        ("src_agent", _str),
+        ("dst_agent", _str),
+        ("bytes", _i64),  # null when the format does not record it (rocprofv3 CSV)
+        ("start_ns", _i64),
+        ("duration_ns", _i64),
+        ("queue_id", _i64),
+        ("correlation_id", _i64),
+    ]
+)
+
+COUNTERS = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),
+        ("dispatch_id", _i64),
+        ("correlation_id", _i64),
+        ("kernel_name", _str),
+        ("agent", _str),
+        ("counter", _str),
+        ("value", _f64),
+    ]
+)
+
+AGENTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("source", _str),
+        ("agent_id", _str),  # as the trace names it ("Agent 2", "2", a GPU index)
+        ("node_id", _i64),
+        ("agent_type", _str),  # GPU | CPU
+        ("name", _str),  # gfx target for GPUs (gfx942), model for CPUs
+        ("product_name", _str),
+        ("compute_units", _i64),
+        ("wave_front_size", _i64),
+        ("max_clock_mhz", _f64),
+        ("details_json", _str),  # every other field the trace had
     ]
 )
 
@@ -255,6 +326,10 @@ TABLES: dict[str, pa.Schema] = {
     "iterations": ITERATIONS,
     "kernel_events": KERNEL_EVENTS,
     "telemetry": TELEMETRY,
+    "api_calls": API_CALLS,
+    "memory_copies": MEMORY_COPIES,
+    "counters": COUNTERS,
+    "agents": AGENTS,
     "node_attribution": NODE_ATTRIBUTION,
     "op_breakdown": OP_BREAKDOWN,
     "derived_metrics": DERIVED_METRICS,
@@ -278,3 +353,32 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
         else:
             columns.append(pa.nulls(table.num_rows, field.type))
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def duckdb_type(arrow_type: pa.DataType) -> str:
+    """The DuckDB column type for an Arrow type of the TraceLake schema."""
+    if pa.types.is_list(arrow_type):
+        return duckdb_type(arrow_type.value_type) + "[]"
+    if pa.types.is_timestamp(arrow_type):
+        return "TIMESTAMPTZ" if arrow_type.tz else "TIMESTAMP"
+    simple = {
+        pa.string(): "VARCHAR",
+        pa.int32(): "INTEGER",
+        pa.int64(): "BIGINT",
+        pa.float64(): "DOUBLE",
+        pa.bool_(): "BOOLEAN",
+    }
+    return simple[arrow_type]
+
+
+def sql_projection(schema: pa.Schema, expressions: dict[str, str]) -> str:
+    """A DuckDB SELECT list producing exactly `schema`: each column from its SQL expression, cast
+    to the schema's type; columns without an expression are typed NULLs. Lets a reader stream a
+    file into a schema-conformant Parquet file (`COPY (SELECT ...) TO ...`) without Python rows."""
+    unknown = set(expressions) - set(schema.names)
+    if unknown:
+        raise KeyError(f"not columns of the schema: {sorted(unknown)}")
+    return ",\n".join(
+        f'CAST({expressions.get(field.name, "NULL")} AS {duckdb_type(field.type)}) AS "{field.name}"'
+        for field in schema
+    )

@@ -22,30 +22,33 @@ import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.schema import MODELS, SCHEMA_VERSION, TABLES, conform
+from aaco_pipelines.tracelake.schema import MODELS, SCHEMA_VERSION, TABLES, conform, duckdb_type
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
+# Device-trace tables: only sessions traced by a GPU profiler have them.
+OPTIONAL_SESSION_TABLES = ("api_calls", "memory_copies", "counters", "agents")
 GRAPH_TABLES = ("graph_nodes", "graph_edges")
 
 # Migrations from version N-1 to N, applied in order inside one transaction. New tables need no
 # statement: every table of the current schema is created if missing after the migrations.
-MIGRATIONS: dict[int, list[str]] = {2: []}
-
-
-def duckdb_type(arrow_type: pa.DataType) -> str:
-    """The DuckDB column type for an Arrow type of the TraceLake schema."""
-    if pa.types.is_list(arrow_type):
-        return duckdb_type(arrow_type.value_type) + "[]"
-    if pa.types.is_timestamp(arrow_type):
-        return "TIMESTAMPTZ" if arrow_type.tz else "TIMESTAMP"
-    simple = {
-        pa.string(): "VARCHAR",
-        pa.int32(): "INTEGER",
-        pa.int64(): "BIGINT",
-        pa.float64(): "DOUBLE",
-        pa.bool_(): "BOOLEAN",
-    }
-    return simple[arrow_type]
+MIGRATIONS: dict[int, list[str]] = {
+    2: [],
+    3: [
+        f"ALTER TABLE kernel_events ADD COLUMN IF NOT EXISTS {name} {kind}"
+        for name, kind in (
+            ("kernel_family", "VARCHAR"),
+            ("dispatch_id", "BIGINT"),
+            ("stream_id", "BIGINT"),
+            ("process_id", "BIGINT"),
+            ("grid_size", "BIGINT"),
+            ("workgroup_size", "BIGINT"),
+            ("lds_bytes", "BIGINT"),
+            ("scratch_bytes", "BIGINT"),
+            ("vgpr_count", "BIGINT"),
+            ("sgpr_count", "BIGINT"),
+        )
+    ],
+}
 
 
 def create_table_sql(name: str, schema: pa.Schema) -> str:
@@ -133,10 +136,12 @@ class TraceLake:
                 fix="materialize collected_traces for this session first",
             )
         counts = {}
-        for table in SESSION_TABLES:
+        for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
             con.execute(f"DELETE FROM {table} WHERE session_id = ?", [bundle.session_id])
-            source = str(bundle.table_path(table))
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [source])
+            source = bundle.table_path(table)
+            if table in OPTIONAL_SESSION_TABLES and not source.exists():
+                continue
+            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)])
             counts[table] = con.execute(
                 f"SELECT count(*) FROM {table} WHERE session_id = ?", [bundle.session_id]
             ).fetchall()[0][0]
@@ -188,9 +193,10 @@ class TraceLake:
         con.execute(
             "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER, applied_at TIMESTAMPTZ)"
         )
-        for step in range((version or 0) + 1, SCHEMA_VERSION + 1):
-            for statement in MIGRATIONS.get(step, []):
-                con.execute(statement)
+        if version is not None:  # an existing lake: bring its tables up to date first
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS.get(step, []):
+                    con.execute(statement)
         for name, schema in TABLES.items():
             con.execute(create_table_sql(name, schema))
         con.execute(
