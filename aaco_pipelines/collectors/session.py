@@ -99,7 +99,7 @@ def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
         "started_at": dt.datetime.fromisoformat(session["started_at"]),
         "finished_at": dt.datetime.fromisoformat(session["finished_at"]),
         "target": session["target"],
-        "providers_requested": list(request["providers"]) or ["CPUExecutionProvider"],
+        "providers_requested": session["providers_requested"],
         "providers_used": session["providers_used"],
         "trace_source": session["trace_source"],
         "laboratory": request["laboratory"] is not None,

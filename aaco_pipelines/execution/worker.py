@@ -29,6 +29,7 @@ from aaco_pipelines.bundle import write_json
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
+from aaco_pipelines.execution.providers import amd_gpu_visible, choose_providers
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import InputSpec
 
@@ -55,9 +56,10 @@ def session_options(ort, request: dict, profile_prefix: Path | None = None):
     return options
 
 
-def create_session(ort, request: dict, options):
+def resolve_providers(ort, request: dict) -> list[str]:
+    """The providers to ask for: the sidecar's (validated) or the automatic choice."""
     available = ort.get_available_providers()
-    requested = request["providers"] or ["CPUExecutionProvider"]
+    requested = choose_providers(request["providers"], available, amd_gpu_visible())
     unknown = [p for p in requested if p not in available]
     if unknown:
         raise AacoInputError(
@@ -66,7 +68,13 @@ def create_session(ort, request: dict, options):
             path=request.get("sidecar_path") or request["model_path"],
             fix="list only available providers under execution_providers in the sidecar",
         )
-    return ort.InferenceSession(request["model_path"], options, providers=requested)
+    return requested
+
+
+def create_session(ort, request: dict, options):
+    return ort.InferenceSession(
+        request["model_path"], options, providers=request["resolved_providers"]
+    )
 
 
 def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> dict:
@@ -104,7 +112,8 @@ def run_passes(request: dict, out: Path) -> dict:
     feeds = make_inputs(specs, seed=request["seed"])
     passes: dict[str, dict] = {}
 
-    progress("creating session")
+    request = {**request, "resolved_providers": resolve_providers(ort, request)}
+    progress(f"creating session with {', '.join(request['resolved_providers'])}")
     session = create_session(ort, request, session_options(ort, request))
     providers_used = session.get_providers()
     progress(f"warmup pass: {request['warmup_iterations']} iterations")
@@ -129,6 +138,7 @@ def run_passes(request: dict, out: Path) -> dict:
 
     write_json(out / "latencies.json", passes)
     return {
+        "providers_requested": request["resolved_providers"],
         "providers_used": providers_used,
         "profiling_start_ns": profiling_start_ns,
         "profiled_warmup_iterations": PROFILED_WARMUP_ITERATIONS,
