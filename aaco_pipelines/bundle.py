@@ -70,13 +70,19 @@ class SessionBundle:
     def has_tables(self) -> bool:
         return (self.tables_dir / "_COMPLETE").is_file()
 
-    def write_tables(self, tables: dict[str, pa.Table]) -> None:
-        """Replace tables/ as a whole: written beside it, then swapped in, never half there."""
+    def write_tables(
+        self, tables: dict[str, pa.Table], files: dict[str, Path] | None = None
+    ) -> None:
+        """Replace tables/ as a whole: written beside it, then swapped in, never half there.
+        `files` are ready Parquet files (large device traces), moved in as they are."""
         staging = Path(tempfile.mkdtemp(prefix=".tables-", dir=self.path))
+        files = files or {}
         try:
             for name, table in tables.items():
                 pq.write_table(table, staging / f"{name}.parquet", compression="zstd")
-            (staging / "_COMPLETE").write_text(json.dumps(sorted(tables)))
+            for name, path in files.items():
+                shutil.move(str(path), staging / f"{name}.parquet")
+            (staging / "_COMPLETE").write_text(json.dumps(sorted([*tables, *files])))
             if self.tables_dir.exists():
                 shutil.rmtree(self.tables_dir)
             os.replace(staging, self.tables_dir)

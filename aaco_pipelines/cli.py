@@ -52,6 +52,22 @@ def cmd_run(args, paths: AacoPaths) -> int:
     return 0
 
 
+def cmd_ingest(args, paths: AacoPaths) -> int:
+    """A trace collected elsewhere becomes a session, analysed like a measured one."""
+    from aaco_pipelines.ingest import ingest_trace
+    from aaco_pipelines.pipeline import analyze_session
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    bundle = ingest_trace(
+        Path(args.path), paths, model=Path(args.model) if args.model else None, name=args.name
+    )
+    TraceLake(paths.tracelake).ingest_session(bundle)
+    summary = analyze_session(bundle, paths)
+    print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
+    print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
+    return 0
+
+
 def cmd_ui(args, paths: AacoPaths) -> int:
     """Set up AACO_HOME and DAGSTER_HOME, build the zoo if the registry is empty, start Dagster."""
     from aaco_pipelines.instance import prepare_dagster_home
@@ -103,6 +119,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
     run.add_argument("--laboratory", action="store_true", help="pinned cores, fixed threads")
     run.set_defaults(func=cmd_run)
+
+    ingest = sub.add_parser("ingest", help="ingest a trace collected elsewhere as a session")
+    ingest.add_argument(
+        "path", help="rocprofv3 output directory or trace file (csv, json, rocpd, rpd, rocprof v1)"
+    )
+    ingest.add_argument("--model", help="the ONNX model that was traced (adds its graph)")
+    ingest.add_argument("--name", help="model name for the session (default: model or trace name)")
+    ingest.set_defaults(func=cmd_ingest)
 
     ui = sub.add_parser("ui", help="start the Dagster webserver and daemon (same as make run)")
     ui.add_argument("--host", default="127.0.0.1")

@@ -70,9 +70,7 @@ def benchmark_version(
 
 def collect_bundle(bundle: SessionBundle) -> dict[str, int]:
     """Parse the bundle's raw evidence into its normalized tables (tables/*.parquet)."""
-    tables = collect_session(bundle)
-    bundle.write_tables(tables)
-    return {name: table.num_rows for name, table in tables.items()}
+    return collect_session(bundle)
 
 
 def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:
@@ -88,7 +86,9 @@ def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu"
     return {
         "bottleneck": report.bottleneck,
         "confidence": report.confidence,
-        "hardware_envelope_utilization": utilization.hardware_envelope_utilization,
+        "hardware_envelope_utilization": (
+            utilization.hardware_envelope_utilization if utilization else None
+        ),
         "verdicts": dict(
             zip(verdicts["metric"].to_pylist(), verdicts["verdict"].to_pylist(), strict=True)
         ),

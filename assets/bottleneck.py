@@ -38,8 +38,10 @@ def bottleneck_report(
             "session_id": session_id,
             "bottleneck": report.bottleneck,
             "confidence": round(report.confidence, 4),
-            "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4),
-            "dominant_resource": utilization.dominant_resource,
+            "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4)
+            if utilization
+            else None,
+            "dominant_resource": utilization.dominant_resource if utilization else None,
             "posterior": dg.MetadataValue.md(
                 markdown_table(
                     [

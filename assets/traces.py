@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.compute as pc
+import duckdb
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.pipeline import collect_bundle
@@ -20,15 +20,25 @@ from assets.partitions import models_partitions
 def collected_traces(context: dg.AssetExecutionContext, benchmark_run: dict) -> dict:
     bundle = SessionBundle(Path(benchmark_run["bundle_path"]))
     counts = collect_bundle(bundle)
-    events = bundle.read_table("kernel_events")
-    node_events = events.filter(pc.equal(events["category"], "Node"))
     context.add_output_metadata(
         {
             "session_id": bundle.session_id,
             "tables": dg.MetadataValue.path(str(bundle.tables_dir)),
+            "trace_source": bundle.session["trace_source"],
             **{f"rows_{name}": n for name, n in counts.items()},
-            "node_events": node_events.num_rows,
-            "distinct_ops": pc.count_distinct(node_events["op_type"]).as_py(),
+            **event_counts(bundle.table_path("kernel_events")),
         }
     )
     return {**benchmark_run, "row_counts": counts}
+
+
+def event_counts(kernel_events: Path) -> dict:
+    """Host node events, device kernels and distinct ops, counted by DuckDB from the Parquet."""
+    with duckdb.connect() as con:
+        row = con.sql(
+            "SELECT count(*) FILTER (WHERE category = 'Node') AS node_events, "
+            "count(*) FILTER (WHERE category = 'Kernel') AS device_kernels, "
+            "count(DISTINCT op_type) AS distinct_ops FROM read_parquet($file)",
+            params={"file": str(kernel_events)},
+        ).fetchall()[0]
+    return dict(zip(("node_events", "device_kernels", "distinct_ops"), row, strict=True))

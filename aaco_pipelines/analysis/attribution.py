@@ -277,7 +277,8 @@ def _split(members) -> tuple[list[float], str]:
 # The kernels of a session: device kernels when the provider traced them, else the host-side
 # node executions (on the CPU provider those are the kernels).
 KERNELS_SQL = """
-SELECT iteration, node_name, provider, start_ns, duration_ns FROM kernel_events
+SELECT iteration, node_name, provider, start_ns, duration_ns, kernel_name, kernel_family
+FROM kernel_events
 WHERE session_id = $sid AND iteration >= 0 AND category = (
     SELECT CASE WHEN count(*) FILTER (WHERE category = 'Kernel') > 0 THEN 'Kernel' ELSE 'Node' END
     FROM kernel_events WHERE session_id = $sid)
@@ -287,8 +288,8 @@ BREAKDOWN_SQL = f"""
 WITH kernels AS ({KERNELS_SQL}),
 attributed AS (
     SELECT k.iteration,
-           coalesce(m.onnx_node, '(unmatched) ' || k.node_name) AS name,
-           coalesce(m.onnx_op_type, m.runtime_op_type, 'unmatched') AS op_type,
+           coalesce(m.onnx_node, '(unmatched) ' || coalesce(k.node_name, k.kernel_name)) AS name,
+           coalesce(m.onnx_op_type, m.runtime_op_type, k.kernel_family, 'unmatched') AS op_type,
            k.duration_ns * coalesce(m.share, 1.0) AS ns
     FROM kernels k LEFT JOIN mapping m ON m.runtime_node = k.node_name
 ),
@@ -316,22 +317,34 @@ ORDER BY level, mean_ns DESC
 """
 
 
-def session_model_sha(lake, session_id: str) -> str:
+def session_model_sha(lake, session_id: str) -> str | None:
+    """The measured model's content hash (None for a trace ingested without its model)."""
     rows = lake.query("SELECT model_sha256 FROM sessions WHERE session_id = ?", [session_id])
     if rows.num_rows == 0:
         raise KeyError(f"session {session_id} is not in the TraceLake")
     return rows["model_sha256"][0].as_py()
 
 
+def graph_from_nodes(graph_nodes: pa.Table) -> onnx.GraphProto:
+    """The original graph rebuilt from its GRAPH_NODES rows: the runtime graph to map against
+    when ONNX Runtime's optimized model is not there (a trace ingested from elsewhere)."""
+    nodes = [
+        onnx.helper.make_node(r["op_type"], r["inputs"], r["outputs"], name=r["node_name"])
+        for r in graph_nodes.select(["op_type", "inputs", "outputs", "node_name"]).to_pylist()
+    ]
+    return onnx.helper.make_graph(nodes, "original", [], [])
+
+
 def attribute_session(
-    lake, session_id: str, optimized_model: onnx.ModelProto
+    lake, session_id: str, optimized_model: onnx.ModelProto | None
 ) -> dict[str, pa.Table]:
     """The session's node mapping and its per-node / per-op-type time breakdown."""
     sha = session_model_sha(lake, session_id)
     graph_nodes = lake.query(
         "SELECT * FROM graph_nodes WHERE model_sha256 = ? ORDER BY node_index", [sha]
     )
-    mapping = map_runtime_nodes(original_nodes(graph_nodes), optimized_model.graph)
+    runtime_graph = optimized_model.graph if optimized_model else graph_from_nodes(graph_nodes)
+    mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
     breakdown = lake.query(
         BREAKDOWN_SQL, {"sid": session_id, "sha": sha}, tables={"mapping": mapping}
     )

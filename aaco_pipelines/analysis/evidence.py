@@ -20,13 +20,19 @@ WHERE session_id = $sid AND pass = 'measured'
 """
 
 
-def session_utilization(lake, session_id: str, metrics: dict, envelope: HardwareEnvelope):
-    """How close the session's kernels came to the measured envelope (per iteration)."""
-    totals = lake.query(
+def session_utilization(
+    lake, session_id: str, metrics: dict, envelope: HardwareEnvelope
+) -> EnvelopeUtilization | None:
+    """How close the session's kernels came to the measured envelope (per iteration); None
+    when the model's graph (its FLOPs and bytes) is unknown, e.g. a trace ingested alone."""
+    rows = lake.query(
         "SELECT m.total_flops, m.total_bytes_moved FROM models m JOIN sessions s "
         "USING (model_sha256) WHERE s.session_id = $sid",
         {"sid": session_id},
-    ).to_pylist()[0]
+    ).to_pylist()
+    if not rows or not metrics.get("busy_ns_per_iteration"):
+        return None
+    totals = rows[0]
     return envelope_utilization(
         float(totals["total_flops"] or 0.0),
         float(totals["total_bytes_moved"] or 0.0),
@@ -36,7 +42,11 @@ def session_utilization(lake, session_id: str, metrics: dict, envelope: Hardware
 
 
 def session_evidence(
-    lake, session_id: str, metrics: dict, utilization: EnvelopeUtilization, ridge_point: float
+    lake,
+    session_id: str,
+    metrics: dict,
+    utilization: EnvelopeUtilization | None,
+    ridge_point: float,
 ) -> dict[str, float | None]:
     telemetry = lake.query(MEASURED_TELEMETRY_SQL, {"sid": session_id})
     device = np.asarray(telemetry["device"].to_pylist(), dtype=object)
@@ -50,13 +60,13 @@ def session_evidence(
 
     runqueue_ms_per_s = mean_of("runqueue_wait")
     clock_drop, clock_cv = _clock_signals(timestamp, metric, value)
-    intensity = utilization.arithmetic_intensity
+    intensity = utilization.arithmetic_intensity if utilization else None
     return {
         "launch_tax": metrics["launch_tax"],
         "microkernel_share": metrics["microkernel_share"],
         "mean_kernel_us": metrics["mean_kernel_us"],
-        "compute_utilization": utilization.compute_utilization,
-        "memory_utilization": utilization.memory_utilization,
+        "compute_utilization": utilization.compute_utilization if utilization else None,
+        "memory_utilization": utilization.memory_utilization if utilization else None,
         "arithmetic_intensity_ratio": intensity / ridge_point if intensity is not None else None,
         "runqueue_wait_ratio": runqueue_ms_per_s / 1000.0
         if runqueue_ms_per_s is not None

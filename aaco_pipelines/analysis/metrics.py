@@ -82,7 +82,9 @@ def partition_count(providers: list[str | None]) -> int:
     return int(len(values) > 0) + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
-def compute_metrics(kernels: pa.Table, runs: pa.Table, onnx_node_count: int) -> dict[str, float]:
+def compute_metrics(
+    kernels: pa.Table, runs: pa.Table, onnx_node_count: int | None
+) -> dict[str, float | None]:
     """All derived metrics from the session's kernels and its model_run spans."""
     n_iterations = runs.num_rows
     iteration = kernels["iteration"].to_numpy().astype(np.int64)
@@ -93,12 +95,12 @@ def compute_metrics(kernels: pa.Table, runs: pa.Table, onnx_node_count: int) -> 
     first = iteration == iteration.min() if len(iteration) else iteration.astype(bool)
     first_providers = np.asarray(kernels["provider"].to_pylist(), dtype=object)[first]
     kernels_per_iteration = len(duration) / max(n_iterations, 1)
-    return {
-        "kernel_amplification_ratio": kernels_per_iteration / onnx_node_count,
-        "partition_fragmentation_index": partition_count(
-            list(first_providers[np.argsort(start[first], kind="stable")])
-        )
-        / onnx_node_count,
+    partitions = partition_count(list(first_providers[np.argsort(start[first], kind="stable")]))
+    return {  # per-node ratios need the model's graph: None for a trace ingested without it
+        "kernel_amplification_ratio": kernels_per_iteration / onnx_node_count
+        if onnx_node_count
+        else None,
+        "partition_fragmentation_index": partitions / onnx_node_count if onnx_node_count else None,
         "launch_tax": float(np.mean(np.clip((wall - busy) / wall, 0.0, 1.0))),
         "device_active_ratio": float(np.mean(np.clip(busy / wall, 0.0, 1.0))),
         "microkernel_share": float(np.mean(duration < MICROKERNEL_NS)) if len(duration) else 0.0,
@@ -118,8 +120,9 @@ def session_metrics(lake, session_id: str) -> pa.Table:
         "SELECT m.node_count FROM models m JOIN sessions s USING (model_sha256) "
         "WHERE s.session_id = $sid",
         params,
-    )["node_count"][0].as_py()
-    metrics = compute_metrics(kernels, runs, node_count)
+    )["node_count"].to_pylist()
+    metrics = compute_metrics(kernels, runs, node_count[0] if node_count else None)
+    metrics = {name: value for name, value in metrics.items() if value is not None}
     return pa.table(
         {
             "session_id": [session_id] * len(metrics),

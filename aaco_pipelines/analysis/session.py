@@ -29,7 +29,8 @@ from aaco_pipelines.tracelake.store import TraceLake
 
 def attribute(lake: TraceLake, bundle: SessionBundle) -> dict[str, pa.Table]:
     """Attribute the session's kernels to ONNX nodes and derive its metrics; stored, returned."""
-    optimized = onnx.load(str(bundle.file("optimized_model.onnx")), load_external_data=False)
+    path = bundle.file("optimized_model.onnx")
+    optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
     tables = attribute_session(lake, bundle.session_id, optimized)
     tables["derived_metrics"] = session_metrics(lake, bundle.session_id)
     lake.replace_session_rows(bundle.session_id, tables)
@@ -100,7 +101,7 @@ def explain(
     metrics: dict[str, float],
     envelope_id: str,
     envelope: HardwareEnvelope,
-) -> tuple[BottleneckReport, EnvelopeUtilization]:
+) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
     """Place the session's ops on the roofline, gather the evidence and classify; stored."""
     nodes = lake.query(
         "SELECT name AS onnx_node, op_type, flops, bytes_moved, mean_ns AS time_ns "
@@ -123,8 +124,10 @@ def explain(
         "envelope_id": envelope_id,
         "bottleneck": report.bottleneck,
         "confidence": report.confidence,
-        "dominant_resource": utilization.dominant_resource,
-        "hardware_envelope_utilization": utilization.hardware_envelope_utilization,
+        "dominant_resource": utilization.dominant_resource if utilization else None,
+        "hardware_envelope_utilization": (
+            utilization.hardware_envelope_utilization if utilization else None
+        ),
         "posterior_json": json.dumps(summary["posterior"]),
         "evidence_json": json.dumps(summary["evidence"]),
         "recommendations_json": json.dumps(summary["recommendations"]),

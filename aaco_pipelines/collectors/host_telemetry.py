@@ -88,7 +88,7 @@ def _process_metrics(
     return metrics
 
 
-def _pass_labels(timestamps: np.ndarray, passes: Sequence[tuple[str, int, int]]) -> np.ndarray:
+def pass_labels(timestamps: np.ndarray, passes: Sequence[tuple[str, int, int]]) -> np.ndarray:
     """The pass whose [start, end] holds each timestamp; the first listed wins an overlap."""
     labels = np.full(len(timestamps), "other", dtype=object)
     assigned = np.zeros(len(timestamps), dtype=bool)
@@ -112,7 +112,7 @@ def host_telemetry_table(
         {
             "session_id": pa.array(np.full(count, session_id, dtype=object), pa.string()),
             "source": pa.array(np.full(count, "host", dtype=object), pa.string()),
-            "pass": pa.array(_pass_labels(rows["timestamp_ns"], passes), pa.string()),
+            "pass": pa.array(pass_labels(rows["timestamp_ns"], passes), pa.string()),
             "timestamp_ns": pa.array(rows["timestamp_ns"], pa.int64()),
             "device": pa.array(rows["device"], pa.string()),
             "metric": pa.array(rows["metric"], pa.string()),

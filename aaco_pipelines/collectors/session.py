@@ -1,49 +1,129 @@
 """A session bundle's raw evidence → the normalized TraceLake tables of that session.
 
 This is the single place where a bundle becomes rows: per-iteration latencies, kernel events from
-the trace source, host telemetry, and the one `sessions` row with the summary statistics. The
-next sources (rocprofv3, amdsmi) plug in here as further producers of the same tables.
+ONNX Runtime's profile and (on a GPU host) rocprofv3's device trace, host and GPU telemetry, and
+the one `sessions` row with the summary statistics.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import tempfile
+from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aaco_pipelines.analysis.fingerprints import kernel_families
 from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.collectors.host_telemetry import host_telemetry_table
+from aaco_pipelines.collectors.host_telemetry import host_telemetry_table, pass_labels
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
+from aaco_pipelines.collectors.traces import collect_trace
 from aaco_pipelines.execution.environment import runtime_fingerprint
-from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
+from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 
 PASS_ORDER = ("warmup", "measured", "profiled")
 
 
-def collect_session(bundle: SessionBundle) -> dict[str, pa.Table]:
-    """All TraceLake tables of one session (graph tables are added by the graph store)."""
+def collect_session(bundle: SessionBundle) -> dict[str, int]:
+    """Write all TraceLake tables of one session into the bundle's tables/; row counts.
+
+    Graph tables are added at ingestion from the bundle's graph/. Device traces (rocprofv3 output
+    in rocprof/) stream through DuckDB into Parquet and are merged with ONNX Runtime's host
+    events; small tables are built in Arrow."""
     session = bundle.session
     latencies = bundle.read_json("latencies.json")
-    iterations = iterations_table(bundle.session_id, latencies)
-    kernel_events = read_ort_profile(
+    passes = [(name, *bounds) for name, bounds in session["passes"].items()]
+    tables = {
+        "sessions": sessions_row(bundle, latencies),
+        "iterations": iterations_table(bundle.session_id, latencies),
+        "telemetry": telemetry_table(bundle, passes),
+    }
+    ort_events = read_ort_profile(
         bundle.file("ort_profile.json"),
         bundle.session_id,
         session["profiling_start_ns"],
         warmup_runs=session["profiled_warmup_iterations"],
     )
-    passes = [(name, *bounds) for name, bounds in session["passes"].items()]
-    telemetry = host_telemetry_table(
-        pq.read_table(bundle.file("host_samples.parquet")), bundle.session_id, passes
-    )
+    with tempfile.TemporaryDirectory(prefix=".collect-", dir=bundle.path) as tmp:
+        files = device_trace_files(bundle, ort_events, Path(tmp))
+        if "kernel_events" not in files:
+            tables["kernel_events"] = ort_events
+        bundle.write_tables(tables, files)
     return {
-        "sessions": sessions_row(bundle, latencies),
-        "iterations": iterations,
-        "kernel_events": kernel_events,
-        "telemetry": telemetry,
+        name: pq.ParquetFile(bundle.table_path(name)).metadata.num_rows
+        for name in (*tables, *files)
     }
+
+
+def telemetry_table(bundle: SessionBundle, passes: list[tuple[str, int, int]]) -> pa.Table:
+    """Host telemetry, plus the GPU's (amdsmi) when the run sampled it."""
+    parts = [
+        host_telemetry_table(
+            pq.read_table(bundle.file("host_samples.parquet")), bundle.session_id, passes
+        )
+    ]
+    if bundle.file("gpu_samples.parquet").is_file():
+        parts.append(
+            gpu_telemetry_table(
+                pq.read_table(bundle.file("gpu_samples.parquet")), bundle.session_id, passes
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def gpu_telemetry_table(raw: pa.Table, session_id: str, passes) -> pa.Table:
+    """amdsmi samples (timestamp_ns, device, metric, value, unit) as TELEMETRY rows."""
+    stamps = raw["timestamp_ns"].to_numpy()
+    table = raw.append_column("pass", pa.array(pass_labels(stamps, passes), pa.string()))
+    table = table.append_column("session_id", pa.array([session_id] * raw.num_rows, pa.string()))
+    table = table.append_column("source", pa.array(["amdsmi"] * raw.num_rows, pa.string()))
+    return conform(table, TELEMETRY)
+
+
+def device_trace_files(bundle: SessionBundle, ort_events: pa.Table, tmp: Path) -> dict[str, Path]:
+    """Tables of the rocprofv3 output the traced pass left in rocprof/ (none without it):
+    device kernels merged after ONNX Runtime's events, each labelled with its kernel family."""
+    trace_dir = bundle.file("rocprof")
+    if not trace_dir.is_dir():
+        return {}
+    counts = collect_trace(trace_dir, bundle.session_id, tmp)
+    files = {name: tmp / f"{name}.parquet" for name, rows in counts.items() if rows}
+    if "kernel_events" in files:
+        host = tmp / "ort_events.parquet"
+        pq.write_table(ort_events, host)
+        files["kernel_events"] = merge_kernel_events(
+            [host, files["kernel_events"]], tmp / "merged.parquet"
+        )
+    return files
+
+
+def merge_kernel_events(parts: list[Path], target: Path) -> Path:
+    """One kernel_events Parquet from several, with `kernel_family` filled for device kernels.
+
+    Families are decided once per distinct kernel name (thousands, not millions) and joined in
+    by DuckDB, so the rows stream from file to file."""
+    sources = [str(p) for p in parts]
+    with duckdb.connect() as con:
+        names = con.sql(
+            "SELECT DISTINCT kernel_name FROM read_parquet($files, union_by_name = true) "
+            "WHERE kernel_name IS NOT NULL",
+            params={"files": sources},
+        ).to_arrow_table()["kernel_name"]
+        families = pa.table({"kernel_name": names, "family": kernel_families(names)})
+        con.register("families", families)
+        columns = [f.name for f in KERNEL_EVENTS if f.name != "kernel_family"]
+        select = ", ".join(f'e."{c}"' for c in columns)
+        con.execute(
+            f"COPY (SELECT {select}, coalesce(e.kernel_family, f.family) AS kernel_family "
+            "FROM read_parquet($files, union_by_name = true) e "
+            "LEFT JOIN families f USING (kernel_name)) TO $target (FORMAT parquet)",
+            {"files": sources, "target": str(target)},
+        ).fetchall()
+    return target
 
 
 def iterations_table(session_id: str, latencies: dict) -> pa.Table:

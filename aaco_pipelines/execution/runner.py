@@ -24,13 +24,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle, write_json
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.execution.gpu_sampler import GpuSampler
 from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
+from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.registry.sidecar import InputSpec
 
 Progress = Callable[[str], None]
@@ -91,13 +94,13 @@ def run_benchmark(
         staging / "request.json", {**request.to_json(), "limits": dataclasses.asdict(limits)}
     )
     try:
-        outcome = _watch_worker(request, staging, limits, say)
+        outcome = _run_plan(request, staging, limits, say)
     except BaseException as exc:
         _keep_failure(staging, paths, request.session_id, exc)
         raise
     if graph_dir is not None:
         shutil.copytree(graph_dir, staging / "graph")
-    worker = json.loads((staging / "worker_result.json").read_text())
+    worker = _merge_worker_results(staging, [call.passes for call in outcome["calls"]])
     write_json(
         staging / "session.json",
         {
@@ -108,7 +111,7 @@ def run_benchmark(
             "target": request.target,
             "started_at": started_at.isoformat(),
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-            "trace_source": "ort_profile",
+            "trace_source": "rocprofv3" if outcome["device_trace"]["tool"] else "ort_profile",
             **worker,
             **outcome,
         },
@@ -120,19 +123,110 @@ def run_benchmark(
     return SessionBundle(final)
 
 
-def _watch_worker(
+@dataclass(frozen=True)
+class WorkerCall:
+    passes: str  # all | measured | profiled
+    command: list[str]
+
+
+def worker_plan(request_path: Path, rocprofv3: str | None, trace_dir: Path) -> list[WorkerCall]:
+    """One worker for every pass; or, with rocprofv3 on a GPU host, the measured passes in a
+    plain worker and the profiled pass in a second worker traced by rocprofv3 (kernel, HIP
+    runtime API and memory-copy traces as CSV), so the device trace never slows the latency
+    figures down."""
+    worker = [sys.executable, "-m", "aaco_pipelines.execution.worker", str(request_path)]
+    if rocprofv3 is None:
+        return [WorkerCall("all", [*worker, "all"])]
+    traced = [
+        rocprofv3,
+        "--kernel-trace",
+        "--hip-runtime-trace",
+        "--memory-copy-trace",
+        "--output-format",
+        "csv",
+        "--output-directory",
+        str(trace_dir),
+        "--output-file",
+        "trace",
+        "--",
+        *worker,
+        "profiled",
+    ]
+    return [WorkerCall("measured", [*worker, "measured"]), WorkerCall("profiled", traced)]
+
+
+def device_tracer() -> tuple[str | None, str]:
+    """rocprofv3's path when this host can trace an AMD GPU, else None and why not."""
+    path = shutil.which("rocprofv3")
+    if path is None:
+        return None, "rocprofv3 not on PATH: ONNX Runtime's profiler is the kernel-trace source"
+    if not amd_gpu_visible():
+        return None, "no AMD GPU visible (/dev/kfd): ONNX Runtime's profiler is the source"
+    return path, f"rocprofv3 at {path}"
+
+
+def _run_plan(
     request: BenchmarkRequest, staging: Path, limits: RunnerLimits, say: Progress
 ) -> dict:
-    """Run the worker to completion under the limits; returns what the parent observed."""
-    log = open(staging / "worker.log", "w")  # noqa: SIM115 - closed below, also on failure
-    command = [
-        sys.executable,
-        "-m",
-        "aaco_pipelines.execution.worker",
-        str(staging / "request.json"),
-    ]
+    """Every worker call of the plan under the limits, with GPU telemetry around all of them."""
+    tracer, reason = device_tracer()
+    calls = worker_plan(staging / "request.json", tracer, staging / "rocprof")
+    gpu = GpuSampler(interval_s=limits.sample_interval_s * 2)
+    gpu.start()
+    host_samples, observed = [], []
+    try:
+        for call in calls:
+            samples, seen = _watch_worker(request, call, staging, limits, say)
+            host_samples.append(samples)
+            observed.append(seen)
+    finally:
+        gpu_samples = gpu.stop()
+        if host_samples:
+            pq.write_table(pa.concat_tables(host_samples), staging / "host_samples.parquet")
+        if gpu.available:
+            pq.write_table(gpu_samples, staging / "gpu_samples.parquet")
+    outcome = {
+        "calls": calls,
+        "device_trace": {
+            "tool": "rocprofv3" if tracer else None,
+            "reason": reason,
+            "command": calls[-1].command if tracer else None,
+        },
+        "gpu_telemetry": {"source": "amdsmi" if gpu.available else None, "reason": gpu.reason},
+        "worker_wall_s": round(sum(o["worker_wall_s"] for o in observed), 3),
+        "worker_exit_code": observed[-1]["worker_exit_code"],
+        "worker_peak_rss_bytes": max(o["worker_peak_rss_bytes"] for o in observed),
+        "command": [c.command for c in calls],
+        "cgroup": observed[0]["cgroup"],
+    }
+    write_json(
+        staging / "observed.json", {**outcome, "calls": [dataclasses.asdict(c) for c in calls]}
+    )
+    return outcome
+
+
+def _merge_worker_results(staging: Path, passes: list[str]) -> dict:
+    """One worker_result.json and latencies.json from the worker calls of the plan."""
+    result: dict = {"passes": {}}
+    latencies: dict = {}
+    for which in passes:
+        part = json.loads((staging / f"worker_result.{which}.json").read_text())
+        result["passes"].update(part.pop("passes"))
+        result.update(part)
+        latencies.update(json.loads((staging / f"latencies.{which}.json").read_text()))
+    write_json(staging / "worker_result.json", result)
+    write_json(staging / "latencies.json", latencies)
+    return result
+
+
+def _watch_worker(
+    request: BenchmarkRequest, call: WorkerCall, staging: Path, limits: RunnerLimits, say: Progress
+) -> tuple[pa.Table, dict]:
+    """Run one worker call to completion under the limits; its host samples and what the
+    parent observed."""
+    log = open(staging / "worker.log", "a")  # noqa: SIM115 - closed below, also on failure
     process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
+        call.command, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     forwarder = threading.Thread(
         target=_forward_progress, args=(process.stderr, log, say), daemon=True
@@ -158,18 +252,16 @@ def _watch_worker(
         log.close()
         if cgroup:
             remove_cgroup(cgroup)
-    pq.write_table(raw_samples, staging / "host_samples.parquet")
     observed = {
         "worker_wall_s": round(time.monotonic() - started, 3),
         "worker_exit_code": process.returncode,
         "worker_peak_rss_bytes": sampler.peak_rss_bytes,
-        "command": command,
         "cgroup": cgroup,
     }
-    write_json(staging / "observed.json", observed)
     if killed_for or process.returncode != 0:
+        pq.write_table(raw_samples, staging / f"host_samples.{call.passes}.parquet")
         _raise_worker_failure(request, staging, process.returncode, killed_for, limits, sampler)
-    return observed
+    return raw_samples, observed
 
 
 def _wait_within_limits(

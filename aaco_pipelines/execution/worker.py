@@ -1,6 +1,8 @@
 """The benchmark worker: runs one model in ONNX Runtime, in its own process.
 
-Started by `execution.runner` as `python -m aaco_pipelines.execution.worker REQUEST.json`. It owns
+Started by `execution.runner` as `python -m aaco_pipelines.execution.worker REQUEST.json [PASSES]`
+(PASSES: all | measured | profiled; the runner splits them when the profiled pass runs under
+rocprofv3). It owns
 nothing but its output folder, so a crash, hang or out-of-memory here cannot take the caller down.
 
 Passes, in order, each recorded with its start and end (epoch ns):
@@ -101,7 +103,8 @@ def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> di
     }
 
 
-def run_passes(request: dict, out: Path) -> dict:
+def run_passes(request: dict, out: Path, which: str = "all") -> dict:
+    """Run the passes `which` names: "all", "measured" (warm-up + measured) or "profiled"."""
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)
@@ -110,12 +113,21 @@ def run_passes(request: dict, out: Path) -> dict:
         for name, s in request["inputs"].items()
     }
     feeds = make_inputs(specs, seed=request["seed"])
-    passes: dict[str, dict] = {}
-
     request = {**request, "resolved_providers": resolve_providers(ort, request)}
+    result: dict = {"providers_requested": request["resolved_providers"]}
+    passes: dict[str, dict] = {}
+    if which in ("all", "measured"):
+        result.update(_measured_passes(ort, request, feeds, passes))
+    if which in ("all", "profiled"):
+        result.update(_profiled_pass(ort, request, feeds, passes, out))
+    write_json(out / f"latencies.{which}.json", passes)
+    result["passes"] = {name: [p["start_ns"], p["end_ns"]] for name, p in passes.items()}
+    return result
+
+
+def _measured_passes(ort, request: dict, feeds: dict, passes: dict) -> dict:
     progress(f"creating session with {', '.join(request['resolved_providers'])}")
     session = create_session(ort, request, session_options(ort, request))
-    providers_used = session.get_providers()
     progress(f"warmup pass: {request['warmup_iterations']} iterations")
     passes["warmup"] = timed_pass(session, feeds, request["warmup_iterations"])
     progress(
@@ -125,8 +137,15 @@ def run_passes(request: dict, out: Path) -> dict:
     passes["measured"] = timed_pass(
         session, feeds, request["measured_iterations"], request["min_measured_seconds"]
     )
-    del session
+    return {
+        "providers_used": session.get_providers(),
+        "measured_median_ns": int(np.median(passes["measured"]["latency_ns"])),
+    }
 
+
+def _profiled_pass(ort, request: dict, feeds: dict, passes: dict, out: Path) -> dict:
+    """A fresh session with ONNX Runtime's profiler on (and, when the runner wraps this process
+    in rocprofv3, the device trace): never the session the latency figures came from."""
     progress(f"profiled pass: {request['profiled_iterations']} iterations")
     options = session_options(ort, request, profile_prefix=out / "ort_profile")
     options.optimized_model_filepath = str(out / "optimized_model.onnx")
@@ -135,20 +154,16 @@ def run_passes(request: dict, out: Path) -> dict:
     timed_pass(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
     passes["profiled"] = timed_pass(profiled, feeds, request["profiled_iterations"])
     os.replace(profiled.end_profiling(), out / "ort_profile.json")
-
-    write_json(out / "latencies.json", passes)
     return {
-        "providers_requested": request["resolved_providers"],
-        "providers_used": providers_used,
+        "profiled_providers_used": profiled.get_providers(),
         "profiling_start_ns": profiling_start_ns,
         "profiled_warmup_iterations": PROFILED_WARMUP_ITERATIONS,
-        "passes": {name: [p["start_ns"], p["end_ns"]] for name, p in passes.items()},
-        "measured_median_ns": int(np.median(passes["measured"]["latency_ns"])),
     }
 
 
 def main(argv: list[str]) -> int:
     request_path = Path(argv[1])
+    which = argv[2] if len(argv) > 2 else "all"
     out = request_path.parent
     request = json.loads(request_path.read_text())
     try:
@@ -161,10 +176,11 @@ def main(argv: list[str]) -> int:
                     inter_op_threads=request["laboratory"]["inter_op_threads"],
                 )
             )
-        write_json(out / "env.json", capture_environment())
-        result = run_passes(request, out)
+        if not (out / "env.json").exists():
+            write_json(out / "env.json", capture_environment())
+        result = run_passes(request, out, which)
         result["laboratory_affinity"] = lab_record
-        write_json(out / "worker_result.json", result)
+        write_json(out / f"worker_result.{which}.json", result)
         progress("done")
         return 0
     except AacoInputError as exc:

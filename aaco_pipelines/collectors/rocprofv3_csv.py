@@ -1,0 +1,300 @@
+"""rocprofv3's CSV output → plans for kernel_events, api_calls, memory_copies, counters, agents.
+
+The output is a folder of `<prefix>_<kind>.csv` files (any subset, any prefix: the pid, the
+`--output-file` name, `out` for `rocpd convert`), or one such file. Each file is recognised by
+its header, not its name, and read by DuckDB with the header's own column names lower-cased (so
+`LDS_Block_Size` and `Lds_Block_Size` are one column) as VARCHAR with a fixed dialect (comma,
+double quotes, strict): no sniffing, so a quoted kernel name with commas or a short file reads
+the same way every time, and a malformed row is an error instead of a silent guess.
+
+Headers by generation, as the tools wrote them (the columns mapped here; others are ignored):
+
+kernel_trace.csv
+- ROCm 6.2, 16 columns (rocprofiler-sdk rocprofv3.md, "Kernel trace"): Kind, Agent_Id (a
+  number), Queue_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp, End_Timestamp,
+  Private_Segment_Size, Group_Segment_Size, Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z.
+- ROCm 6.3-6.4.1, 18 columns (outputs quoted in ROCm/rocprofiler-sdk issues and LUMI course
+  notes): Thread_Id and Dispatch_Id added after Queue_Id. The docs' own sample
+  (source/docs/data/kernel_trace.csv) also has Stream_Id after Queue_Id (19 columns).
+- ROCm 7.x, 22 columns (the sLLM sample): Kind, Agent_Id ("Agent 2"), Queue_Id, Stream_Id,
+  Thread_Id, Dispatch_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp,
+  End_Timestamp, LDS_Block_Size, Scratch_Size, VGPR_Count, Accum_VGPR_Count, SGPR_Count,
+  Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z.
+- `rocpd convert` (rocpd2csv), 23 columns (HPCTrainingExamples rocpd README): Guid, then the 22
+  spelled Lds_Block_Size, Vgpr_Count, Accum_Vgpr_Count, Sgpr_Count.
+  Grid_Size_* count work-items, not workgroups, in every generation (see the issue thread
+  "Grid_Size ... 1048576" on rocprofiler-sdk), so grid_size = X*Y*Z is total work-items.
+
+hip_api_trace.csv (also hsa_api_trace, marker_api_trace, rccl_api_trace: same columns; a
+leading Guid from `rocpd convert`): Domain, Function, Process_Id, Thread_Id, Correlation_Id,
+Start_Timestamp, End_Timestamp.
+
+memory_copy_trace.csv: ROCm 6.2 Kind, Direction ("HOST_TO_DEVICE"), Source_Agent_Id,
+Destination_Agent_Id, Correlation_Id, Start_Timestamp, End_Timestamp; later Stream_Id after
+Direction and directions spelled "MEMORY_COPY_HOST_TO_DEVICE". No byte count in any version.
+
+counter_collection.csv (one row per dispatch x counter): ROCm 6.2 Correlation_Id, Dispatch_Id,
+Agent_Id, Queue_Id, Process_Id, Thread_Id, Grid_Size, Kernel_Name, Workgroup_Size,
+LDS_Block_Size, Scratch_Size, VGPR_Count, SGPR_Count, Counter_Name, Counter_Value; later also
+Kernel_Id, Accum_VGPR_Count, Start_Timestamp, End_Timestamp.
+
+agent_info.csv: Node_Id, Logical_Node_Id, Agent_Type, ..., Wave_Front_Size, ..., Cu_Count, ...,
+Max_Engine_Clk_Fcompute, ..., Name (gfx target for GPUs), Vendor_Name, Product_Name, Model_Name
+(53 columns in the sample); unmapped columns go to details_json.
+
+Times are the file's raw nanoseconds; duration = End_Timestamp - Start_Timestamp, never fixed.
+vgpr_count is VGPR_Count as written (architectural VGPRs; Accum_VGPR_Count stays out).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import duckdb
+
+from aaco_pipelines.errors import AacoInputError
+
+SOURCE = "rocprofv3_csv"
+
+# Kind of file → the TraceLake table it fills.
+TABLE_OF_KIND = {
+    "kernel_trace": "kernel_events",
+    "api_trace": "api_calls",
+    "memory_copy_trace": "memory_copies",
+    "counter_collection": "counters",
+    "agent_info": "agents",
+}
+# rocprofv3's own file names: a file named so must have the matching header.
+_SUFFIXES = {
+    "kernel_trace.csv": "kernel_trace",
+    "hip_api_trace.csv": "api_trace",
+    "hsa_api_trace.csv": "api_trace",
+    "marker_api_trace.csv": "api_trace",
+    "rccl_api_trace.csv": "api_trace",
+    "memory_copy_trace.csv": "memory_copy_trace",
+    "counter_collection.csv": "counter_collection",
+    "agent_info.csv": "agent_info",
+}
+# The columns that identify a kind; checked in this order (counter rows also name a kernel).
+_SIGNATURES = (
+    ("counter_collection", {"counter_name", "counter_value"}),
+    ("kernel_trace", {"kernel_name", "start_timestamp", "end_timestamp"}),
+    ("api_trace", {"domain", "function", "start_timestamp", "end_timestamp"}),
+    ("memory_copy_trace", {"direction", "source_agent_id", "start_timestamp", "end_timestamp"}),
+    ("agent_info", {"node_id", "agent_type"}),
+)
+
+Plan = tuple[str, dict[str, str]]
+
+
+def csv_header(path: Path) -> list[str]:
+    """The first line's column names, lower-cased and trimmed ([] for an empty file)."""
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        first = next(csv.reader(handle), [])
+    return [name.strip().lower() for name in first]
+
+
+def classify(header: list[str]) -> str | None:
+    """Which rocprofv3 CSV a header belongs to (a key of TABLE_OF_KIND), None if none."""
+    names = set(header)
+    return next((kind for kind, needed in _SIGNATURES if needed <= names), None)
+
+
+def trace_files(path: Path) -> dict[str, list[Path]]:
+    """The rocprofv3 CSV files of a folder (searched recursively: `--pmc` runs write pmc_N/
+    subfolders) or of a single file, by kind. A file named like a rocprofv3 output whose header
+    does not match is truncated or corrupt, and stops the read rather than being skipped."""
+    candidates = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
+    found: dict[str, list[Path]] = {}
+    for candidate in candidates:
+        kind = _kind_of(candidate)
+        if kind is None and (path.is_file() or _named_kind(candidate)):
+            raise AacoInputError(
+                "not a rocprofv3 CSV this reader knows (unrecognised header)",
+                path=candidate,
+                fix="give rocprofv3's own kernel_trace / hip_api_trace / memory_copy_trace / "
+                "counter_collection / agent_info CSV; re-collect if it was truncated",
+            )
+        if kind is not None:
+            found.setdefault(kind, []).append(candidate)
+    return found
+
+
+def plans(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, Plan]:
+    """One plan (FROM clause, column expressions) per TraceLake table the output has."""
+    builders = {
+        "kernel_trace": _kernel_events,
+        "api_trace": _api_calls,
+        "memory_copy_trace": _memory_copies,
+        "counter_collection": _counters,
+        "agent_info": _agents,
+    }
+    files = trace_files(path)
+    result = {}
+    for kind in TABLE_OF_KIND:  # kernels first: the table everything else hangs off
+        if kind in files:
+            view, columns = register_csv(con, f"rocprofv3_{kind}", files[kind])
+            if kind == "agent_info":  # one copy per pmc_N/ pass of a counter run
+                view = f"(SELECT DISTINCT * FROM {view})"
+            result[TABLE_OF_KIND[kind]] = (view, builders[kind](columns))
+    return result
+
+
+def register_csv(con: duckdb.DuckDBPyConnection, view: str, files: list[Path]) -> tuple[str, set]:
+    """A DuckDB view over CSV files (their columns united by name), and its column names."""
+    selects, columns = [], set()
+    for file in files:
+        header = csv_header(file)
+        columns |= set(header)
+        selects.append(f"SELECT * FROM {read_csv_sql(file, header)}")
+    con.execute(f'CREATE OR REPLACE TEMP VIEW "{view}" AS ' + " UNION ALL BY NAME ".join(selects))
+    return f'"{view}"', columns
+
+
+def read_csv_sql(file: Path, header: list[str]) -> str:
+    """DuckDB's read_csv of one file with its own header as VARCHAR columns, no sniffing."""
+    columns = ", ".join(f"{sql_literal(name)}: 'VARCHAR'" for name in header)
+    return (
+        f"read_csv({sql_literal(str(file))}, header = true, auto_detect = false, delim = ',', "
+        f"quote = '\"', escape = '\"', strict_mode = true, columns = {{{columns}}})"
+    )
+
+
+def sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def column(columns: set, *names: str) -> str | None:
+    """The first of `names` the file has, as a quoted identifier."""
+    return next((f'"{name}"' for name in names if name in columns), None)
+
+
+def product(columns: set, prefix: str) -> str | None:
+    """prefix_x * prefix_y * prefix_z as BIGINT, when the file has all three."""
+    parts = [column(columns, f"{prefix}_{axis}") for axis in "xyz"]
+    return " * ".join(f"CAST({p} AS BIGINT)" for p in parts) if all(parts) else None
+
+
+def duration(start: str, end: str) -> str:
+    return f'CAST("{end}" AS BIGINT) - CAST("{start}" AS BIGINT)'
+
+
+def present(expressions: dict[str, str | None]) -> dict[str, str]:
+    return {name: expr for name, expr in expressions.items() if expr is not None}
+
+
+def _kind_of(file: Path) -> str | None:
+    try:
+        return classify(csv_header(file))
+    except UnicodeDecodeError:
+        return None
+
+
+def _named_kind(file: Path) -> str | None:
+    return next((kind for suffix, kind in _SUFFIXES.items() if file.name.endswith(suffix)), None)
+
+
+def _agent_number(agent: str | None) -> str | None:
+    """Agent_Id's number: "Agent 2", "GPU 0" or a bare "2" → 2 (the index rocprofv3 printed)."""
+    return agent and f"TRY_CAST(regexp_extract({agent}, '(\\d+)', 1) AS INTEGER)"
+
+
+def _kernel_events(c: set) -> dict[str, str]:
+    name = column(c, "kernel_name")
+    return present(
+        {
+            "source": f"'{SOURCE}'",
+            "category": "'Kernel'",
+            "event_name": name,
+            "kernel_name": name,
+            "start_ns": column(c, "start_timestamp"),
+            "duration_ns": duration("start_timestamp", "end_timestamp"),
+            "thread_id": column(c, "thread_id"),
+            "process_id": column(c, "process_id"),
+            "device_id": _agent_number(column(c, "agent_id")),
+            "queue_id": column(c, "queue_id"),
+            "stream_id": column(c, "stream_id"),
+            "correlation_id": column(c, "correlation_id"),
+            "dispatch_id": column(c, "dispatch_id"),
+            "grid_size": product(c, "grid_size"),
+            "workgroup_size": product(c, "workgroup_size"),
+            "lds_bytes": column(c, "lds_block_size", "group_segment_size"),
+            "scratch_bytes": column(c, "scratch_size", "private_segment_size"),
+            "vgpr_count": column(c, "vgpr_count", "arch_vgpr_count"),
+            "sgpr_count": column(c, "sgpr_count"),
+        }
+    )
+
+
+def _api_calls(c: set) -> dict[str, str]:
+    return present(
+        {
+            "source": f"'{SOURCE}'",
+            "domain": column(c, "domain"),
+            "api_name": column(c, "function"),
+            "start_ns": column(c, "start_timestamp"),
+            "duration_ns": duration("start_timestamp", "end_timestamp"),
+            "process_id": column(c, "process_id"),
+            "thread_id": column(c, "thread_id"),
+            "correlation_id": column(c, "correlation_id"),
+        }
+    )
+
+
+def _memory_copies(c: set) -> dict[str, str]:
+    return present(
+        {
+            "source": f"'{SOURCE}'",
+            "direction": column(c, "direction"),
+            "src_agent": column(c, "source_agent_id"),
+            "dst_agent": column(c, "destination_agent_id"),
+            "start_ns": column(c, "start_timestamp"),
+            "duration_ns": duration("start_timestamp", "end_timestamp"),
+            "correlation_id": column(c, "correlation_id"),
+        }
+    )
+
+
+def _counters(c: set) -> dict[str, str]:
+    return present(
+        {
+            "source": f"'{SOURCE}'",
+            "dispatch_id": column(c, "dispatch_id"),
+            "correlation_id": column(c, "correlation_id"),
+            "kernel_name": column(c, "kernel_name"),
+            "agent": column(c, "agent_id"),
+            "counter": column(c, "counter_name"),
+            "value": column(c, "counter_value"),
+        }
+    )
+
+
+_AGENT_COLUMNS = {
+    "node_id": ("node_id",),
+    "agent_type": ("agent_type",),
+    "name": ("name",),
+    "product_name": ("product_name",),
+    "compute_units": ("cu_count",),
+    "wave_front_size": ("wave_front_size",),
+    "max_clock_mhz": ("max_engine_clk_fcompute",),
+}
+
+
+def _agents(c: set) -> dict[str, str]:
+    """Agents as rocprofv3 names them in the other files ("Agent <logical node id>", its
+    default index); every column not mapped is kept, typed, in details_json."""
+    mapped = {name for names in _AGENT_COLUMNS.values() for name in names} | {"logical_node_id"}
+    index = column(c, "logical_node_id", "node_id")
+    details = ", ".join(
+        f'{sql_literal(name)}: coalesce(TRY_CAST("{name}" AS JSON), to_json("{name}"))'
+        for name in sorted(c - mapped)
+    )
+    return present(
+        {
+            "source": f"'{SOURCE}'",
+            "agent_id": index and f"'Agent ' || {index}",
+            **{field: column(c, *names) for field, names in _AGENT_COLUMNS.items()},
+            "details_json": f"to_json({{{details}}})" if details else None,
+        }
+    )

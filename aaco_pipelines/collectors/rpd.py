@@ -1,0 +1,154 @@
+"""rocmProfileData's RPD SQLite trace (rpd_tracer, roctracer-era "rocpd" schema) → table plans.
+
+Not ROCm 7's rocpd: tables, as in the rocmProfileData vLLM sample (schema_version 2):
+
+- rocpd_string(id, string): every name, interned
+- rocpd_op(id, gpuId, queueId, sequenceId, completionSignal, start, end, description_id,
+  opType_id): GPU work. opType is KernelExecution (a launch), Task (a kernel of a graph
+  launch), CopyHostToDevice / CopyDeviceToHost / CopyDeviceToDevice / ...; description is the
+  kernel name ('' for copies)
+- rocpd_api(id, pid, tid, start, end, apiName_id, args_id): host calls; apiName 'UserMarker'
+  is a roctx range whose text is in args
+- rocpd_api_ops(api_id, op_id): which call caused which op, the launch chain
+- rocpd_kernelapi(api_ptr_id, stream, gridX/Y/Z, workgroupX/Y/Z, groupSegmentSize,
+  privateSegmentSize, kernelName_id, ...) and rocpd_copyapi(api_ptr_id, size, kind, srcDevice,
+  dstDevice, ...): launch and copy arguments, keyed by the call
+- rocpd_monitor(deviceType, deviceId, monitorType, start, end, value): sampled device state;
+  monitorType 'sclk' is the graphics clock in MHz (text values)
+
+Kernel ops get correlation_id = the id of the call that caused them (also api_calls'
+correlation_id), process/thread of that call, workgroup size from its kernelapi row. grid_size
+stays null: gridX is in workgroups for roctracer's hipLaunchKernel but in work-items for the
+rocprofiler-sdk back end, and the file does not say which. Copies take bytes and devices from
+the copyapi row (absent for copies inside graph launches). Monitor samples become telemetry
+(source rpd_monitor, pass 'other'): sclk → gfx_clock (MHz), mclk → mem_clock (MHz), any other
+monitorType under its own name.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from aaco_pipelines.collectors.rocpd import object_names
+
+SOURCE = "rpd"
+
+Plan = tuple[str, dict[str, str]]
+
+_COPY = "t.string LIKE 'Copy%'"
+_KERNEL = f"(t.string IN ('KernelExecution', 'Task') OR (NOT {_COPY} AND d.string <> ''))"
+
+
+def matches(names: set[str]) -> bool:
+    """Whether a SQLite database's table names are rocmProfileData's RPD schema."""
+    return {"rocpd_op", "rocpd_api", "rocpd_string"} <= names
+
+
+def plans(db: sqlite3.Connection) -> dict[str, Plan]:
+    """Plans for kernels, copies, host calls and monitor samples (those the file has)."""
+    names = object_names(db)
+    result = {
+        "kernel_events": (_ops(names, "rocpd_kernelapi", _KERNEL), _kernel_events(names)),
+        "memory_copies": (_ops(names, "rocpd_copyapi", _COPY), _memory_copies(names)),
+        "api_calls": (_API_SOURCE, _api_calls()),
+    }
+    if "rocpd_monitor" in names:
+        result["telemetry"] = ("rocpd_monitor", _telemetry())
+    return result
+
+
+def _ops(names: set[str], details: str, where: str) -> str:
+    """GPU ops with their names, the call that caused them and that call's arguments."""
+    source = (
+        "rocpd_op o JOIN rocpd_string d ON d.id = o.description_id "
+        "JOIN rocpd_string t ON t.id = o.opType_id "
+    )
+    if "rocpd_api_ops" in names:
+        source += (
+            "LEFT JOIN (SELECT op_id, MIN(api_id) AS api_id FROM rocpd_api_ops GROUP BY op_id) l "
+            "ON l.op_id = o.id LEFT JOIN rocpd_api a ON a.id = l.api_id "
+        )
+        if details in names:
+            source += f"LEFT JOIN {details} x ON x.api_ptr_id = l.api_id "
+    return source + f"WHERE {where}"
+
+
+def _linked(names: set[str], expressions: dict[str, str]) -> dict[str, str]:
+    """Expressions that need the op → call link, only when the file has it."""
+    return expressions if "rocpd_api_ops" in names else {}
+
+
+def _kernel_events(names: set[str]) -> dict[str, str]:
+    details = "rocpd_kernelapi" in names and "rocpd_api_ops" in names
+    return {
+        "source": f"'{SOURCE}'",
+        "category": "'Kernel'",
+        "event_name": "d.string",
+        "kernel_name": "d.string",
+        "start_ns": "o.start",
+        "duration_ns": 'o."end" - o.start',
+        "device_id": "o.gpuId",
+        "queue_id": "o.queueId",
+        "dispatch_id": "o.sequenceId",
+        **_linked(
+            names,
+            {"correlation_id": "l.api_id", "process_id": "a.pid", "thread_id": "a.tid"},
+        ),
+        **({"workgroup_size": "x.workgroupX * x.workgroupY * x.workgroupZ"} if details else {}),
+    }
+
+
+def _memory_copies(names: set[str]) -> dict[str, str]:
+    details = "rocpd_copyapi" in names and "rocpd_api_ops" in names
+    return {
+        "source": f"'{SOURCE}'",
+        "direction": "t.string",
+        "start_ns": "o.start",
+        "duration_ns": 'o."end" - o.start',
+        "queue_id": "o.queueId",
+        **_linked(names, {"correlation_id": "l.api_id"}),
+        **(
+            {"bytes": "x.size", "src_agent": "x.srcDevice", "dst_agent": "x.dstDevice"}
+            if details
+            else {}
+        ),
+    }
+
+
+_API_SOURCE = (
+    "rocpd_api a JOIN rocpd_string n ON n.id = a.apiName_id "
+    "LEFT JOIN rocpd_string g ON g.id = a.args_id"
+)
+
+
+def _api_calls() -> dict[str, str]:
+    marker = "n.string = 'UserMarker'"
+    return {
+        "source": f"'{SOURCE}'",
+        "domain": (
+            f"CASE WHEN {marker} THEN 'MARKER_CORE_API' "
+            "WHEN n.string LIKE 'hip%' OR substr(n.string, 1, 5) = '__hip' THEN 'HIP_RUNTIME_API' "
+            "WHEN n.string LIKE 'hsa%' THEN 'HSA_API' END"
+        ),
+        "api_name": f"CASE WHEN {marker} AND g.string <> '' THEN g.string ELSE n.string END",
+        "start_ns": "a.start",
+        "duration_ns": 'a."end" - a.start',
+        "process_id": "a.pid",
+        "thread_id": "a.tid",
+        "correlation_id": "a.id",
+    }
+
+
+def _telemetry() -> dict[str, str]:
+    return {
+        "source": "'rpd_monitor'",
+        "pass": "'other'",
+        "timestamp_ns": "start",
+        "device": "lower(deviceType) || deviceId",
+        "metric": (
+            "CASE monitorType WHEN 'sclk' THEN 'gfx_clock' WHEN 'mclk' THEN 'mem_clock' "
+            "ELSE monitorType END"
+        ),
+        "value": "value",
+        "unit": "CASE WHEN monitorType IN ('sclk', 'mclk') THEN 'MHz' END",
+    }

@@ -1,0 +1,319 @@
+"""Device traces of AMD's profilers → schema-conformant TraceLake Parquet files.
+
+`detect_format` decides what a path holds by its content — the SQLite header and then the table
+names, the gzip magic (and an intact stream), the JSON document's opening, a CSV header — so a
+renamed or misnamed file is still read right.
+
+`collect_trace` asks that format's module for one plan per table (the FROM clause the rows come
+from and one SQL expression per schema column) and streams it into `<table>.parquet` as Arrow
+record batches through a ParquetWriter: out of DuckDB (`SELECT <sql_projection> FROM ...` read
+as an Arrow stream) for CSV and JSON, and out of the standard library's sqlite3, a fetchmany
+chunk at a time, for rocpd and RPD databases (DuckDB's sqlite extension cannot be downloaded
+here). Rows never become Python objects in the DuckDB path and never pile up in either, so a
+ten-million-kernel trace needs a batch's memory, not the trace's. (DuckDB's own COPY ... TO
+would mark constant columns such as `source` NOT NULL, and the files must match the schema.)
+
+All tables are written into a staging folder inside out_dir and renamed into place only after
+every one succeeded: a failure leaves no Parquet file behind. Empty tables are not written.
+"""
+
+from __future__ import annotations
+
+import codecs
+import csv
+import gzip
+import os
+import re
+import shutil
+import sqlite3
+import tempfile
+import zlib
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aaco_pipelines.collectors import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json, rpd
+from aaco_pipelines.collectors.rocprofv3_csv import sql_literal
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.schema import TABLES, sql_projection
+
+FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
+SUPPORTED = (
+    "supported: a rocprofv3 CSV output folder or one of its *_kernel_trace.csv / "
+    "*_hip_api_trace.csv / *_memory_copy_trace.csv / *_counter_collection.csv / "
+    "*_agent_info.csv files, rocprofv3 JSON (*_results.json or .json.gz), a ROCm 7 rocpd "
+    "database (*_results.db), a rocmProfileData RPD database (.rpd, or .rpd.gz), a rocprof v1 "
+    "results.csv, an ONNX Runtime profile JSON"
+)
+_DUCKDB_READERS = {
+    "rocprofv3_csv": rocprofv3_csv,
+    "rocprofv3_json": rocprofv3_json,
+    "rocprof_v1": rocprof_v1,
+}
+_SQLITE_READERS = {"rocpd": rocpd, "rpd": rpd}
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_GZIP_MAGIC = b"\x1f\x8b"
+_HEAD_BYTES = 1 << 16
+_DUCKDB_BATCH_ROWS = 65_536
+_SQLITE_CHUNK_ROWS = 16_384
+_SQLITE_TYPES = {pa.int32(): "INTEGER", pa.int64(): "INTEGER", pa.float64(): "REAL"}
+_READ_ERRORS = (
+    duckdb.Error,
+    sqlite3.Error,
+    pa.ArrowException,
+    OSError,
+    EOFError,
+    ValueError,
+    zlib.error,
+)
+
+Plan = tuple[str, dict[str, str]]
+
+
+def detect_format(path: Path) -> str:
+    """The format of a trace file or folder, one of FORMATS; AacoInputError when it is none
+    of them, unreadable or truncated."""
+    return _resolve(Path(path))[0]
+
+
+def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
+    """Write out_dir/<table>.parquet for every table the trace has rows for; {table: rows}."""
+    trace_format, source = _resolve(Path(path))
+    if trace_format == "ort_profile":
+        raise AacoInputError(
+            "this is an ONNX Runtime profile, not a device trace",
+            path=source,
+            fix="use the ONNX Runtime profile reader (collectors.ort_profile.read_ort_profile)",
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=out_dir))
+    try:
+        counts = _write_tables(trace_format, source, session_id, staging)
+        for table in counts:
+            os.replace(staging / f"{table}.parquet", out_dir / f"{table}.parquet")
+        return counts
+    except _READ_ERRORS as exc:
+        raise AacoInputError(
+            f"could not read this {trace_format} trace ({_reason(exc)})",
+            path=source,
+            fix="the trace is truncated or corrupt, or not what its header says; re-collect it",
+        ) from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# --- detection --------------------------------------------------------------------------------
+
+
+def _resolve(path: Path) -> tuple[str, Path]:
+    """(format, the file or folder to read). A folder is a rocprofv3 CSV output, or holds
+    exactly one trace file of another format (a rocpd database, a JSON results file)."""
+    if not path.exists():
+        raise AacoInputError("trace not found", path=path, fix="give an existing file or folder")
+    if path.is_file():
+        return _detect_file(path), path
+    if rocprofv3_csv.trace_files(path):
+        return "rocprofv3_csv", path
+    found = [(fmt, file) for file in _visible_files(path) if (fmt := _try_detect(file))]
+    found = [(fmt, file) for fmt, file in found if fmt != "ort_profile"] or found
+    if len(found) == 1:
+        return found[0]
+    problem = "several traces in one folder" if found else "no trace found in this folder"
+    raise AacoInputError(problem, path=path, fix=f"give the trace file itself; {SUPPORTED}")
+
+
+def _visible_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+def _try_detect(file: Path) -> str | None:
+    try:
+        return _detect_file(file)
+    except AacoInputError:
+        return None
+
+
+def _detect_file(path: Path) -> str:
+    head, zipped = _head(path)
+    if not head:
+        raise AacoInputError(
+            "the file is empty", path=path, fix=f"re-collect the trace; {SUPPORTED}"
+        )
+    if head.startswith(_SQLITE_MAGIC):
+        with _plain_copy(path, zipped) as plain:
+            return _detect_database(path, plain)
+    text = _text(head)
+    fmt = text is not None and _detect_text(text, zipped)
+    if not fmt:
+        raise AacoInputError("not a trace format this reader knows", path=path, fix=SUPPORTED)
+    return fmt
+
+
+def _head(path: Path) -> tuple[bytes, bool]:
+    """The first bytes of the content (decompressed when gzipped), and whether it was."""
+    if not _is_gzip(path):
+        with open(path, "rb") as handle:
+            return handle.read(_HEAD_BYTES), False
+    try:
+        with gzip.open(path, "rb") as stream:
+            head = stream.read(_HEAD_BYTES)
+            while stream.read(1 << 20):  # the whole stream must be there, not just its start
+                pass
+    except (OSError, EOFError, zlib.error) as exc:
+        raise AacoInputError(
+            f"truncated or corrupt gzip file ({_reason(exc)})",
+            path=path,
+            fix="copy the file again in full, or give the uncompressed trace",
+        ) from exc
+    return head, True
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == _GZIP_MAGIC
+
+
+def _text(head: bytes) -> str | None:
+    """The head as text (a multi-byte character cut at the end is fine), None if binary."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text.lstrip("\ufeff \t\r\n")
+
+
+def _detect_text(text: str, zipped: bool) -> str | None:
+    if rocprofv3_json.matches(text):
+        return "rocprofv3_json"
+    if text.startswith("[") and re.search(r'"(cat|ph)"\s*:', text):
+        return "ort_profile"
+    if zipped or text.startswith(("{", "[")):
+        return None  # a compressed CSV is not read as-is; JSON of another tool is not a trace
+    header = [name.strip().lower() for name in next(csv.reader([text.splitlines()[0]]), [])]
+    if rocprofv3_csv.classify(header):
+        return "rocprofv3_csv"
+    return "rocprof_v1" if rocprof_v1.matches(header) else None
+
+
+def _detect_database(path: Path, plain: Path) -> str:
+    try:
+        with closing(_connect(plain)) as db:
+            names = rocpd.object_names(db)
+    except sqlite3.Error as exc:
+        raise AacoInputError(
+            f"unreadable SQLite database ({_reason(exc)})",
+            path=path,
+            fix="the file is truncated or corrupt; copy or re-collect it",
+        ) from exc
+    if rpd.matches(names):
+        return "rpd"
+    if rocpd.matches(names):
+        return "rocpd"
+    raise AacoInputError("a SQLite database, but neither rocpd nor RPD", path=path, fix=SUPPORTED)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+
+
+@contextmanager
+def _plain_copy(path: Path, zipped: bool, folder: Path | None = None):
+    """The path itself, or a decompressed copy of it (SQLite cannot read gzip) while in use."""
+    if not zipped:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix=".trace-db-", dir=folder) as tmp:
+        plain = Path(tmp) / path.name.removesuffix(".gz")
+        with gzip.open(path, "rb") as stream, open(plain, "wb") as out:
+            shutil.copyfileobj(stream, out, 1 << 20)
+        yield plain
+
+
+# --- writing ----------------------------------------------------------------------------------
+
+
+def _write_tables(trace_format: str, source: Path, session_id: str, staging: Path) -> dict:
+    session = sql_literal(session_id)
+    if trace_format in _SQLITE_READERS:
+        with (
+            _plain_copy(source, _is_gzip(source), staging) as plain,
+            closing(_connect(plain)) as db,
+        ):
+            plans = _SQLITE_READERS[trace_format].plans(db)
+            return _write_plans(plans, staging, lambda *a: _sqlite_batches(db, session, *a))
+    with duckdb.connect() as con:
+        plans = _DUCKDB_READERS[trace_format].plans(con, source)
+        return _write_plans(plans, staging, lambda *a: _duckdb_batches(con, session, *a))
+
+
+def _write_plans(plans: dict[str, Plan], staging: Path, batches_of) -> dict[str, int]:
+    counts = {}
+    for table, plan in plans.items():
+        schema = TABLES[table]
+        rows = _write_batches(batches_of(plan, schema), schema, staging / f"{table}.parquet")
+        if rows:
+            counts[table] = rows
+    return counts
+
+
+def _duckdb_batches(con, session: str, plan: Plan, schema: pa.Schema):
+    """The plan's rows as Arrow batches straight out of DuckDB (never Python objects)."""
+    source, expressions = plan
+    select = sql_projection(schema, {"session_id": session, **expressions})
+    yield from con.sql(f"SELECT {select} FROM {source}").to_arrow_reader(_DUCKDB_BATCH_ROWS)
+
+
+def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):
+    """The plan's rows fetched from SQLite a chunk at a time, each chunk one Arrow batch. Only
+    mapped columns are fetched; the others are null arrays, not a None per row."""
+    source, expressions = plan
+    expressions = {"session_id": session, **expressions}
+    fields = [field for field in schema if field.name in expressions]
+    cursor = db.execute(f"SELECT {_sqlite_projection(fields, expressions)} FROM {source}")
+    while chunk := cursor.fetchmany(_SQLITE_CHUNK_ROWS):
+        columns = zip(*chunk, strict=True)
+        fetched = {
+            f.name: pa.array(values, f.type) for f, values in zip(fields, columns, strict=True)
+        }
+        arrays = [
+            fetched[f.name] if f.name in fetched else pa.nulls(len(chunk), f.type) for f in schema
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _write_batches(batches, schema: pa.Schema, target: Path) -> int:
+    """Stream batches into one Parquet file of exactly `schema` (DuckDB marks constant columns
+    NOT NULL; the cast drops that); no file at all when there are no rows."""
+    rows, writer = 0, None
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                writer = writer or pq.ParquetWriter(target, schema, compression="zstd")
+                writer.write_batch(batch.cast(schema))
+                rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows
+
+
+def _sqlite_projection(fields: list[pa.Field], expressions: dict[str, str]) -> str:
+    """A SQLite SELECT list of `fields` in order, each cast to its column's storage type."""
+    return ", ".join(
+        f'CAST({expressions[f.name]} AS {_SQLITE_TYPES.get(f.type, "TEXT")}) AS "{f.name}"'
+        for f in fields
+    )
+
+
+def _reason(exc: BaseException) -> str:
+    """An error's first line, and the file it names if any (DuckDB's CSV errors end with
+    "file = <path>", which says which file of a folder failed)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    named = [line.removeprefix("file = ") for line in lines[1:] if line.startswith("file = ")]
+    return f"{lines[0]} in {named[0]}" if named else lines[0]
