@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from conftest import SHARED
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.runner import device_tracer, worker_plan
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import analyze_session
 from aaco_pipelines.tracelake.store import TraceLake
-from conftest import SHARED
 
 SAMPLES = SHARED / "samples" / "profilers"
 

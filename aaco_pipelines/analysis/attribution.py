@@ -27,6 +27,9 @@ from dataclasses import dataclass
 
 import onnx
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
 
 CONFIDENCE = {
     "exact_name": 1.0,
@@ -274,19 +277,68 @@ def _split(members) -> tuple[list[float], str]:
 
 # --- Time breakdown of one session ----------------------------------------------------------
 
-# The kernels of a session: device kernels when the provider traced them, else the host-side
+# The kernels of a session: device kernels when a GPU profiler traced them, else the host-side
 # node executions (on the CPU provider those are the kernels).
-KERNELS_SQL = """
-SELECT iteration, node_name, provider, start_ns, duration_ns, kernel_name, kernel_family
-FROM kernel_events
-WHERE session_id = $sid AND iteration >= 0 AND category = (
-    SELECT CASE WHEN count(*) FILTER (WHERE category = 'Kernel') > 0 THEN 'Kernel' ELSE 'Node' END
-    FROM kernel_events WHERE session_id = $sid)
+KERNEL_COLUMNS = "iteration, node_name, provider, start_ns, duration_ns, kernel_name, kernel_family"
+HOST_KERNELS_SQL = f"""
+SELECT {KERNEL_COLUMNS} FROM kernel_events
+WHERE session_id = $sid AND iteration >= 0 AND category = 'Node'
+"""
+DEVICE_KERNELS_SQL = """
+SELECT * FROM kernel_events WHERE session_id = $sid AND category = 'Kernel'
 """
 
-BREAKDOWN_SQL = f"""
-WITH kernels AS ({KERNELS_SQL}),
-attributed AS (
+
+def session_kernels(lake, session_id: str) -> pa.Table:
+    """The session's kernels with the runtime node and iteration each belongs to.
+
+    Device kernels that do not name their node (rocprofv3) are attributed through their launch
+    calls (`gpu_attribution`), and their times moved onto the profile's clock by the estimated
+    offset so they compare with the iteration spans; the raw times stay in the TraceLake."""
+    params = {"sid": session_id}
+    device = lake.query(DEVICE_KERNELS_SQL, params)
+    if device.num_rows == 0:
+        return lake.query(HOST_KERNELS_SQL, params)
+    if device["node_name"].null_count == 0 or not _has_launch_evidence(lake, session_id):
+        kernels = device.select(KERNEL_COLUMNS.split(", "))
+        return kernels.filter(pc.fill_null(pc.greater_equal(kernels["iteration"], 0), False))
+    attribution = attribute_gpu_kernels(
+        device,
+        lake.query("SELECT * FROM api_calls WHERE session_id = $sid", params),
+        lake.query(
+            "SELECT * FROM kernel_events WHERE session_id = $sid AND category = 'Node'", params
+        ),
+    )
+    offset = clock_alignment_of(attribution).offset_ns
+    named = device["node_name"].is_valid()
+    kernels = pa.table(
+        {
+            "iteration": attribution["iteration"],
+            "node_name": pc.if_else(
+                named, device["node_name"], attribution["runtime_node"].cast(pa.string())
+            ),
+            "provider": device["provider"],
+            "start_ns": pc.if_else(named, device["start_ns"], pc.add(device["start_ns"], offset)),
+            "duration_ns": device["duration_ns"],
+            "kernel_name": device["kernel_name"],
+            "kernel_family": device["kernel_family"],
+            "attribution_method": attribution["method"].cast(pa.string()),
+        }
+    )
+    return kernels.filter(pc.fill_null(pc.greater_equal(kernels["iteration"], 0), False))
+
+
+def _has_launch_evidence(lake, session_id: str) -> bool:
+    counts = lake.query(
+        "SELECT (SELECT count(*) FROM api_calls WHERE session_id = $sid) AS calls, "
+        "(SELECT count(*) FROM kernel_events WHERE session_id = $sid AND category = 'Node') AS nodes",
+        {"sid": session_id},
+    ).to_pylist()[0]
+    return counts["calls"] > 0 and counts["nodes"] > 0
+
+
+BREAKDOWN_SQL = """
+WITH attributed AS (
     SELECT k.iteration,
            coalesce(m.onnx_node, '(unmatched) ' || coalesce(k.node_name, k.kernel_name)) AS name,
            coalesce(m.onnx_op_type, m.runtime_op_type, k.kernel_family, 'unmatched') AS op_type,
@@ -345,11 +397,15 @@ def attribute_session(
     )
     runtime_graph = optimized_model.graph if optimized_model else graph_from_nodes(graph_nodes)
     mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
+    kernels = session_kernels(lake, session_id)
     breakdown = lake.query(
-        BREAKDOWN_SQL, {"sid": session_id, "sha": sha}, tables={"mapping": mapping}
+        BREAKDOWN_SQL,
+        {"sid": session_id, "sha": sha},
+        tables={"mapping": mapping, "kernels": kernels},
     )
     session_column = pa.array([session_id] * mapping.num_rows, pa.string())
     return {
         "node_attribution": mapping.add_column(0, "session_id", session_column),
         "op_breakdown": breakdown,
+        "kernels": kernels,  # not stored: the derived metrics are computed from it
     }

@@ -83,46 +83,48 @@ class ClockAlignment:
 
 
 _SAMPLE = 4096  # launches scored per candidate offset
-_GRID = 4096  # candidate offsets per level (before the first level's range is known)
 _FINE_NS = 100  # the last level's step
 _SHRINK = 8  # step ratio between levels
-_KEEP = 0.01  # coarse levels keep offsets scoring within 1% of the best
-_BUDGET = 8 * _GRID  # most candidate offsets per level: a wide plateau takes a coarser step
+_KEEP = 0.01  # a level keeps the offsets scoring within 1% of its best
+_BUDGET = 32_768  # most candidate offsets per level: a wide plateau takes a coarser step
 _WORK = 20_000_000  # launch-in-window tests per level: big grids score a thinner sample
+_LONG_WINDOW = 4  # windows over 4x the median length are not scored
 
 
 def estimate_clock_offset(
-    launch_starts_ns: np.ndarray, node_starts_ns: np.ndarray, node_ends_ns: np.ndarray
+    launch_starts_ns: np.ndarray,
+    node_starts_ns: np.ndarray,
+    node_ends_ns: np.ndarray,
+    search: tuple[int, int] | None = None,
 ) -> ClockAlignment:
     """The offset putting the most launch calls inside node windows, searched coarse to fine.
 
-    Every level scores a grid of candidate offsets by the fraction of (a sample of) launches
-    inside the windows widened by half the step, so the true offset can never score below its
-    neighbours just because the grid missed it. The first grid spans every offset that overlaps
-    the two traces at all (starting from the differences of the first and last launch and node
-    times); each next level searches, up to 8x finer, only around the offsets that scored within
-    1% of the best. The answer is the centre of the best plateau at 100 ns, robust to jitter and to
-    launches that fall outside every window.
+    The first grid spans every offset at which the two traces overlap at all, from the
+    differences of the first and last launch and window times; each candidate offset is scored
+    by how many of a sample of launches then fall inside a window (one searchsorted per launch
+    and offset), with windows widened by half the grid step so that the grid cannot step over
+    the best offset. Each next level searches, up to 8x finer, only around the offsets within 1%
+    of the best, down to 100 ns; the answer is the middle of the best plateau, which makes it
+    robust to jitter and to launches outside every window. Windows over 4x the median length
+    are not scored: a stall or a synchronizing node would take launches at almost any offset.
+
+    `search` (low, high) narrows the offsets searched. Pass it when the launches cover much
+    more than the profile (rocprofv3 tracing unprofiled runs too): runs of the same model look
+    alike, and with tiny dense windows a wrong run can then score as well as the right one.
     """
     launches = np.sort(np.asarray(launch_starts_ns, dtype=np.int64))
-    starts, ends = _union(np.asarray(node_starts_ns), np.asarray(node_ends_ns))
-    if len(launches) == 0 or len(starts) == 0:
+    node_starts = np.asarray(node_starts_ns, dtype=np.int64)
+    node_ends = np.asarray(node_ends_ns, dtype=np.int64)
+    if len(launches) == 0 or len(node_starts) == 0:
         return ClockAlignment(0, "none", 0.0, 0.0)
-    sample = np.unique(launches[np.linspace(0, len(launches) - 1, _SAMPLE).astype(np.int64)])
-    lo, hi = int(starts[0] - launches[-1]), int(ends[-1] - launches[0])
-    step = max((hi - lo) // _GRID, _FINE_NS)
-    runs = [(lo, hi, 0)]
-    while True:
-        offsets = _grid(runs, step)
-        thin = sample[:: -(-len(sample) * len(offsets) // _WORK)]
-        scores = _scores(thin, offsets, *_union(starts - step // 2, ends + step // 2))
-        if step == _FINE_NS:
-            break
-        keep = scores >= scores.max() - max(_KEEP * len(thin), 1)
-        runs = _runs(offsets, scores, keep, step)
-        width = sum(hi - lo for lo, hi, _ in runs)
-        step = max(min(max(step // _SHRINK, -(-width // _BUDGET)), step // 2), _FINE_NS)
-    offset = _plateau_centre(offsets, scores)
+    starts, ends = _union(node_starts, node_ends)
+    length = node_ends - node_starts
+    short = length <= _LONG_WINDOW * max(float(np.median(length)), 1.0)
+    scored = _union(node_starts[short], node_ends[short])
+    sample = launches[np.unique(np.linspace(0, len(launches) - 1, _SAMPLE).astype(np.int64))]
+    lo, hi = search or (int(starts[0] - launches[-1]), int(ends[-1] - launches[0]))
+    step = max((hi - lo) // _BUDGET, _FINE_NS)
+    offset = _refine(sample, [(lo, hi, 0)], step, scored)
     inside, distance = _miss_distance(launches + offset, starts, ends)
     return ClockAlignment(
         offset_ns=offset,
@@ -130,6 +132,22 @@ def estimate_clock_offset(
         matched_fraction=float(inside.mean()),
         residual_ns=float(np.median(distance[~inside])) if not inside.all() else 0.0,
     )
+
+
+def _refine(sample, runs, step, scored) -> int:
+    """Coarse to fine over the runs: each level keeps the offsets within 1% of its best and
+    searches around them up to 8x finer (coarser when the kept range is too wide for the
+    budget), down to 100 ns; then the middle of the best plateau."""
+    while True:
+        offsets = _grid(runs, step)
+        thin = sample[:: -(-len(sample) * len(offsets) // _WORK)]
+        scores = _scores(thin, offsets, *_union(scored[0] - step // 2, scored[1] + step // 2))
+        if step == _FINE_NS:
+            return _plateau_centre(offsets, scores)
+        keep = scores >= scores.max() - max(_KEEP * len(thin), 1)
+        runs = _runs(offsets, scores, keep, step)
+        width = sum(hi - lo for lo, hi, _ in runs)
+        step = max(min(max(step // _SHRINK, -(-width // _BUDGET)), step // 2), _FINE_NS)
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -253,7 +271,7 @@ def attribute_gpu_kernels(
     launch, launch_thread = _launch_calls(kernels, api_calls)
     launched = ~named & (launch != _NO_LAUNCH)
     if alignment is None:
-        alignment = estimate_clock_offset(np.unique(launch[launched]), windows.start, windows.end)
+        alignment = estimate_clock_offset(launch[launched], windows.start, windows.end)
     launch_ns = np.where(launched, launch + alignment.offset_ns, _NO_LAUNCH)
 
     window, confidence = _locate(launch_ns[launched], launch_thread[launched], windows)
@@ -280,15 +298,24 @@ _NO_LAUNCH = np.iinfo(np.int64).min
 
 
 def _node_windows(node_events: pa.Table) -> _Windows:
-    nodes = node_events.filter(pc.equal(node_events["category"], "Node"))
-    nodes = nodes.filter(pc.is_valid(nodes["start_ns"]))
+    columns = ["category", "node_name", "op_type", "start_ns", "duration_ns", "thread_id"]
+    nodes = node_events.select([*columns, "iteration"])
+    nodes = nodes.filter(
+        pc.and_(
+            pc.equal(nodes["category"], "Node"),
+            pc.and_(pc.is_valid(nodes["start_ns"]), pc.is_valid(nodes["node_name"])),
+        )
+    )
     encoded = pc.dictionary_encode(nodes["node_name"].combine_chunks())
     names = encoded.dictionary
     start = nodes["start_ns"].to_numpy().astype(np.int64)
     end = start + nodes["duration_ns"].fill_null(0).to_numpy(zero_copy_only=False)
     thread = nodes["thread_id"].fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
     order = np.lexsort((start, thread))
-    op_of_name = pc.take(nodes["op_type"], pc.index_in(names, nodes["node_name"]))
+    codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    first = np.full(len(names), 0, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]  # each name's first row
+    op_of_name = pc.take(nodes["op_type"], first)
     is_partition = np.asarray(
         [
             bool(_PARTITION_OP.match(op or "")) or bool(_PARTITION_NAME.match(name or ""))
@@ -304,7 +331,7 @@ def _node_windows(node_events: pa.Table) -> _Windows:
         .fill_null(_NO_ITERATION)
         .to_numpy(zero_copy_only=False)
         .astype(np.int64)[order],
-        name_code=encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)[order],
+        name_code=codes[order],
         names=names,
         is_partition=is_partition,
     )
@@ -337,11 +364,13 @@ def _locate(times: np.ndarray, threads: np.ndarray, windows: _Windows):
     confidence = np.zeros(len(times))
     if len(times) == 0 or len(windows.start) == 0:
         return window, confidence
-    known = np.isin(threads, windows.thread)
+    thread_ids = windows.thread[np.r_[True, windows.thread[1:] != windows.thread[:-1]]]
+    group = np.minimum(np.searchsorted(thread_ids, threads), len(thread_ids) - 1)
+    known = thread_ids[group] == threads
     per_thread = known if known.mean() >= 0.5 else np.zeros(len(times), dtype=bool)
     if per_thread.any():
-        group = np.searchsorted(np.unique(windows.thread), threads[per_thread])
-        groups_of_windows = np.searchsorted(np.unique(windows.thread), windows.thread)
+        group = group[per_thread]
+        groups_of_windows = np.searchsorted(thread_ids, windows.thread)
         order = np.arange(len(windows.start))  # windows are already sorted by (thread, start)
         found = _lookup(times[per_thread], group, windows, groups_of_windows, order)
         window[per_thread], confidence[per_thread] = found
@@ -482,7 +511,8 @@ def _spread_over_members(kernels, windows: _Windows, window_of, partition, membe
             sel = np.flatnonzero((node_of_row == code) & (family == fam))
             mid = _time_midpoints(window_of[rows[sel]], start[sel], duration[sel])
             member = np.minimum(np.searchsorted(np.cumsum(share), mid), len(chosen) - 1)
-            codes[rows[sel]] = np.searchsorted(onnx_names, [chosen[i][0] for i in member])
+            member_codes = np.searchsorted(onnx_names, [m[0] for m in chosen])
+            codes[rows[sel]] = member_codes[member]
     return codes, pa.array(onnx_names, pa.string())
 
 

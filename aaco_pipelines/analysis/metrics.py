@@ -25,8 +25,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from aaco_pipelines.analysis.attribution import KERNELS_SQL
-
 MICROKERNEL_NS = 10_000
 
 UNITS = {
@@ -111,10 +109,10 @@ def compute_metrics(
     }
 
 
-def session_metrics(lake, session_id: str) -> pa.Table:
-    """The DERIVED_METRICS rows of one session, computed from the TraceLake."""
+def session_metrics(lake, session_id: str, kernels: pa.Table) -> pa.Table:
+    """The DERIVED_METRICS rows of one session: its kernels (`attribution.session_kernels`)
+    against its iteration spans from the TraceLake."""
     params = {"sid": session_id}
-    kernels = lake.query(KERNELS_SQL, params)
     runs = lake.query(RUNS_SQL, params)
     node_count = lake.query(
         "SELECT m.node_count FROM models m JOIN sessions s USING (model_sha256) "

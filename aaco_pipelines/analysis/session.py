@@ -32,7 +32,8 @@ def attribute(lake: TraceLake, bundle: SessionBundle) -> dict[str, pa.Table]:
     path = bundle.file("optimized_model.onnx")
     optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
     tables = attribute_session(lake, bundle.session_id, optimized)
-    tables["derived_metrics"] = session_metrics(lake, bundle.session_id)
+    kernels = tables.pop("kernels")
+    tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels)
     lake.replace_session_rows(bundle.session_id, tables)
     return tables
 

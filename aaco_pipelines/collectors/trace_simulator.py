@@ -26,7 +26,7 @@ kernels take bounded memory.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -55,6 +55,10 @@ AGENT = "Agent 2"  # rocprofv3 numbers CPU agents first; the first GPU of a 2-so
 
 @dataclass(frozen=True)
 class SimulationSettings:
+    """The simulated GPU host: clock offset (profiler host clock = profile clock - offset),
+    launch-to-start latency range, ± timestamp jitter, queues, share of node pairs fused into
+    one kernel, kernels per unfused node (range), random seed."""
+
     clock_offset_ns: int = 3_217_000_000_123
     launch_latency_ns: tuple[int, int] = (4_000, 30_000)
     jitter_ns: int = 2_000
@@ -126,20 +130,22 @@ def kernel_choices(op_type: str) -> tuple[tuple[str, ...], str]:
 # --- The per-node plan: what each node launches, identical in every iteration ---------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Plan:
-    names: list[str]  # node names
-    counts: np.ndarray  # kernels per node (unfused)
-    stream: np.ndarray  # per node
-    kernel: np.ndarray  # (node, slot) -> catalogue index; column 0 of a fused head: fused
-    fused_kernel: np.ndarray  # per node, catalogue index of its fused kernel (-1: not a head)
-    catalogue: list[str] = field(default_factory=list)
-    functions: list[str] = field(default_factory=list)  # per catalogue entry
-    resources: np.ndarray | None = None  # per catalogue entry: lds, vgpr, accum, sgpr, wg
-    blocks: np.ndarray | None = None  # (node, slot) -> workgroups in the grid
+    """Per distinct node: what it launches (index = the node's name code)."""
+
+    names: list[str]
+    counts: np.ndarray  # kernels per node when not fused
+    stream: np.ndarray
+    kernel: np.ndarray  # (node, slot) -> catalogue index
+    fused_kernel: np.ndarray  # catalogue index of the node's fused kernel (-1: not a head)
+    catalogue: list[str]  # kernel symbols
+    functions: list[str]  # per catalogue entry, the HIP function launching it
+    resources: np.ndarray  # per catalogue entry: LDS, VGPRs, accum VGPRs, SGPRs, workgroup
+    blocks: np.ndarray  # (node, slot) -> workgroups in the grid
 
 
-def _plan(op_of_name: list[str], successor: np.ndarray, settings, rng) -> _Plan:
+def _plan(names: list[str], op_of_name: list[str], successor: np.ndarray, settings, rng) -> _Plan:
     n = len(op_of_name)
     lo, hi = settings.kernels_per_node
     width = max(hi, 1)
@@ -173,7 +179,7 @@ def _plan(op_of_name: list[str], successor: np.ndarray, settings, rng) -> _Plan:
         ]
     )
     return _Plan(
-        names=[],
+        names=names,
         counts=rng.integers(lo, hi + 1, n),
         stream=rng.integers(0, max(settings.streams, 1), n),
         kernel=kernel,
@@ -239,8 +245,7 @@ def _block(node_events: pa.Table, settings: SimulationSettings, rng) -> tuple[_B
     has_next = next_window[first] >= 0
     successor[has_next] = name[next_window[first][has_next]]
 
-    plan = _plan(ops, successor, settings, rng)
-    plan.names = names
+    plan = _plan(names, ops, successor, settings, rng)
     head = plan.fused_kernel[name] >= 0
     nxt = np.maximum(next_window, 0)
     fused = head & (next_window >= 0) & (name[nxt] == successor[name])
@@ -305,8 +310,9 @@ def _kernels(block: _Block, plan: _Plan, repeats: np.ndarray, shifts: np.ndarray
     per = counts[window]
     slot_ns = block.duration[ev] / per
     api_ns = np.minimum(slot_ns * 0.4, rng.uniform(1_500, 6_000, k))
-    launch = block.start[ev] + shift[window] + slot_ns * slot + rng.random(k) * (slot_ns - api_ns)
-    true_host = np.round(launch).astype(np.int64) - settings.clock_offset_ns
+    within = np.round(slot_ns * slot + rng.random(k) * (slot_ns - api_ns)).astype(np.int64)
+    launch = block.start[ev] + shift[window] + within  # integer ns: floats lose them at 1e18
+    true_host = launch - settings.clock_offset_ns
     jitter = rng.integers(-settings.jitter_ns, settings.jitter_ns + 1, k)
     host = true_host + jitter
 
