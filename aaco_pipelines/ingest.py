@@ -72,6 +72,7 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id) -
     if model is not None:
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
         shutil.copytree(version.graph_dir, staging / "graph")
+        derive_optimized_model(version.snapshot_path, staging / "optimized_model.onnx")
     bundle = SessionBundle(staging)
     with tempfile.TemporaryDirectory(prefix=".collect-", dir=staging) as tmp:
         tmp = Path(tmp)
@@ -114,6 +115,18 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id) -
         files.pop("telemetry", None)
         bundle.write_tables(tables, files)
     return bundle
+
+
+def derive_optimized_model(model: Path, target: Path) -> None:
+    """ONNX Runtime's optimized graph of the model, derived here with the CPU provider: node
+    names match a CPU profile exactly; a GPU run's fusions may differ, and its extra nodes are
+    then anchored by name (see attribution.with_profiled_nodes)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(target)
+    options.log_severity_level = 3
+    ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
 def _host_events(trace: Path, session_id: str, tmp: Path) -> Path | None:

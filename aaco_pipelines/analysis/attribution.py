@@ -387,6 +387,28 @@ def graph_from_nodes(graph_nodes: pa.Table) -> onnx.GraphProto:
     return onnx.helper.make_graph(nodes, "original", [], [])
 
 
+def with_profiled_nodes(graph: onnx.GraphProto, lake, session_id: str) -> onnx.GraphProto:
+    """The runtime graph plus any node the profile shows that the graph lacks (a GPU run's
+    optimized graph differs from the one at hand): known by name and op type only, such nodes
+    can still be anchored by the names embedded in them."""
+    known = {node.name for node in graph.node}
+    profiled = lake.query(
+        "SELECT DISTINCT node_name, op_type FROM kernel_events "
+        "WHERE session_id = $sid AND category = 'Node' AND node_name IS NOT NULL",
+        {"sid": session_id},
+    ).to_pylist()
+    missing = [r for r in profiled if r["node_name"] not in known]
+    if not missing:
+        return graph
+    extended = onnx.GraphProto()
+    extended.CopyFrom(graph)
+    extended.node.extend(
+        onnx.helper.make_node(r["op_type"] or "Unknown", [], [], name=r["node_name"])
+        for r in missing
+    )
+    return extended
+
+
 def attribute_session(
     lake, session_id: str, optimized_model: onnx.ModelProto | None
 ) -> dict[str, pa.Table]:
@@ -396,6 +418,7 @@ def attribute_session(
         "SELECT * FROM graph_nodes WHERE model_sha256 = ? ORDER BY node_index", [sha]
     )
     runtime_graph = optimized_model.graph if optimized_model else graph_from_nodes(graph_nodes)
+    runtime_graph = with_profiled_nodes(runtime_graph, lake, session_id)
     mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
     kernels = session_kernels(lake, session_id)
     breakdown = lake.query(
