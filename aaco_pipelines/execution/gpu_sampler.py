@@ -202,6 +202,11 @@ class GpuSampler:
         if not self.available:
             self._shut_down()
 
+    @property
+    def amdsmi(self) -> Any:
+        """The initialized amdsmi module this sampler reads (None when unavailable)."""
+        return self._smi
+
     def _select_devices(self, gpu_indices: Sequence[int] | None) -> list[tuple[str, Any]]:
         try:
             handles = list(self._smi.amdsmi_get_processor_handles())

@@ -30,13 +30,16 @@ import pyarrow.parquet as pq
 from aaco_pipelines.bundle import SessionBundle, write_json
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
-from aaco_pipelines.execution.gpu_sampler import GpuSampler
+from aaco_pipelines.execution.gpu_sampler import GpuSampler, request_performance_determinism
 from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
 from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.registry.sidecar import InputSpec
 
 Progress = Callable[[str], None]
+# Laboratory mode asks GPUs to hold this gfx clock (performance determinism); the clocks really
+# observed are in the amdsmi telemetry either way.
+LABORATORY_GFX_CLOCK_MHZ = 1900
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,11 @@ def _run_plan(
     tracer, reason = device_tracer()
     calls = worker_plan(staging / "request.json", tracer, staging / "rocprof")
     gpu = GpuSampler(interval_s=limits.sample_interval_s * 2)
+    determinism = (
+        request_performance_determinism(gpu.amdsmi, LABORATORY_GFX_CLOCK_MHZ)
+        if request.laboratory and gpu.available
+        else None
+    )
     gpu.start()
     host_samples, observed = [], []
     try:
@@ -193,6 +201,7 @@ def _run_plan(
             "command": calls[-1].command if tracer else None,
         },
         "gpu_telemetry": {"source": "amdsmi" if gpu.available else None, "reason": gpu.reason},
+        "performance_determinism": determinism,
         "worker_wall_s": round(sum(o["worker_wall_s"] for o in observed), 3),
         "worker_exit_code": observed[-1]["worker_exit_code"],
         "worker_peak_rss_bytes": max(o["worker_peak_rss_bytes"] for o in observed),
