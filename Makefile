@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aaco-installed
 
-.PHONY: setup run test bench lint
+.PHONY: setup run test bench bench-gpu lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ test: setup
 
 bench: setup
 	$(PY) benchmarks/run.py
+
+bench-gpu: setup
+	$(PY) benchmarks/gpu_traces.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
