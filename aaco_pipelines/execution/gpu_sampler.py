@@ -31,6 +31,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from aaco_pipelines.execution.ticker import tick_until
+
 SAMPLES_SCHEMA = pa.schema(
     [
         ("timestamp_ns", pa.int64()),
@@ -226,15 +228,10 @@ class GpuSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        """Tick on a fixed schedule so a slow read does not shift every later sample."""
-        next_tick = time.monotonic()
-        while not self._stopping.is_set():
-            self.sample_once()
-            next_tick += self.interval_s
-            now = time.monotonic()
-            if next_tick < now:  # fell behind: skip missed ticks instead of bursting
-                next_tick = now
-            self._stopping.wait(next_tick - now)
+        tick_until(self._stopping, self.interval_s, self.sample_once, self._note_failure)
+
+    def _note_failure(self, exc: Exception) -> None:
+        self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def sample_once(self) -> None:
         """Read every metric of every selected GPU now; a failing read only loses itself."""

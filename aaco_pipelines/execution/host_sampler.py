@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from aaco_pipelines.execution.environment import cpu_frequencies_mhz
+from aaco_pipelines.execution.ticker import tick_until
 
 NAN = math.nan
 PROCESS_COLUMNS = (
@@ -135,18 +136,10 @@ class HostSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        """Tick on a fixed schedule so a slow read does not shift every later sample."""
-        next_tick = time.monotonic()
-        while not self._stopping.is_set():
-            try:
-                self.sample_once()
-            except Exception as exc:  # one bad read must not end the whole recording
-                self.errors.append(f"{type(exc).__name__}: {exc}")
-            next_tick += self.interval_s
-            now = time.monotonic()
-            if next_tick < now:  # fell behind: skip missed ticks instead of bursting
-                next_tick = now
-            self._stopping.wait(next_tick - now)
+        tick_until(self._stopping, self.interval_s, self.sample_once, self._note_failure)
+
+    def _note_failure(self, exc: Exception) -> None:
+        self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def sample_once(self) -> None:
         """Read every counter now and append one row; a row is appended whole or not at all."""
