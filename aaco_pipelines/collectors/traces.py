@@ -245,6 +245,7 @@ def _write_tables(trace_format: str, source: Path, session_id: str, staging: Pat
             plans = _SQLITE_READERS[trace_format].plans(db)
             return _write_plans(plans, staging, lambda *a: _sqlite_batches(db, session, *a))
     with duckdb.connect() as con:
+        con.execute("SET preserve_insertion_order = false")  # parallel COPY; rows keep their keys
         plans = _DUCKDB_READERS[trace_format].plans(con, source)
         return {
             table: rows
