@@ -4,6 +4,7 @@ import dagster as dg
 
 from aaco_pipelines.analysis.envelope import measure_envelope
 from aaco_pipelines.analysis.session import save_envelope
+from aaco_pipelines.execution.providers import host_default_providers
 from resources import BenchmarkRunnerResource, TraceLakeResource
 from resources.runner import default_target
 
@@ -20,7 +21,7 @@ from resources.runner import default_target
 def hardware_envelope(
     context: dg.AssetExecutionContext, runner: BenchmarkRunnerResource, tracelake: TraceLakeResource
 ) -> dg.MaterializeResult:
-    envelope = measure_envelope(runner.target)
+    envelope = measure_envelope(runner.target, host_default_providers())
     envelope_id = save_envelope(tracelake.lake, envelope)
     return dg.MaterializeResult(
         metadata={

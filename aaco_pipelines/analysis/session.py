@@ -24,6 +24,7 @@ from aaco_pipelines.analysis.metrics import session_metrics
 from aaco_pipelines.analysis.roofline import EnvelopeUtilization, roofline_table
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
+from aaco_pipelines.execution.providers import host_default_providers
 from aaco_pipelines.tracelake.store import TraceLake
 
 
@@ -89,7 +90,7 @@ def current_envelope(
     found = latest_envelope(lake, target, fingerprint)
     if found is not None:
         return found
-    envelope = measure_envelope(target, providers)
+    envelope = measure_envelope(target, providers or host_default_providers())
     return save_envelope(lake, envelope), envelope
 
 

@@ -38,3 +38,11 @@ def choose_providers(
 
 def is_gpu_provider(provider: str) -> bool:
     return provider in GPU_PREFERENCE
+
+
+def host_default_providers() -> list[str]:
+    """The automatic choice on this host (what a model without a sidecar preference gets):
+    the hardware envelope is measured with the same providers."""
+    import onnxruntime as ort
+
+    return choose_providers([], ort.get_available_providers(), amd_gpu_visible())
