@@ -35,6 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.analysis.fingerprints import kernel_families
+
 CONFIDENCE = {
     "ort_parent": 1.0,
     "correlation_launch": 0.95,
@@ -441,16 +443,6 @@ def _runtime_nodes(kernels, windows: _Windows, window_of, named):
 
 # --- MIGraphX partitions --------------------------------------------------------------------
 
-# Kernel families by kernel symbol, first match wins (igemm convolutions before gemm).
-KERNEL_FAMILIES = (
-    ("attention", r"(?i)attn|attention|fmha|flash"),
-    ("convolution", r"(?i)conv|igemm|winograd"),
-    ("gemm", r"(?i)^Cijk_|gemm|matmul|hipblaslt|rocblas|mlir_dot|_dot"),
-    ("reduction", r"(?i)reduce|softmax|norm|pool"),
-    ("copy", r"(?i)copybuffer|memcpy|transpose|copy"),
-    ("elementwise", r"(?i)elementwise|pointwise|add|mul|relu|gelu|sigmoid|tanh|div|sub|exp"),
-)
-
 _ELEMENTWISE_OPS = {"Add", "Sub", "Mul", "Div", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf",
                     "Gelu", "BiasGelu", "FastGelu", "Clip", "Pow", "Sqrt", "Exp", "Neg", "Cast",
                     "Where", "Sum", "HardSigmoid", "BatchNormalization"}  # fmt: skip
@@ -459,23 +451,14 @@ FAMILY_OPS = {
     "gemm": {"MatMul", "Gemm", "FusedGemm", "FusedMatMul", "MatMulInteger", "Conv", "FusedConv"},
     "convolution": {"Conv", "FusedConv", "ConvTranspose", "QLinearConv"},
     "attention": {"Attention", "MultiHeadAttention", "GroupQueryAttention", "MatMul", "Softmax"},
-    "reduction": {"ReduceMean", "ReduceSum", "ReduceMax", "Softmax", "LayerNormalization",
-                  "SkipLayerNormalization", "GlobalAveragePool", "MaxPool", "AveragePool"},
+    "softmax": {"Softmax", "LogSoftmax"},
+    "layernorm": {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                  "BatchNormalization", "InstanceNormalization", "GroupNormalization"},
+    "reduction": {"ReduceMean", "ReduceSum", "ReduceMax", "GlobalAveragePool", "MaxPool",
+                  "AveragePool", "ArgMax", "TopK"},
     "copy": {"Transpose", "Reshape", "Concat", "Slice", "Gather", "Split", "Expand", "Identity"},
     "elementwise": _ELEMENTWISE_OPS,
 }  # fmt: skip
-
-
-def kernel_families(kernel_names: pa.Array) -> np.ndarray:
-    """Family of each kernel symbol (KERNEL_FAMILIES order), "other" when none matches."""
-    family = np.full(len(kernel_names), "other", dtype=object)
-    unknown = np.ones(len(kernel_names), dtype=bool)
-    names = kernel_names.fill_null("")
-    for name, pattern in KERNEL_FAMILIES:
-        hit = pc.match_substring_regex(names, pattern).to_numpy(zero_copy_only=False) & unknown
-        family[hit] = name
-        unknown &= ~hit
-    return family
 
 
 def _spread_over_members(kernels, windows: _Windows, window_of, partition, members):
@@ -518,7 +501,7 @@ def _spread_over_members(kernels, windows: _Windows, window_of, partition, membe
 
 def _families(kernels: pa.Table, rows: np.ndarray) -> np.ndarray:
     names = pc.take(kernels["kernel_name"], rows).combine_chunks()
-    family = kernel_families(names)
+    family = kernel_families(names).to_numpy(zero_copy_only=False)
     if "kernel_family" in kernels.column_names:
         given = pc.take(kernels["kernel_family"], rows).combine_chunks()
         valid = given.is_valid().to_numpy(zero_copy_only=False)
