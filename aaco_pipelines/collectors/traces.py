@@ -33,12 +33,12 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from aaco_pipelines.analysis.fingerprints import register_sql_function
 from aaco_pipelines.collectors import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json, rpd
 from aaco_pipelines.collectors.rocprofv3_csv import sql_literal
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.schema import TABLES, sql_projection
+from aaco_pipelines.tracelake.schema import TABLES, create_table_sql, sql_projection
 
 FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
 SUPPORTED = (
@@ -78,8 +78,17 @@ def detect_format(path: Path) -> str:
     return _resolve(Path(path))[0]
 
 
-def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
-    """Write out_dir/<table>.parquet for every table the trace has rows for; {table: rows}."""
+def load_trace(
+    con: duckdb.DuckDBPyConnection, path: Path, session_id: str, *, iteration: int | None = None
+) -> dict[str, int]:
+    """Insert a trace's rows into the TraceLake tables open on `con`, inside the caller's
+    transaction; {table: rows} for the tables it had rows for.
+
+    This is the one reader of device traces: rows go from the file straight into the tables in
+    one INSERT per table (DuckDB's parallel CSV/JSON scan, or sqlite3 chunks as Arrow batches),
+    with each kernel's family computed in the same statement, so a ten-million-kernel trace is
+    read once and never becomes Python objects. `iteration` stamps every kernel with that
+    iteration (a trace with no ONNX Runtime runs to place kernels in)."""
     trace_format, source = _resolve(Path(path))
     if trace_format == "ort_profile":
         raise AacoInputError(
@@ -87,20 +96,37 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
             path=source,
             fix="use the ONNX Runtime profile reader (collectors.ort_profile.read_ort_profile)",
         )
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=out_dir))
     try:
-        counts = _write_tables(trace_format, source, session_id, staging)
-        for table in counts:
-            os.replace(staging / f"{table}.parquet", out_dir / f"{table}.parquet")
-        return counts
+        counts = _insert_tables(con, trace_format, source, sql_literal(session_id), iteration)
     except _READ_ERRORS as exc:
         raise AacoInputError(
             f"could not read this {trace_format} trace ({_reason(exc)})",
             path=source,
             fix="the trace is truncated or corrupt, or not what its header says; re-collect it",
         ) from exc
+    return {table: rows for table, rows in counts.items() if rows}
+
+
+def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
+    """Write out_dir/<table>.parquet for every table the trace has rows for; {table: rows}.
+
+    The trace is loaded into an in-memory DuckDB by `load_trace` and each table copied out, for
+    looking at a trace's tables without a TraceLake; sessions load large traces straight into
+    the TraceLake instead. Files appear only once every table succeeded."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=out_dir))
+    try:
+        with duckdb.connect() as con:
+            for name, schema in TABLES.items():
+                con.execute(create_table_sql(name, schema))
+            counts = load_trace(con, path, session_id)
+            for table in counts:
+                target = sql_literal(str(staging / f"{table}.parquet"))
+                con.execute(f"COPY {table} TO {target} (FORMAT parquet)").fetchall()
+        for table in counts:
+            os.replace(staging / f"{table}.parquet", out_dir / f"{table}.parquet")
+        return counts
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
@@ -216,7 +242,10 @@ def _detect_database(path: Path, plain: Path) -> str:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    """Read-only; usable from DuckDB's scan thread (one reader at a time pulls the batches)."""
+    return sqlite3.connect(
+        path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
+    )
 
 
 @contextmanager
@@ -235,48 +264,63 @@ def _plain_copy(path: Path, zipped: bool, folder: Path | None = None):
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _write_tables(trace_format: str, source: Path, session_id: str, staging: Path) -> dict:
-    session = sql_literal(session_id)
+def _insert_tables(con, trace_format: str, source: Path, session: str, iteration) -> dict:
+    register_sql_function(con)
     if trace_format in _SQLITE_READERS:
-        with (
-            _plain_copy(source, _is_gzip(source), staging) as plain,
-            closing(_connect(plain)) as db,
-        ):
+        with _plain_copy(source, _is_gzip(source)) as plain, closing(_connect(plain)) as db:
             plans = _SQLITE_READERS[trace_format].plans(db)
-            return _write_plans(plans, staging, lambda *a: _sqlite_batches(db, session, *a))
-    with duckdb.connect() as con:
-        con.execute("SET preserve_insertion_order = false")  # parallel COPY; rows keep their keys
-        plans = _DUCKDB_READERS[trace_format].plans(con, source)
-        return {
-            table: rows
-            for table, plan in plans.items()
-            if (rows := _copy_plan(con, session, plan, TABLES[table], staging / f"{table}.parquet"))
-        }
+            return {
+                table: _insert_batches(
+                    con, table, _sqlite_batches(db, session, plan, TABLES[table]), iteration
+                )
+                for table, plan in plans.items()
+            }
+    plans = _DUCKDB_READERS[trace_format].plans(con, source)
+    return {
+        table: _insert_plan(con, table, session, plan, iteration) for table, plan in plans.items()
+    }
 
 
-def _copy_plan(con, session: str, plan: Plan, schema: pa.Schema, target: Path) -> int:
-    """DuckDB's own parallel COPY from the source straight into Parquet: the fastest path for
-    10^7-row CSV traces. Constant columns come out NOT NULL in the file's schema; readers cast
-    to the TraceLake schema (`conform`, INSERT BY NAME), so that is harmless. No file when the
-    plan has no rows."""
+def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | None) -> int:
+    """One INSERT ... SELECT from the file into `table`, typed by the schema."""
     source, expressions = plan
-    select = sql_projection(schema, {"session_id": session, **expressions})
-    rows = con.execute(
-        f"COPY (SELECT {select} FROM {source}) TO '{target}' (FORMAT parquet, COMPRESSION snappy)"
-    ).fetchall()[0][0]
-    if not rows:
-        target.unlink(missing_ok=True)
-    return rows
+    expressions = {"session_id": session, **expressions}
+    if table == "kernel_events":
+        expressions = {**expressions, **_kernel_extras(expressions, iteration)}
+    select = sql_projection(TABLES[table], expressions)
+    return con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchall()[0][
+        0
+    ]
 
 
-def _write_plans(plans: dict[str, Plan], staging: Path, batches_of) -> dict[str, int]:
-    counts = {}
-    for table, plan in plans.items():
-        schema = TABLES[table]
-        rows = _write_batches(batches_of(plan, schema), schema, staging / f"{table}.parquet")
-        if rows:
-            counts[table] = rows
-    return counts
+def _insert_batches(con, table: str, batches, iteration: int | None) -> int:
+    """INSERT of Arrow batches of exactly the table's schema (from sqlite3)."""
+    schema = TABLES[table]
+    expressions = {f.name: f'"{f.name}"' for f in schema}
+    if table == "kernel_events":
+        expressions.update(_kernel_extras(expressions, iteration))
+    reader = pa.RecordBatchReader.from_batches(schema, batches)
+    con.register("trace_batches", reader)
+    try:
+        select = sql_projection(schema, expressions)
+        return con.execute(
+            f"INSERT INTO {table} BY NAME SELECT {select} FROM trace_batches"
+        ).fetchall()[0][0]
+    finally:
+        con.unregister("trace_batches")
+
+
+def _kernel_extras(expressions: dict[str, str], iteration: int | None) -> dict[str, str]:
+    """Each kernel's family from its name (unless the format gives one), and the iteration."""
+    extras = {}
+    name = expressions.get("kernel_name")
+    if name:
+        given = expressions.get("kernel_family")
+        family = f"kernel_family({name})"
+        extras["kernel_family"] = f"coalesce({given}, {family})" if given else family
+    if iteration is not None:
+        extras["iteration"] = str(int(iteration))
+    return extras
 
 
 def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):
@@ -295,22 +339,6 @@ def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):
             fetched[f.name] if f.name in fetched else pa.nulls(len(chunk), f.type) for f in schema
         ]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def _write_batches(batches, schema: pa.Schema, target: Path) -> int:
-    """Stream batches into one Parquet file of exactly `schema` (DuckDB marks constant columns
-    NOT NULL; the cast drops that); no file at all when there are no rows."""
-    rows, writer = 0, None
-    try:
-        for batch in batches:
-            if batch.num_rows:
-                writer = writer or pq.ParquetWriter(target, schema, compression="zstd")
-                writer.write_batch(batch.cast(schema))
-                rows += batch.num_rows
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows
 
 
 def _sqlite_projection(fields: list[pa.Field], expressions: dict[str, str]) -> str:

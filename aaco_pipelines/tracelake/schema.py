@@ -371,6 +371,11 @@ def duckdb_type(arrow_type: pa.DataType) -> str:
     return simple[arrow_type]
 
 
+def create_table_sql(name: str, schema: pa.Schema) -> str:
+    columns = ", ".join(f'"{f.name}" {duckdb_type(f.type)}' for f in schema)
+    return f"CREATE TABLE IF NOT EXISTS {name} ({columns})"
+
+
 def sql_projection(schema: pa.Schema, expressions: dict[str, str]) -> str:
     """A DuckDB SELECT list producing exactly `schema`: each column from its SQL expression, cast
     to the schema's type; columns without an expression are typed NULLs. Lets a reader stream a

@@ -22,7 +22,13 @@ import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.schema import MODELS, SCHEMA_VERSION, TABLES, conform, duckdb_type
+from aaco_pipelines.tracelake.schema import (
+    MODELS,
+    SCHEMA_VERSION,
+    TABLES,
+    conform,
+    create_table_sql,
+)
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
 # Device-trace tables: only sessions traced by a GPU profiler have them.
@@ -49,11 +55,6 @@ MIGRATIONS: dict[int, list[str]] = {
         )
     ],
 }
-
-
-def create_table_sql(name: str, schema: pa.Schema) -> str:
-    columns = ", ".join(f'"{f.name}" {duckdb_type(f.type)}' for f in schema)
-    return f"CREATE TABLE IF NOT EXISTS {name} ({columns})"
 
 
 class TraceLake:
