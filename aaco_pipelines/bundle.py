@@ -10,7 +10,11 @@
       optimized_model.onnx  the graph after ONNX Runtime's fusions (for attribution)
       host_samples.parquet  raw host counters sampled during the run
       graph/                the graph extraction of the exact model file (nodes, edges, summary)
-      tables/               normalized TraceLake tables, written by collection
+      rocprof/              rocprofv3's output of the traced pass (GPU hosts; or raw/ for an
+                            ingested trace)
+      tables/               normalized TraceLake tables, written by collection; a device trace
+                            is not copied into them but named by tables/device_trace.json and
+                            loaded from its raw file straight into the TraceLake
 
 Raw files are written once, by the run, and never modified; `tables/` is derived from them and
 can be rebuilt at any time. A bundle only appears under sessions/ once the run succeeded: work in
@@ -28,6 +32,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+DEVICE_TRACE = "device_trace.json"
 
 
 @dataclass(frozen=True)
@@ -70,24 +76,38 @@ class SessionBundle:
     def has_tables(self) -> bool:
         return (self.tables_dir / "_COMPLETE").is_file()
 
-    def write_tables(
-        self, tables: dict[str, pa.Table], files: dict[str, Path] | None = None
-    ) -> None:
-        """Replace tables/ as a whole: written beside it, then swapped in, never half there.
-        `files` are ready Parquet files (large device traces), moved in as they are."""
+    @property
+    def device_trace(self) -> dict | None:
+        """{"path": bundle-relative trace file or folder, "iteration": int | None}, when the
+        session has a device trace to load into the TraceLake."""
+        manifest = self.tables_dir / DEVICE_TRACE
+        return json.loads(manifest.read_text()) if manifest.is_file() else None
+
+    def write_tables(self, tables: dict[str, pa.Table], device_trace: dict | None = None) -> None:
+        """Replace tables/ as a whole: written beside it, then swapped in, never half there."""
         staging = Path(tempfile.mkdtemp(prefix=".tables-", dir=self.path))
-        files = files or {}
         try:
             for name, table in tables.items():
                 pq.write_table(table, staging / f"{name}.parquet", compression="zstd")
-            for name, path in files.items():
-                shutil.move(str(path), staging / f"{name}.parquet")
-            (staging / "_COMPLETE").write_text(json.dumps(sorted([*tables, *files])))
+            if device_trace is not None:
+                (staging / DEVICE_TRACE).write_text(json.dumps(device_trace, sort_keys=True))
+            (staging / "_COMPLETE").write_text(json.dumps(sorted(tables)))
             if self.tables_dir.exists():
                 shutil.rmtree(self.tables_dir)
             os.replace(staging, self.tables_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    def add_tables(self, tables: dict[str, pa.Table]) -> None:
+        """Add or replace single tables in tables/ (rows derived once the trace is loaded),
+        each file swapped in whole."""
+        for name, table in tables.items():
+            target = self.table_path(name)
+            partial = target.with_name(f".{target.name}.tmp")
+            pq.write_table(table, partial, compression="zstd")
+            os.replace(partial, target)
+        listed = json.loads((self.tables_dir / "_COMPLETE").read_text())
+        (self.tables_dir / "_COMPLETE").write_text(json.dumps(sorted({*listed, *tables})))
 
     def read_table(self, table: str) -> pa.Table:
         return pq.read_table(self.table_path(table))

@@ -15,23 +15,21 @@ from __future__ import annotations
 import datetime as dt
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle, write_json
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.session import latency_summary, merge_kernel_events
-from aaco_pipelines.collectors.traces import collect_trace, detect_format
+from aaco_pipelines.collectors.session import latency_summary
+from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.runner import new_session_id
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.registry.scan import model_slug, registered_model
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
+from aaco_pipelines.tracelake.store import TraceLake
 
 ORT_PROFILE_GLOBS = ("*onnxruntime_profile*.json", "ort_profile*.json")
 
@@ -39,7 +37,8 @@ ORT_PROFILE_GLOBS = ("*onnxruntime_profile*.json", "ort_profile*.json")
 def ingest_trace(
     trace: Path, paths: AacoPaths, *, model: Path | None = None, name: str | None = None
 ) -> SessionBundle:
-    """Build and publish the session bundle of an external trace (tables included)."""
+    """Build and publish the session bundle of an external trace and load it into the
+    TraceLake, all or nothing: on any error neither the bundle nor any row remains."""
     trace = trace.absolute()
     if not trace.exists():
         raise AacoInputError(
@@ -49,72 +48,104 @@ def ingest_trace(
     slug = model_slug(name or (model.stem if model else trace.stem))
     session_id = new_session_id(slug)
     staging = paths.sessions / ".staging" / session_id
+    final = paths.sessions / dt.date.today().isoformat() / session_id
     staging.mkdir(parents=True)
     try:
-        bundle = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
+        version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, final)
+        bundle = SessionBundle(final)
+        TraceLake(paths.tracelake).ingest_session(
+            bundle, derive=lambda con: _span_tables(con, bundle, trace, version, trace_format)
+        )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)
         raise
-    final = paths.sessions / dt.date.today().isoformat() / session_id
-    final.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(bundle.path, final)
-    return SessionBundle(final)
+    return bundle
 
 
-def _build(staging, trace, trace_format, paths, model, slug, name, session_id) -> SessionBundle:
-    raw = staging / "raw"
-    if trace.is_dir():
-        shutil.copytree(trace, raw)
-    else:
-        raw.mkdir()
-        shutil.copy2(trace, raw / trace.name)
+def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
+    """The bundle in staging: the raw trace, the model's graph, the JSON records, and tables
+    holding ONNX Runtime's host events; the trace itself is named for loading, not copied."""
+    _link_or_copy_tree(trace, staging / "raw")
     version = None
     if model is not None:
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
         shutil.copytree(version.graph_dir, staging / "graph")
         derive_optimized_model(version.snapshot_path, staging / "optimized_model.onnx")
-    bundle = SessionBundle(staging)
-    with tempfile.TemporaryDirectory(prefix=".collect-", dir=staging) as tmp:
-        tmp = Path(tmp)
-        counts = collect_trace(raw if trace.is_dir() else raw / trace.name, session_id, tmp)
-        if not counts.get("kernel_events"):
-            raise AacoInputError(
-                "the trace has no kernel dispatches",
-                path=trace,
-                fix="collect with kernel tracing on (rocprofv3 --kernel-trace)",
-            )
-        files = {n: tmp / f"{n}.parquet" for n, rows in counts.items() if rows}
-        host = _host_events(trace, session_id, tmp)
-        parts = [files["kernel_events"], *([host] if host else [])]
-        files["kernel_events"] = merge_kernel_events(parts, tmp / "merged.parquet")
-        span, runs = _iterations(files["kernel_events"], session_id, tmp, has_runs=host is not None)
-        files["kernel_events"] = merge_kernel_events(
-            [files["kernel_events"], *runs], tmp / "final.parquet"
+    write_json(
+        staging / "session.json",
+        _session_json(session_id, slug, name, trace, trace_format, version),
+    )
+    write_json(
+        staging / "request.json",
+        {
+            "ingested_from": str(trace),
+            "format": trace_format,
+            "model": str(model) if model else None,
+        },
+    )
+    write_json(
+        staging / "env.json",
+        {"collected_elsewhere": True, "trace_format": trace_format, "hostname": None},
+    )
+    host = _host_events(trace, session_id)
+    SessionBundle(staging).write_tables(
+        {
+            "kernel_events": host if host is not None else KERNEL_EVENTS.empty_table(),
+            "telemetry": TELEMETRY.empty_table(),
+        },
+        device_trace={
+            "path": "raw" if trace.is_dir() else f"raw/{trace.name}",
+            "format": trace_format,
+            "iteration": None if host is not None else 0,  # no runs: the trace is one iteration
+        },
+    )
+    return version
+
+
+def _link_or_copy_tree(trace: Path, raw: Path) -> None:
+    """The trace as the bundle's raw evidence: hard links where the file system allows (a
+    multi-GB trace is not written twice; profilers write new files, they do not edit old
+    ones), copies elsewhere."""
+    if trace.is_dir():
+        shutil.copytree(trace, raw, copy_function=_link_or_copy)
+    else:
+        raw.mkdir()
+        _link_or_copy(trace, raw / trace.name)
+
+
+def _link_or_copy(source, target) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _span_tables(con, bundle: SessionBundle, trace, version, trace_format) -> dict[str, pa.Table]:
+    """After the trace's rows are in: its span (first kernel start to last kernel end) is the
+    session's one iteration and its latency; without ONNX Runtime runs a `model_run` span
+    stands for that iteration. Also written to the bundle's tables/ for later re-loads."""
+    start, end = con.execute(
+        "SELECT min(start_ns), max(start_ns + duration_ns) FROM kernel_events "
+        "WHERE session_id = ? AND category = 'Kernel'",
+        [bundle.session_id],
+    ).fetchall()[0]
+    if start is None:
+        raise AacoInputError(
+            "the trace has no kernel dispatches",
+            path=trace,
+            fix="collect with kernel tracing on (rocprofv3 --kernel-trace)",
         )
-        write_json(
-            staging / "session.json",
-            _session_json(session_id, slug, name, trace, trace_format, version),
-        )
-        write_json(
-            staging / "request.json",
-            {
-                "ingested_from": str(trace),
-                "format": trace_format,
-                "model": str(model) if model else None,
-            },
-        )
-        write_json(
-            staging / "env.json",
-            {"collected_elsewhere": True, "trace_format": trace_format, "hostname": None},
-        )
-        tables = {
-            "sessions": _sessions_row(bundle, span, version, trace_format),
-            "iterations": _iterations_rows(session_id, span),
-            "telemetry": _telemetry(files),
-        }
-        files.pop("telemetry", None)
-        bundle.write_tables(tables, files)
-    return bundle
+    tables = {
+        "sessions": _sessions_row(bundle, (start, end), version, trace_format),
+        "iterations": _iterations_rows(bundle.session_id, (start, end)),
+    }
+    if bundle.device_trace["iteration"] is not None:
+        tables["kernel_events"] = _trace_span_run(bundle.session_id, start, end)
+    bundle.add_tables(tables)
+    return tables
 
 
 def derive_optimized_model(model: Path, target: Path) -> None:
@@ -129,54 +160,28 @@ def derive_optimized_model(model: Path, target: Path) -> None:
     ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
-def _host_events(trace: Path, session_id: str, tmp: Path) -> Path | None:
+def _host_events(trace: Path, session_id: str) -> pa.Table | None:
     """ONNX Runtime's profile of the same run, when it sits beside the trace: host node windows
     for attribution (its own clock; the GPU attribution estimates the offset)."""
     if not trace.is_dir():
         return None
     for pattern in ORT_PROFILE_GLOBS:
         for profile in sorted(trace.glob(pattern)):
-            events = read_ort_profile(profile, session_id, profiling_start_ns=0)
-            target = tmp / "host_events.parquet"
-            pq.write_table(events, target)
-            return target
+            return read_ort_profile(profile, session_id, profiling_start_ns=0)
     return None
 
 
-def _iterations(kernel_events: Path, session_id: str, tmp: Path, has_runs: bool):
-    """The trace's span (first kernel start, last kernel end), and — when there are no
-    ONNX Runtime model_run spans — one synthetic run covering it, so every kernel is in
-    iteration 0."""
-    with duckdb.connect() as con:
-        start, end = con.sql(
-            "SELECT min(start_ns), max(start_ns + duration_ns) FROM read_parquet($f) "
-            "WHERE category = 'Kernel'",
-            params={"f": str(kernel_events)},
-        ).fetchall()[0]
-        if has_runs:
-            return (start, end), []
-        target = tmp / "kernels_in_run.parquet"
-        con.execute(
-            "COPY (SELECT * REPLACE (0::INTEGER AS iteration) FROM read_parquet($f)) TO $t (FORMAT parquet)",
-            {"f": str(kernel_events), "t": str(target)},
-        ).fetchall()
-    run = pa.Table.from_pylist(
-        [
-            {
-                "session_id": session_id,
-                "source": "trace_span",
-                "category": "Session",
-                "iteration": 0,
-                "event_name": "model_run",
-                "start_ns": start,
-                "duration_ns": end - start,
-            }
-        ]
-    )
-    run_file = tmp / "trace_span.parquet"
-    pq.write_table(conform(run, KERNEL_EVENTS), run_file)
-    os.replace(target, kernel_events)
-    return (start, end), [run_file]
+def _trace_span_run(session_id: str, start: int, end: int) -> pa.Table:
+    run = {
+        "session_id": session_id,
+        "source": "trace_span",
+        "category": "Session",
+        "iteration": 0,
+        "event_name": "model_run",
+        "start_ns": start,
+        "duration_ns": end - start,
+    }
+    return conform(pa.Table.from_pylist([run]), KERNEL_EVENTS)
 
 
 def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
@@ -235,9 +240,3 @@ def _iterations_rows(session_id: str, span) -> pa.Table:
         for p in ("measured", "profiled")
     ]
     return conform(pa.Table.from_pylist(rows), ITERATIONS)
-
-
-def _telemetry(files: dict[str, Path]) -> pa.Table:
-    if "telemetry" in files:
-        return conform(pq.read_table(files["telemetry"]), TELEMETRY)
-    return TELEMETRY.empty_table()

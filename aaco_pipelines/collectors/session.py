@@ -9,21 +9,17 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import tempfile
-from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.analysis.fingerprints import kernel_families
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.host_telemetry import host_telemetry_table, pass_labels
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.traces import collect_trace
+from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.execution.environment import runtime_fingerprint
-from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
+from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, TELEMETRY, conform
 
 PASS_ORDER = ("warmup", "measured", "profiled")
 
@@ -31,9 +27,9 @@ PASS_ORDER = ("warmup", "measured", "profiled")
 def collect_session(bundle: SessionBundle) -> dict[str, int]:
     """Write all TraceLake tables of one session into the bundle's tables/; row counts.
 
-    Graph tables are added at ingestion from the bundle's graph/. Device traces (rocprofv3 output
-    in rocprof/) stream through DuckDB into Parquet and are merged with ONNX Runtime's host
-    events; small tables are built in Arrow."""
+    Graph tables are added at ingestion from the bundle's graph/. A device trace (rocprofv3
+    output in rocprof/) is checked and named in tables/device_trace.json, not copied: the
+    TraceLake loads it from the raw files in one pass. Small tables are built in Arrow."""
     session = bundle.session
     latencies = bundle.read_json("latencies.json")
     passes = [(name, *bounds) for name, bounds in session["passes"].items()]
@@ -42,21 +38,23 @@ def collect_session(bundle: SessionBundle) -> dict[str, int]:
         "iterations": iterations_table(bundle.session_id, latencies),
         "telemetry": telemetry_table(bundle, passes),
     }
-    ort_events = read_ort_profile(
+    tables["kernel_events"] = read_ort_profile(
         bundle.file("ort_profile.json"),
         bundle.session_id,
         session["profiling_start_ns"],
         warmup_runs=session["profiled_warmup_iterations"],
     )
-    with tempfile.TemporaryDirectory(prefix=".collect-", dir=bundle.path) as tmp:
-        files = device_trace_files(bundle, ort_events, Path(tmp))
-        if "kernel_events" not in files:
-            tables["kernel_events"] = ort_events
-        bundle.write_tables(tables, files)
-    return {
-        name: pq.ParquetFile(bundle.table_path(name)).metadata.num_rows
-        for name in (*tables, *files)
-    }
+    bundle.write_tables(tables, device_trace(bundle))
+    return {name: table.num_rows for name, table in tables.items()}
+
+
+def device_trace(bundle: SessionBundle) -> dict | None:
+    """The manifest of the traced pass's rocprofv3 output in rocprof/, if there is one; its
+    format is checked now, so a broken trace fails collection, not a later stage."""
+    trace_dir = bundle.file("rocprof")
+    if not trace_dir.is_dir():
+        return None
+    return {"path": "rocprof", "format": detect_format(trace_dir), "iteration": None}
 
 
 def telemetry_table(bundle: SessionBundle, passes: list[tuple[str, int, int]]) -> pa.Table:
@@ -82,48 +80,6 @@ def gpu_telemetry_table(raw: pa.Table, session_id: str, passes) -> pa.Table:
     table = table.append_column("session_id", pa.array([session_id] * raw.num_rows, pa.string()))
     table = table.append_column("source", pa.array(["amdsmi"] * raw.num_rows, pa.string()))
     return conform(table, TELEMETRY)
-
-
-def device_trace_files(bundle: SessionBundle, ort_events: pa.Table, tmp: Path) -> dict[str, Path]:
-    """Tables of the rocprofv3 output the traced pass left in rocprof/ (none without it):
-    device kernels merged after ONNX Runtime's events, each labelled with its kernel family."""
-    trace_dir = bundle.file("rocprof")
-    if not trace_dir.is_dir():
-        return {}
-    counts = collect_trace(trace_dir, bundle.session_id, tmp)
-    files = {name: tmp / f"{name}.parquet" for name, rows in counts.items() if rows}
-    if "kernel_events" in files:
-        host = tmp / "ort_events.parquet"
-        pq.write_table(ort_events, host)
-        files["kernel_events"] = merge_kernel_events(
-            [host, files["kernel_events"]], tmp / "merged.parquet"
-        )
-    return files
-
-
-def merge_kernel_events(parts: list[Path], target: Path) -> Path:
-    """One kernel_events Parquet from several, with `kernel_family` filled for device kernels.
-
-    Families are decided once per distinct kernel name (thousands, not millions) and joined in
-    by DuckDB, so the rows stream from file to file."""
-    sources = [str(p) for p in parts]
-    with duckdb.connect() as con:
-        names = con.sql(
-            "SELECT DISTINCT kernel_name FROM read_parquet($files, union_by_name = true) "
-            "WHERE kernel_name IS NOT NULL",
-            params={"files": sources},
-        ).to_arrow_table()["kernel_name"]
-        families = pa.table({"kernel_name": names, "family": kernel_families(names)})
-        con.register("families", families)
-        columns = [f.name for f in KERNEL_EVENTS if f.name != "kernel_family"]
-        select = ", ".join(f'e."{c}"' for c in columns)
-        con.execute(
-            f"COPY (SELECT {select}, coalesce(e.kernel_family, f.family) AS kernel_family "
-            "FROM read_parquet($files, union_by_name = true) e "
-            "LEFT JOIN families f USING (kernel_name)) TO $target (FORMAT parquet)",
-            {"files": sources, "target": str(target)},
-        ).fetchall()
-    return target
 
 
 def iterations_table(session_id: str, latencies: dict) -> pa.Table:

@@ -13,7 +13,7 @@ import datetime as dt
 import fcntl
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.collectors.traces import load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import (
     MODELS,
@@ -90,14 +91,24 @@ class TraceLake:
                 con.register(name, table)
             return con.sql(sql, params=params).to_arrow_table()
 
-    def ingest_session(self, bundle: SessionBundle) -> dict[str, int]:
+    def ingest_session(
+        self,
+        bundle: SessionBundle,
+        derive: Callable[[duckdb.DuckDBPyConnection], dict[str, pa.Table]] | None = None,
+    ) -> dict[str, int]:
         """Load one session and its model graph in a single transaction, replacing any earlier
-        load of the same session: re-ingesting never doubles rows."""
+        load of the same session: re-ingesting never doubles rows. `derive` returns rows to add
+        that depend on the loaded ones (an ingested trace's span becomes its latency)."""
         graph = read_graph_dir(bundle.graph_dir)
         with self.connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
-                counts = self._replace_session(con, bundle)
+                self._replace_session(con, bundle)
+                for name, table in (derive(con) if derive else {}).items():
+                    con.register("incoming", conform(table, TABLES[name]))
+                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
+                    con.unregister("incoming")
+                counts = self._session_counts(con, bundle.session_id)
                 if graph is not None:
                     counts.update(self._replace_graph(con, graph))
                 con.execute("COMMIT")
@@ -132,23 +143,35 @@ class TraceLake:
         with self.connect() as con:
             return _stored_version(con)
 
-    def _replace_session(self, con, bundle: SessionBundle) -> dict[str, int]:
+    def _replace_session(self, con, bundle: SessionBundle) -> None:
+        """The bundle's Parquet tables, then its device trace straight from the raw file."""
         if not bundle.has_tables():
             raise AacoInputError(
                 "session bundle has no collected tables",
                 path=bundle.path,
                 fix="materialize collected_traces for this session first",
             )
-        counts = {}
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
             con.execute(f"DELETE FROM {table} WHERE session_id = ?", [bundle.session_id])
             source = bundle.table_path(table)
-            if table in OPTIONAL_SESSION_TABLES and not source.exists():
-                continue
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)])
-            counts[table] = con.execute(
-                f"SELECT count(*) FROM {table} WHERE session_id = ?", [bundle.session_id]
+            if source.exists():
+                con.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)]
+                ).fetchall()
+        trace = bundle.device_trace
+        if trace is not None:
+            load_trace(
+                con, bundle.path / trace["path"], bundle.session_id, iteration=trace["iteration"]
+            )
+
+    def _session_counts(self, con, session_id: str) -> dict[str, int]:
+        counts = {}
+        for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
+            rows = con.execute(
+                f"SELECT count(*) FROM {table} WHERE session_id = ?", [session_id]
             ).fetchall()[0][0]
+            if rows or table in SESSION_TABLES:
+                counts[table] = rows
         return counts
 
     def _replace_graph(self, con, graph: dict[str, pa.Table]) -> dict[str, int]:
