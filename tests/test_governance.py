@@ -228,7 +228,7 @@ def test_parameters_are_recorded_and_serializable():
     v = drift_verdict(np.append(quiet_history(), 12.0), higher_is_worse=True, policy=policy)
     p = v.parameters
     assert p["ewma"] == {"lam": 0.3, "L": 2.8, "limits": "exact"}
-    assert p["cusum"] == {"k": 0.25, "h": 8.0}
+    assert p["cusum"] == {"k": 0.25, "h": 8.0, "sides": 2}
     assert (p["min_effect_pct"], p["history_window"], p["z_threshold"]) == (5.0, 30, 4.0)
     assert (p["bootstrap_resamples"], p["confidence"], p["seed"]) == (500, 0.95, 42)
     assert p["higher_is_worse"] is True
