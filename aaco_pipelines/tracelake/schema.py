@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -318,6 +318,29 @@ DRIFT_VERDICTS = pa.schema(
     ]
 )
 
+# --- Governance (schema v4): named baselines, keyed by their name -----------------------------
+
+BASELINES = pa.schema(
+    [
+        ("baseline_name", _str),  # unique across the lake
+        ("model_slug", _str),
+        ("target", _str),
+        ("created_at", _ts),
+        ("session_ids", pa.list_(_str)),  # the sessions the reference is made of, oldest first
+        ("pinned", _bool),  # at most one pinned baseline per model_slug + target
+        ("n_sessions", _i64),
+        ("latency_p50_ns", _f64),  # medians over the sessions' own figures
+        ("latency_p99_ns", _f64),
+        ("throughput_per_s", _f64),
+        ("model_sha256", _str),  # the environment of the newest session of the baseline
+        ("runtime_fingerprint", _str),
+        ("providers_used", pa.list_(_str)),
+        ("env_json", _str),
+        ("window_json", _str),  # how the sessions were chosen (ids, last N, since / until)
+        ("note", _str),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "graph_nodes": GRAPH_NODES,
@@ -337,6 +360,7 @@ TABLES: dict[str, pa.Schema] = {
     "roofline_points": ROOFLINE_POINTS,
     "bottleneck_reports": BOTTLENECK_REPORTS,
     "drift_verdicts": DRIFT_VERDICTS,
+    "baselines": BASELINES,
 }
 
 

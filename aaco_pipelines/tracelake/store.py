@@ -55,6 +55,7 @@ MIGRATIONS: dict[int, list[str]] = {
             ("sgpr_count", "BIGINT"),
         )
     ],
+    4: [],  # the baselines table, created with every missing table
 }
 
 
