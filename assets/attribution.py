@@ -9,6 +9,7 @@ from aaco_pipelines.analysis.metrics import UNITS
 from aaco_pipelines.analysis.session import attribute, metrics_of
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from aaco_pipelines.report.plots import markdown_image, op_breakdown
 from assets.partitions import models_partitions
 from resources import TraceLakeResource
 
@@ -56,6 +57,12 @@ def kernel_attribution(
             "session_id": bundle.session_id,
             "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
             "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
+            "time_per_op_plot": dg.MetadataValue.md(
+                markdown_image(
+                    op_breakdown(breakdown.filter(pc.equal(breakdown["level"], "node"))),
+                    "time per op",
+                )
+            ),
             "derived_metrics": dg.MetadataValue.md(_metrics_table(metrics)),
             "attribution_methods": dg.MetadataValue.json(
                 {

@@ -4,6 +4,7 @@ import dagster as dg
 
 from aaco_pipelines.analysis.session import current_envelope, explain, top_roofline_points
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from aaco_pipelines.report.plots import markdown_image, op_breakdown, roofline
 from assets.envelope import hardware_envelope
 from assets.partitions import models_partitions
 from resources import BenchmarkRunnerResource, TraceLakeResource
@@ -79,7 +80,26 @@ def bottleneck_report(
                     ],
                 )
             ),
+            "plots": dg.MetadataValue.md(_plots(lake, session_id, envelope)),
             "envelope_id": envelope_id,
         }
     )
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
+
+
+def _plots(lake, session_id: str, envelope) -> str:
+    """Time per op and the roofline, inline as PNG data URIs (each well under 100 KB)."""
+    params = {"sid": session_id}
+    nodes = lake.query(
+        "SELECT name, op_type, share, mean_ns FROM op_breakdown "
+        "WHERE session_id = $sid AND level = 'node'",
+        params,
+    )
+    points = lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", params)
+    ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
+    return "\n\n".join(
+        [
+            markdown_image(op_breakdown(nodes), "time per op"),
+            markdown_image(roofline(points, *ceilings), "roofline"),
+        ]
+    )

@@ -1,0 +1,143 @@
+"""The content of a session report as plain JSON-ready data: the single source the Markdown and
+HTML renderers format, so the three formats never disagree.
+
+Meanings are not rewritten here: derived metrics are explained by the definitions in
+`analysis.metrics`' docstring and evidence signals by the classifier's own rule rationales.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco_pipelines.analysis import metrics as metrics_module
+from aaco_pipelines.analysis.classification import SIGNAL_RULES
+from aaco_pipelines.report.data import ReportData, gather
+from aaco_pipelines.report.plots import change_points_of
+from aaco_pipelines.report.summary import latency_summary
+from aaco_pipelines.tracelake.store import TraceLake
+
+TOP_OPS = 15
+TOP_OP_TYPES = 10
+DRIFT_PLOT_METRICS = ("latency_p50_ns", "throughput_per_s")
+_DEFINITION = re.compile(r"^  (\w+)\s+(\S.*)$")
+
+
+def metric_meanings(doc: str | None = metrics_module.__doc__) -> dict[str, str]:
+    """Each derived metric's definition from the `analysis.metrics` docstring table (a name
+    indented two spaces, its definition, continuation lines indented deeper)."""
+    meanings: dict[str, str] = {}
+    current = None
+    for line in (doc or "").splitlines():
+        match = _DEFINITION.match(line)
+        if match:
+            current = match.group(1)
+            meanings[current] = match.group(2).strip()
+        elif current and line.startswith("    ") and line.strip():
+            meanings[current] += " " + line.strip()
+        else:
+            current = None
+    return meanings
+
+
+def render_json(lake: TraceLake | str, session_id: str) -> dict:
+    """The report of one session (or "latest") as JSON-ready data."""
+    return report_content(gather(lake, session_id))
+
+
+def report_content(data: ReportData) -> dict:
+    measured = _measured(data.iterations)
+    return {
+        "session": _plain(data.session),
+        "summary": latency_summary(data.session, measured),
+        "environment": data.environment,
+        "bottleneck": _bottleneck(data.bottleneck),
+        "derived_metrics": _derived(data.derived_metrics),
+        "top_ops": _level(data.op_breakdown, "node", TOP_OPS),
+        "top_op_types": _level(data.op_breakdown, "op_type", TOP_OP_TYPES),
+        "top_kernels": _floats(data.top_kernels.to_pylist()),
+        "roofline": {
+            "envelope": _plain(data.envelope) if data.envelope else None,
+            "top_points": _floats(data.roofline_points.slice(0, TOP_OPS).to_pylist()),
+        },
+        "telemetry": _telemetry(data.telemetry),
+        "drift": [_drift(row) for row in data.drift],
+    }
+
+
+def _measured(iterations: pa.Table) -> np.ndarray:
+    rows = iterations.filter(pc.equal(iterations["pass"], "measured"))
+    return rows["latency_ns"].to_numpy().astype(np.float64)
+
+
+def _plain(row: dict) -> dict:
+    """Timestamps as ISO text, so the dict is JSON as it stands."""
+    return {k: v.isoformat() if isinstance(v, dt.datetime) else v for k, v in row.items()}
+
+
+def _floats(rows: list[dict]) -> list[dict]:
+    """NaN is not JSON: it becomes None."""
+    return [
+        {k: None if isinstance(v, float) and not np.isfinite(v) else v for k, v in row.items()}
+        for row in rows
+    ]
+
+
+def _bottleneck(report: dict | None) -> dict | None:
+    if report is None:
+        return None
+    evidence = [
+        {**item, "why_it_matters": SIGNAL_RULES[item["signal"]].rationale}
+        for item in report["evidence"]
+        if item["signal"] in SIGNAL_RULES
+    ]
+    return {**report, "evidence": evidence}
+
+
+def _derived(table: pa.Table) -> list[dict]:
+    meanings = metric_meanings()
+    return [{**row, "meaning": meanings.get(row["metric"])} for row in table.to_pylist()]
+
+
+def _level(breakdown: pa.Table, level: str, limit: int) -> list[dict]:
+    rows = breakdown.filter(pc.equal(breakdown["level"], level)).slice(0, limit)
+    return _floats(rows.drop_columns(["level"]).to_pylist())
+
+
+def _telemetry(samples: pa.Table) -> list[dict]:
+    """Mean, min and max of each plotted series over the whole run."""
+    out = []
+    for name in dict.fromkeys(samples["series"].to_pylist()):
+        rows = samples.filter(pc.equal(samples["series"], name))
+        values = rows["value"].to_numpy(zero_copy_only=False).astype(float)
+        out.append(
+            {
+                "series": name,
+                "unit": rows["unit"][0].as_py(),
+                "samples": int(values.size),
+                "mean": float(values.mean()),
+                "min": float(values.min()),
+                "max": float(values.max()),
+            }
+        )
+    return out
+
+
+def _drift(row: dict) -> dict:
+    """The verdict, and where the metric's level changed over the model's whole history."""
+    keep = ("metric", "verdict", "effect_pct", "ci_low", "ci_high", "z", "decided_by")
+    series = json.loads(row["series_json"])
+    changes = [
+        {"session_id": series["session_ids"][position], **point.to_dict()}
+        for position, point in change_points_of(series["values"])
+    ]
+    return {name: row.get(name) for name in keep} | {
+        "history_points": row["history_points"],
+        "series_points": len(series["values"]),
+        "change_points": changes,
+    }

@@ -1,0 +1,169 @@
+"""Everything a session report shows, read from the TraceLake in one place with SQL.
+
+The renderers (JSON, Markdown, HTML) and the plots only see the `ReportData` gathered here, so
+they never touch DuckDB and stay testable; an analysis stage that never ran for the session
+(no envelope, no drift verdicts) leaves its part empty rather than failing the report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.store import TraceLake
+
+TOP_KERNELS = 15
+
+# Device kernels when the session has a device trace, else the host node executions (the
+# kernels of the CPU provider), as in analysis.attribution.session_kernels; per profiled
+# iteration, so the numbers compare with op_breakdown.
+TOP_KERNELS_SQL = """
+WITH chosen AS (
+    SELECT CASE WHEN count(*) FILTER (category = 'Kernel') > 0 THEN 'Kernel' ELSE 'Node' END AS c
+    FROM kernel_events WHERE session_id = $sid
+),
+kernels AS (
+    SELECT coalesce(kernel_name, node_name, event_name) AS kernel, kernel_family, op_type,
+           provider, iteration, duration_ns
+    FROM kernel_events
+    WHERE session_id = $sid AND category = (SELECT c FROM chosen) AND iteration >= 0
+),
+iterations AS (SELECT greatest(count(DISTINCT iteration), 1) AS n FROM kernels)
+SELECT kernel, any_value(kernel_family) AS kernel_family, any_value(op_type) AS op_type,
+       any_value(provider) AS provider,
+       sum(duration_ns) / any_value(n) AS mean_ns,
+       count(*) / any_value(n) AS calls_per_iteration,
+       sum(duration_ns) / (SELECT sum(duration_ns) FROM kernels) AS share
+FROM kernels, iterations GROUP BY kernel ORDER BY mean_ns DESC LIMIT $n
+"""
+
+# Per-sample telemetry series worth a panel: GPU power, clock and activity when there is a GPU,
+# else the worker's CPU use, the mean core frequency and the worker's resident memory.
+TELEMETRY_SQL = """
+SELECT timestamp_ns,
+       CASE WHEN device = 'process' THEN 'process ' || metric ELSE metric END AS series,
+       avg(value) AS value, any_value(unit) AS unit
+FROM telemetry
+WHERE session_id = $sid AND (
+    (device = 'process' AND metric IN ('cpu_utilization', 'rss'))
+    OR (device LIKE 'cpu%' AND metric = 'cpu_frequency')
+    OR (device LIKE 'gpu%' AND metric IN ('socket_power', 'gfx_clock', 'gfx_activity')))
+GROUP BY ALL ORDER BY series, timestamp_ns
+"""
+
+PASSES_SQL = """
+SELECT pass, min(start_ns) AS start_ns, max(start_ns + latency_ns) AS end_ns
+FROM iterations WHERE session_id = $sid GROUP BY pass ORDER BY start_ns
+"""
+
+ENVELOPE_SQL = """
+SELECT envelope_id, target, measured_at, providers, gemm_flops_per_s, gemm_low, gemm_high,
+       bandwidth_bytes_per_s, bandwidth_low, bandwidth_high,
+       gemm_flops_per_s / bandwidth_bytes_per_s AS ridge_point
+FROM hardware_envelopes WHERE envelope_id = $eid
+"""
+
+
+@dataclass(frozen=True)
+class ReportData:
+    session: dict  # the sessions row, without env_json
+    environment: dict  # env_json, parsed
+    iterations: pa.Table  # pass, iteration, start_ns, latency_ns
+    passes: pa.Table  # pass, start_ns, end_ns
+    telemetry: pa.Table  # timestamp_ns, series, value, unit
+    op_breakdown: pa.Table  # both levels
+    top_kernels: pa.Table
+    derived_metrics: pa.Table
+    roofline_points: pa.Table
+    envelope: dict | None
+    bottleneck: dict | None  # with posterior, evidence and recommendations parsed
+    drift: list[dict]  # drift_verdicts rows, JSON columns still as text
+
+
+def open_lake(lake: TraceLake | str) -> TraceLake:
+    """The TraceLake, refusing a missing file (a query would otherwise create an empty one)."""
+    lake = lake if isinstance(lake, TraceLake) else TraceLake(lake)
+    if not lake.path.is_file():
+        raise AacoInputError(
+            "no TraceLake here",
+            path=lake.path,
+            fix="measure a model first (aaco run --model NAME) or point AACO_TRACELAKE at one",
+        )
+    return lake
+
+
+def resolve_session(lake: TraceLake, session_id: str) -> str:
+    """The session id itself when it exists; "latest" is the most recently started session."""
+    if session_id == "latest":
+        rows = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1")
+    else:
+        rows = lake.query(
+            "SELECT session_id FROM sessions WHERE session_id = $sid", {"sid": session_id}
+        )
+    if rows.num_rows:
+        return rows["session_id"][0].as_py()
+    recent = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 3")
+    known = ", ".join(recent["session_id"].to_pylist())
+    raise AacoInputError(
+        f"no session {session_id!r} in the TraceLake",
+        path=lake.path,
+        fix=f"use --session latest or a session id ({known})"
+        if known
+        else "measure a model first (aaco run --model NAME)",
+    )
+
+
+def gather(lake: TraceLake | str, session_id: str) -> ReportData:
+    """The session's report data; `session_id` may be "latest"."""
+    lake = open_lake(lake)
+    sid = resolve_session(lake, session_id)
+    params = {"sid": sid}
+
+    def rows(sql: str, **extra) -> pa.Table:  # DuckDB refuses parameters a query lacks
+        given = {**params, **extra}
+        return lake.query(sql, {k: v for k, v in given.items() if f"${k}" in sql})
+
+    session = rows("SELECT * FROM sessions WHERE session_id = $sid").to_pylist()[0]
+    environment = json.loads(session.pop("env_json") or "{}")
+    bottleneck = _bottleneck(rows("SELECT * FROM bottleneck_reports WHERE session_id = $sid"))
+    envelope_id = bottleneck["envelope_id"] if bottleneck else None
+    envelope = rows(ENVELOPE_SQL, eid=envelope_id).to_pylist() if envelope_id else []
+    return ReportData(
+        session=session,
+        environment=environment,
+        iterations=rows(
+            "SELECT pass, iteration, start_ns, latency_ns FROM iterations WHERE session_id = $sid "
+            "ORDER BY start_ns"
+        ),
+        passes=rows(PASSES_SQL),
+        telemetry=rows(TELEMETRY_SQL),
+        op_breakdown=rows(
+            "SELECT level, name, op_type, mean_ns, p50_ns, share, kernels_per_iteration, flops, "
+            "bytes_moved FROM op_breakdown WHERE session_id = $sid ORDER BY level, mean_ns DESC"
+        ),
+        top_kernels=rows(TOP_KERNELS_SQL, n=TOP_KERNELS),
+        derived_metrics=rows(
+            "SELECT metric, value, unit FROM derived_metrics WHERE session_id = $sid"
+        ),
+        roofline_points=rows(
+            "SELECT * EXCLUDE (session_id) FROM roofline_points WHERE session_id = $sid "
+            "ORDER BY time_ns DESC NULLS LAST"
+        ),
+        envelope=envelope[0] if envelope else None,
+        bottleneck=bottleneck,
+        drift=rows(
+            "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
+        ).to_pylist(),
+    )
+
+
+def _bottleneck(table: pa.Table) -> dict | None:
+    if table.num_rows == 0:
+        return None
+    row = table.to_pylist()[0]
+    for name in ("posterior", "evidence", "recommendations"):
+        row[name] = json.loads(row.pop(f"{name}_json") or "null")
+    return row

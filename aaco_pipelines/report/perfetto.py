@@ -1,0 +1,179 @@
+"""One session as a Chrome trace-event file, for ui.perfetto.dev or chrome://tracing.
+
+Tracks: host iterations and ONNX Runtime session phases, ONNX nodes (one track per runtime
+thread), GPU kernels (one track per device queue/stream) and telemetry counters. DuckDB renders
+every event as JSON text (`to_json`) and the writer streams it in record batches, so a trace with
+millions of kernels never becomes one Python list. Times are microseconds (floats) relative to
+the session's first event; a device trace on another clock (rocprofv3's monotonic clock beside
+the host's epoch clock) gets its own origin, since the two cannot be placed on one axis by a
+simple subtraction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.store import TraceLake
+
+FORMATS = ("perfetto",)
+PHASES = ("X", "C", "M")
+SAME_CLOCK_NS = 3600 * 10**9  # device times within an hour of the host's share its clock
+BATCH_ROWS = 65_536
+PROCESSES = {1: "Host", 2: "ONNX nodes", 3: "GPU", 4: "Telemetry"}
+
+# Each track source yields pid, tid, its track name, the absolute time t (ns, for ordering)
+# and the event as JSON text. $sid is the session, $host / $device the two clock origins (ns).
+_US = "(({t}) - {origin}) / 1000.0"
+TRACKS = {
+    "iterations": """
+        SELECT 1 AS pid, 1 AS tid, 'iterations' AS track, start_ns AS t, to_json({{
+            'ph': 'X', 'cat': 'iteration', 'name': "pass" || ' ' || iteration, 'pid': 1, 'tid': 1,
+            'ts': {ts}, 'dur': latency_ns / 1000.0,
+            'args': {{'pass': "pass", 'iteration': iteration, 'latency_ns': latency_ns}}
+        }}) AS event
+        FROM iterations WHERE session_id = $sid AND start_ns IS NOT NULL""",
+    "session": """
+        SELECT 1 AS pid, 2 AS tid, 'runtime phases' AS track, start_ns AS t, to_json({{
+            'ph': 'X', 'cat': 'session', 'name': event_name, 'pid': 1, 'tid': 2,
+            'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
+            'args': {{'iteration': iteration, 'source': source}}
+        }}) AS event
+        FROM kernel_events WHERE session_id = $sid AND category = 'Session'""",
+    "nodes": """
+        SELECT 2 AS pid, tid, 'thread ' || coalesce(thread_id::VARCHAR, '?') AS track,
+            start_ns AS t, to_json({{
+            'ph': 'X', 'cat': coalesce(op_type, 'node'), 'name': coalesce(node_name, event_name),
+            'pid': 2, 'tid': tid, 'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
+            'args': {{'op_type': op_type, 'provider': provider, 'iteration': iteration}}
+        }}) AS event
+        FROM (SELECT *, dense_rank() OVER (ORDER BY thread_id) AS tid FROM kernel_events
+              WHERE session_id = $sid AND category = 'Node')""",
+    "kernels": """
+        SELECT 3 AS pid, tid, 'gpu ' || coalesce(device_id::VARCHAR, '?') || ' queue '
+            || coalesce(queue_id::VARCHAR, '?') || coalesce(' stream ' || stream_id, '') AS track,
+            start_ns AS t, to_json({{
+            'ph': 'X', 'cat': coalesce(kernel_family, 'kernel'),
+            'name': coalesce(kernel_name, event_name), 'pid': 3, 'tid': tid,
+            'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
+            'args': {{'kernel_family': kernel_family, 'dispatch_id': dispatch_id,
+                      'correlation_id': correlation_id, 'node': node_name,
+                      'grid_size': grid_size, 'workgroup_size': workgroup_size}}
+        }}) AS event
+        FROM (SELECT *, dense_rank() OVER (ORDER BY device_id, queue_id, stream_id) AS tid
+              FROM kernel_events WHERE session_id = $sid AND category = 'Kernel')""",
+    "telemetry": """
+        SELECT 4 AS pid, 0 AS tid, 'counters' AS track, timestamp_ns AS t, to_json({{
+            'ph': 'C', 'name': concat_ws(' ', source, device, metric, '(' || unit || ')'),
+            'pid': 4, 'tid': 0, 'ts': {ts}, 'args': {{'value': value}}
+        }}) AS event
+        FROM telemetry WHERE session_id = $sid AND isfinite(value)""",
+}
+
+
+def _tracks_sql() -> str:
+    parts = []
+    for name, sql in TRACKS.items():
+        column = "timestamp_ns" if name == "telemetry" else "start_ns"
+        origin = "$device" if name == "kernels" else "$host"
+        parts.append(sql.format(ts=_US.format(t=column, origin=origin)))
+    return " UNION ALL ".join(parts)
+
+
+ORIGINS_SQL = """
+WITH host AS (
+    SELECT start_ns AS t FROM iterations WHERE session_id = $sid
+    UNION ALL SELECT start_ns FROM kernel_events WHERE session_id = $sid AND category <> 'Kernel'
+    UNION ALL SELECT timestamp_ns FROM telemetry WHERE session_id = $sid)
+SELECT (SELECT min(t) FROM host), (SELECT max(t) FROM host),
+       (SELECT min(start_ns) FROM kernel_events WHERE session_id = $sid AND category = 'Kernel')
+"""
+
+
+def clock_origins(con, session_id: str) -> dict[str, int]:
+    """Host and device origins (ns): one shared origin when both look like the same clock."""
+    host_min, host_max, device_min = con.execute(ORIGINS_SQL, {"sid": session_id}).fetchone()
+    if host_min is None:
+        return {"host": device_min or 0, "device": device_min or 0}
+    if device_min is None:
+        return {"host": host_min, "device": host_min}
+    same = host_min - SAME_CLOCK_NS <= device_min <= host_max + SAME_CLOCK_NS
+    first = min(host_min, device_min)
+    return {"host": first, "device": first} if same else {"host": host_min, "device": device_min}
+
+
+def resolve_session(lake: TraceLake, session_id: str) -> str:
+    """The session id itself, or the most recently started one for "latest"."""
+    if not lake.path.exists():
+        raise AacoInputError(
+            "no TraceLake here",
+            path=lake.path,
+            fix="measure a model first (aaco run --model NAME) or set AACO_TRACELAKE",
+        )
+    if session_id == "latest":
+        sql, params = "SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1", None
+    else:
+        sql, params = "SELECT session_id FROM sessions WHERE session_id = ?", [session_id]
+    found = lake.query(sql, params)["session_id"].to_pylist()
+    if not found:
+        what = "no sessions" if session_id == "latest" else f"no session {session_id!r}"
+        raise AacoInputError(
+            f"{what} in the TraceLake",
+            path=lake.path,
+            fix="pass --session latest or an id from the sessions table (aaco run prints it)",
+        )
+    return found[0]
+
+
+def iter_event_chunks(lake: TraceLake, session_id: str) -> Iterator[list[str]]:
+    """The session's events as lists of JSON texts: track names first, then each track in
+    time order (tracks ordered by pid, tid), one record batch at a time."""
+    with lake.connect() as con:
+        origins = clock_origins(con, session_id)
+        params = {"sid": session_id, **origins}
+        tracks = _tracks_sql()
+        names = con.execute(
+            f"SELECT DISTINCT pid, tid, track FROM ({tracks}) ORDER BY pid, tid", params
+        ).fetchall()
+        yield list(_metadata(names))
+        reader = con.sql(
+            f"SELECT event FROM ({tracks}) ORDER BY pid, tid, t", params=params
+        ).fetch_record_batch(BATCH_ROWS)
+        for batch in reader:
+            yield batch.column(0).to_pylist()
+
+
+def _metadata(names: list[tuple[int, int, str]]) -> Iterator[str]:
+    for pid in sorted({pid for pid, _, _ in names}):
+        yield _meta("process_name", pid, 0, PROCESSES[pid])
+        yield _meta("process_sort_index", pid, 0, pid, key="sort_index")
+    for pid, tid, track in names:
+        yield _meta("thread_name", pid, tid, track)
+
+
+def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> str:
+    return json.dumps({"ph": "M", "name": name, "pid": pid, "tid": tid, "args": {key: value}})
+
+
+def write_perfetto(lake: TraceLake, session_id: str, output: Path) -> int:
+    """Stream the session's trace to `output`; returns the number of events written."""
+    session_id = resolve_session(lake, session_id)
+    count = 0
+    with open(output, "w") as out:
+        out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+        for chunk in iter_event_chunks(lake, session_id):
+            if chunk:
+                out.write((",\n" if count else "") + ",\n".join(chunk))
+                count += len(chunk)
+        out.write("\n]}\n")
+    return count
+
+
+def export_perfetto(lake: TraceLake, session_id: str) -> dict:
+    """The whole trace as one dict (small sessions; write_perfetto streams big ones)."""
+    session_id = resolve_session(lake, session_id)
+    chunks = iter_event_chunks(lake, session_id)
+    events = [json.loads(event) for chunk in chunks for event in chunk]
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -1,0 +1,452 @@
+"""Report plots as PNG bytes, from plain data (Arrow tables, numpy), never from the lake.
+
+Plain inputs keep every plot testable on synthetic data and usable from a Dagster asset that
+already holds its tables. Figures are drawn on the Agg canvas directly (no pyplot): no global
+state, safe in threads, and never a display. Small sizes and dpi 80 keep each PNG well under
+100 KB, so it can ride inline in an HTML report or in asset metadata as a data URI.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from aaco_pipelines.governance.baseline import RobustBaseline, standardize
+from aaco_pipelines.governance.changepoint import ChangePoint, detect_change_points
+from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
+
+DPI = 80
+SIZE = (7.0, 3.6)  # inches: 560 x 288 px at DPI
+PASS_COLORS = {
+    "warmup": "#9e9e9e",
+    "measured": "#1f77b4",
+    "profiled": "#ff7f0e",
+    "other": "#cccccc",
+}
+BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728"}
+CONTROL_SD = 3.0  # the drift plot's control band: baseline median +- 3 robust sd
+
+
+def _figure(rows: int = 1, size: tuple[float, float] = SIZE, **kwargs) -> tuple[Figure, list]:
+    figure = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(rows, 1, squeeze=False, **kwargs)[:, 0]
+    return figure, list(axes)
+
+
+def _png(figure: Figure, dpi: int = DPI) -> bytes:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
+
+
+def data_uri(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def markdown_image(png: bytes, alt: str) -> str:
+    """An image inline in Markdown (Dagster metadata renders data URIs)."""
+    return f"![{alt}]({data_uri(png)})"
+
+
+def _time_unit(ns: np.ndarray | float) -> tuple[float, str]:
+    """Divisor and label that make nanosecond values readable (typical value 1 to 1000)."""
+    typical = float(np.nanmedian(ns)) if np.size(ns) else 0.0
+    for scale, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+        if typical >= scale:
+            return scale, unit
+    return 1.0, "ns"
+
+
+def _empty(figure: Figure, axis, message: str) -> None:
+    axis.text(0.5, 0.5, message, ha="center", va="center", transform=axis.transAxes)
+    axis.set_axis_off()
+
+
+# --- latency ---------------------------------------------------------------------------------
+
+
+def latency_histogram(
+    latency_ns: np.ndarray, p50_ns: float, p99_ns: float, dpi: int = DPI
+) -> bytes:
+    """Distribution of the measured iterations' latency, with the p50 and p99 marked."""
+    figure, (axis,) = _figure()
+    values = np.asarray(latency_ns, dtype=float)
+    if values.size == 0:
+        _empty(figure, axis, "no measured iterations")
+        return _png(figure, dpi)
+    scale, unit = _time_unit(values)
+    axis.hist(
+        values / scale, bins=min(60, max(10, values.size // 5)), color=PASS_COLORS["measured"]
+    )
+    for value, name, style in ((p50_ns, "p50", "-"), (p99_ns, "p99", "--")):
+        axis.axvline(
+            value / scale,
+            color="black",
+            linestyle=style,
+            label=f"{name} {value / scale:.4g} {unit}",
+        )
+    axis.set(
+        xlabel=f"latency ({unit})",
+        ylabel="iterations",
+        title=f"Measured latency (n = {values.size})",
+    )
+    axis.legend(fontsize="small")
+    return _png(figure, dpi)
+
+
+def iteration_latency(iterations: pa.Table, dpi: int = DPI) -> bytes:
+    """Latency of every iteration in execution order, one colour per pass (warm-up, measured,
+    profiled): warm-up outliers and drift within a pass show up here, not in a histogram."""
+    figure, (axis,) = _figure()
+    if iterations.num_rows == 0:
+        _empty(figure, axis, "no iterations")
+        return _png(figure, dpi)
+    table = (
+        iterations.sort_by([("start_ns", "ascending")])
+        if "start_ns" in iterations.column_names
+        else iterations
+    )
+    latency = table["latency_ns"].to_numpy().astype(float)
+    passes = np.asarray(table["pass"].to_pylist(), dtype=object)
+    scale, unit = _time_unit(latency)
+    order = np.arange(latency.size)
+    for name in dict.fromkeys(passes):
+        mask = passes == name
+        axis.plot(
+            order[mask],
+            latency[mask] / scale,
+            ".-",
+            ms=3,
+            lw=0.8,
+            color=PASS_COLORS.get(name),
+            label=name,
+        )
+    if latency.max() > 20 * max(latency.min(), 1.0):
+        axis.set_yscale("log")
+    axis.set(
+        xlabel="iteration (execution order)",
+        ylabel=f"latency ({unit})",
+        title="Latency per iteration",
+    )
+    axis.legend(fontsize="small")
+    return _png(figure, dpi)
+
+
+# --- where the time went ---------------------------------------------------------------------
+
+
+def op_breakdown(
+    breakdown: pa.Table, top: int = 12, title: str = "Time per op", dpi: int = DPI
+) -> bytes:
+    """Horizontal bars of the largest shares of kernel time (`name`, `op_type`, `share`,
+    `mean_ns` rows: op_breakdown at one level); the rest is summed into one "other" bar."""
+    figure, (axis,) = _figure(size=(SIZE[0], 0.6 + 0.25 * (min(top, breakdown.num_rows) + 1)))
+    if breakdown.num_rows == 0:
+        _empty(figure, axis, "no op breakdown")
+        return _png(figure, dpi)
+    rows = breakdown.sort_by([("share", "descending")]).to_pylist()
+    shown, rest = rows[:top], rows[top:]
+    labels = [
+        _short(r["name"]) + ("" if r["name"] == r["op_type"] else f"  [{r['op_type']}]")
+        for r in shown
+    ]
+    shares = [float(r["share"] or 0.0) for r in shown]
+    if rest:
+        labels.append(f"other ({len(rest)})")
+        shares.append(float(sum(r["share"] or 0.0 for r in rest)))
+    palette = _palette([r["op_type"] for r in shown])
+    colors = [palette[r["op_type"]] for r in shown] + (["#cccccc"] if rest else [])
+    positions = np.arange(len(labels))[::-1]
+    axis.barh(positions, np.array(shares) * 100.0, color=colors)
+    axis.set_yticks(positions, labels, fontsize="small")
+    for y, share in zip(positions, shares, strict=True):
+        axis.text(share * 100.0, y, f" {share * 100:.1f}%", va="center", fontsize="x-small")
+    axis.set(xlabel="share of attributed kernel time (%)", title=title)
+    axis.set_xlim(0, max(max(shares) * 115.0, 1.0))
+    return _png(figure, dpi)
+
+
+def _short(name: str, width: int = 40) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
+
+
+def _palette(keys: Sequence) -> dict:
+    colors = [f"C{i}" for i in range(10)]
+    unique = list(dict.fromkeys(keys))
+    return {key: colors[i % len(colors)] for i, key in enumerate(unique)}
+
+
+def roofline(
+    points: pa.Table,
+    gemm_flops_per_s: float,
+    bandwidth_bytes_per_s: float,
+    label_top: int = 5,
+    dpi: int = DPI,
+) -> bytes:
+    """Ops on the roofline of the measured envelope (roofline_points rows: arithmetic_intensity,
+    achieved_flops_per_s, time_ns, bound, onnx_node). The roof is min(peak FLOP/s, AI x peak
+    B/s); marker area follows the op's time, so the ops that matter stand out. Ops with unknown
+    cost or no FLOPs cannot sit on a log-log roofline and are counted in the title instead."""
+    figure, (axis,) = _figure(size=(SIZE[0], 4.2))
+    ai = _floats(points, "arithmetic_intensity")
+    achieved = _floats(points, "achieved_flops_per_s")
+    time_ns = _floats(points, "time_ns")
+    shown = np.isfinite(ai) & np.isfinite(achieved) & (ai > 0) & (achieved > 0)
+    ridge = gemm_flops_per_s / bandwidth_bytes_per_s
+    span = np.r_[ai[shown], ridge]
+    x = np.logspace(np.log10(span.min()) - 1, np.log10(span.max()) + 1, 200)
+    axis.loglog(x, np.minimum(gemm_flops_per_s, x * bandwidth_bytes_per_s), color="black", lw=1.5)
+    axis.axvline(ridge, color="grey", lw=0.8, ls=":")
+    axis.text(
+        ridge,
+        gemm_flops_per_s * 1.15,
+        f"GEMM peak {gemm_flops_per_s:.3g} FLOP/s",
+        ha="left",
+        va="bottom",
+        fontsize="small",
+    )
+    axis.text(
+        ridge,
+        axis.get_ylim()[0],
+        f" ridge {ridge:.3g} FLOP/B",
+        rotation=90,
+        va="bottom",
+        fontsize="x-small",
+    )
+    bound = np.asarray(
+        points["bound"].to_pylist() if "bound" in points.column_names else [None] * points.num_rows,
+        dtype=object,
+    )
+    weight = np.where(np.isfinite(time_ns), time_ns, 0.0)
+    sizes = 20 + 400 * weight / max(weight[shown].max(), 1.0) if shown.any() else weight
+    for name, color in BOUND_COLORS.items():
+        mask = shown & (bound == name)
+        axis.scatter(
+            ai[mask],
+            achieved[mask],
+            s=sizes[mask],
+            color=color,
+            alpha=0.6,
+            label=f"{name}-bound",
+            edgecolors="none",
+        )
+    names = (
+        points["onnx_node"].to_pylist()
+        if "onnx_node" in points.column_names
+        else [""] * points.num_rows
+    )
+    for i in np.argsort(-weight)[:label_top]:
+        if shown[i]:
+            axis.annotate(
+                _short(str(names[i]), 24),
+                (ai[i], achieved[i]),
+                fontsize="x-small",
+                xytext=(4, 2),
+                textcoords="offset points",
+            )
+    hidden = int(points.num_rows - shown.sum())
+    note = f"; {hidden} ops without known cost not shown" if hidden else ""
+    axis.set(
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="achieved FLOP/s",
+        title=f"Roofline (bandwidth {bandwidth_bytes_per_s:.3g} B/s{note})",
+    )
+    if shown.any():
+        axis.legend(fontsize="small", loc="lower right")
+    return _png(figure, dpi)
+
+
+def _floats(table: pa.Table, column: str) -> np.ndarray:
+    if column not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    return np.array(
+        [np.nan if v is None else float(v) for v in table[column].to_pylist()], dtype=float
+    )
+
+
+# --- telemetry -------------------------------------------------------------------------------
+
+
+def telemetry(samples: pa.Table, passes: pa.Table | None = None, dpi: int = DPI) -> bytes:
+    """One panel per series (`series`, `timestamp_ns`, `value`, `unit` rows) over the run, each
+    pass's span (`pass`, `start_ns`, `end_ns`) shaded so a clock drop or a busy neighbour can be
+    tied to the pass it hit."""
+    names = list(dict.fromkeys(samples["series"].to_pylist())) if samples.num_rows else []
+    figure, axes = _figure(
+        rows=max(len(names), 1), size=(SIZE[0], 0.6 + 1.4 * max(len(names), 1)), sharex=True
+    )
+    if not names:
+        _empty(figure, axes[0], "no telemetry")
+        return _png(figure, dpi)
+    series = np.asarray(samples["series"].to_pylist(), dtype=object)
+    stamps = samples["timestamp_ns"].to_numpy().astype(float)
+    values = samples["value"].to_numpy(zero_copy_only=False).astype(float)
+    units = np.asarray(samples["unit"].to_pylist(), dtype=object)
+    origin = stamps.min()
+    for axis, name in zip(axes, names, strict=True):
+        mask = series == name
+        unit = units[mask][0]
+        scale, unit = (2.0**20, "MiB") if unit == "bytes" else (1.0, unit)
+        order = np.argsort(stamps[mask])
+        axis.plot(
+            (stamps[mask][order] - origin) / 1e9, values[mask][order] / scale, lw=1, color="black"
+        )
+        axis.set_ylabel(f"{name}\n({unit})", fontsize="small")
+        _shade_passes(axis, passes, origin)
+    axes[-1].set_xlabel("time since first sample (s)")
+    if axes[0].get_legend_handles_labels()[0]:  # the pass spans, when given
+        axes[0].legend(fontsize="x-small", loc="upper right", ncols=4)
+    axes[0].set_title("Telemetry over the run")
+    return _png(figure, dpi)
+
+
+def _shade_passes(axis, passes: pa.Table | None, origin: float) -> None:
+    if passes is None:
+        return
+    for row in passes.to_pylist():
+        start, end = (row["start_ns"] - origin) / 1e9, (row["end_ns"] - origin) / 1e9
+        axis.axvspan(
+            start,
+            end,
+            color=PASS_COLORS.get(row["pass"], "#eeeeee"),
+            alpha=0.2,
+            lw=0,
+            label=row["pass"],
+        )
+
+
+# --- drift history ---------------------------------------------------------------------------
+
+
+def drift_history(
+    values: Sequence[float | None],
+    markers: Sequence[Sequence[str]],
+    baseline: dict | None,
+    parameters: dict,
+    change_points: Sequence[tuple[int, ChangePoint]] = (),
+    title: str = "",
+    dpi: int = DPI,
+) -> bytes:
+    """A drift series (one point per session, oldest first; None where a session lacks it) with
+    the baseline median, the control band (median +- 3 robust sd) and the minimum effect; model
+    version / runtime markers; change points; and, with a baseline, the EWMA and CUSUM paths of
+    the standardized series against their limits, as the verdict judged them. Change points are
+    (position in `values`, ChangePoint), as `change_points_of` returns them."""
+    y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    index = np.flatnonzero(np.isfinite(y))
+    rows = 3 if baseline else 1
+    figure, axes = _figure(
+        rows=rows,
+        size=(SIZE[0], 2.6 + 1.5 * (rows - 1)),
+        sharex=True,
+        height_ratios=[2] + [1] * (rows - 1),
+    )
+    top = axes[0]
+    top.plot(index, y[index], ".-", color="black", lw=1, ms=5)
+    if index.size:
+        top.plot(index[-1:], y[index[-1:]], "o", color="#d62728", ms=7, label="current")
+    if baseline:
+        _draw_baseline(top, baseline, parameters)
+        _draw_detectors(axes[1], axes[2], index, y[index], baseline, parameters)
+    for i, marker in enumerate(markers):
+        for ax in axes:
+            if marker:
+                ax.axvline(i, color="#9467bd", ls="--", lw=0.8)
+        if marker:
+            top.text(
+                i,
+                1.0,
+                " " + ", ".join(marker),
+                transform=top.get_xaxis_transform(),
+                rotation=90,
+                va="top",
+                fontsize="x-small",
+                color="#9467bd",
+            )
+    for position, point in change_points:
+        top.axvline(position - 0.5, color="#2ca02c", lw=1.5)
+        top.text(
+            position - 0.5,
+            0.02,
+            f" change {point.shift_pct:+.1f}%",
+            transform=top.get_xaxis_transform(),
+            fontsize="x-small",
+            color="#2ca02c",
+        )
+    top.set_title(title or "Drift history")
+    top.legend(fontsize="x-small", loc="upper left")
+    axes[-1].set_xlabel("session (oldest first)")
+    return _png(figure, dpi)
+
+
+def _draw_baseline(axis, baseline: dict, parameters: dict) -> None:
+    median, scale = baseline["median"], baseline["scale"]
+    axis.axhline(median, color="#1f77b4", lw=1, label="baseline median")
+    axis.axhspan(
+        median - CONTROL_SD * scale,
+        median + CONTROL_SD * scale,
+        color="#1f77b4",
+        alpha=0.12,
+        label="± 3 robust sd",
+    )
+    effect = parameters.get("min_effect_pct")
+    if effect:
+        for sign in (-1, 1):
+            axis.axhline(median * (1 + sign * effect / 100.0), color="#1f77b4", ls=":", lw=0.8)
+
+
+def _draw_detectors(
+    ewma_axis, cusum_axis, index: np.ndarray, values: np.ndarray, baseline: dict, parameters: dict
+) -> None:
+    z = standardize(values, RobustBaseline(**baseline))
+    ewma_params = EwmaParams(**parameters.get("ewma", {}))
+    path = ewma(z, ewma_params)
+    ewma_axis.plot(index, path.statistic, ".-", color="black", lw=1, ms=3)
+    ewma_axis.plot(index, path.upper, color="#d62728", lw=0.8)
+    ewma_axis.plot(index, path.lower, color="#d62728", lw=0.8)
+    ewma_axis.set_ylabel(f"EWMA λ={ewma_params.lam:g}", fontsize="small")
+    cusum_params = CusumParams(**parameters.get("cusum", {}))
+    sums = cusum(z, cusum_params)
+    cusum_axis.plot(index, sums.upper, ".-", color="#d62728", lw=1, ms=3, label="C+")
+    cusum_axis.plot(index, -sums.lower, ".-", color="#1f77b4", lw=1, ms=3, label="−C−")
+    for h in (cusum_params.h, -cusum_params.h):
+        cusum_axis.axhline(h, color="grey", ls="--", lw=0.8)
+    cusum_axis.set_ylabel(f"CUSUM h={cusum_params.h:g}", fontsize="small")
+    cusum_axis.legend(fontsize="x-small", loc="upper left", ncols=2)
+
+
+def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
+    """The drift history of one drift_verdicts row (its series, baseline and parameters JSON),
+    with change points over the whole series from `governance.changepoint`."""
+    series = json.loads(row["series_json"])
+    values = [None if v is None else float(v) for v in series["values"]]
+    verdict = row.get("verdict", "")
+    effect = row.get("effect_pct")
+    detail = f" {effect:+.1f}%" if effect is not None else ""
+    return drift_history(
+        values,
+        series.get("markers") or [[] for _ in values],
+        json.loads(row.get("baseline_json") or "null"),
+        json.loads(row.get("parameters_json") or "{}"),
+        change_points_of(values),
+        title=f"{row.get('metric', '')}: {verdict}{detail}",
+        dpi=dpi,
+    )
+
+
+def change_points_of(values: Sequence[float | None]) -> list[tuple[int, ChangePoint]]:
+    """Change points over the whole series (`governance.changepoint`), each with its position in
+    `values`: sessions that lack the metric (None) are skipped, not treated as a level."""
+    y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    index = np.flatnonzero(np.isfinite(y))
+    if index.size == 0:
+        return []
+    return [(int(index[p.index]), p) for p in detect_change_points(y[index])]

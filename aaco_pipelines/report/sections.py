@@ -1,0 +1,283 @@
+"""The report's layout: its sections, each with sentences, tables and plots, from the content.
+
+Markdown and HTML both render this one layout, so a section or a column added here appears in
+both formats. Tables are (rows, columns) as `report.markdown.markdown_table` takes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
+from aaco_pipelines.report.markdown import num, pct
+from aaco_pipelines.report.units import by_unit, duration
+
+Columns = Sequence[tuple[str, str, Callable | None]]
+
+
+@dataclass(frozen=True)
+class Table:
+    caption: str
+    rows: list[dict]
+    columns: Columns
+
+
+@dataclass(frozen=True)
+class Section:
+    key: str  # anchor id
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)  # plot ids, see html.session_plots
+
+
+def drift_plot_id(metric: str) -> str:
+    return f"drift-{metric}"
+
+
+def report_sections(content: dict) -> list[Section]:
+    return [
+        _summary(content),
+        _bottleneck(content["bottleneck"]),
+        _derived(content["derived_metrics"]),
+        _time(content),
+        _roofline(content["roofline"]),
+        _telemetry(content["telemetry"]),
+        _drift(content["drift"]),
+        _environment(content["environment"]),
+    ]
+
+
+def _ci(interval: list[float] | None) -> str:
+    return f"{duration(interval[0])} – {duration(interval[1])}" if interval else "—"
+
+
+def _maybe(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
+
+
+def _summary(content: dict) -> Section:
+    s, session = content["summary"], content["session"]
+    level = f"{s['confidence']:.0%}"
+    coverage = s["latency_p50_ci_coverage"]
+    rows = [
+        {
+            "stat": "mean",
+            "value": duration(s["latency_mean_ns"]),
+            "ci": _ci(s["latency_mean_ci_ns"]),
+        },
+        {"stat": "p50", "value": duration(s["latency_p50_ns"]), "ci": _ci(s["latency_p50_ci_ns"])},
+        {"stat": "p99", "value": duration(s["latency_p99_ns"])},
+        {"stat": "min", "value": duration(s["latency_min_ns"])},
+        {"stat": "std", "value": duration(s["latency_std_ns"])},
+        {"stat": "throughput", "value": _maybe(s["throughput_per_s"], "{:.4g} /s")},
+        {"stat": "measured iterations", "value": str(s["measured_iterations"])},
+        {"stat": "profiled p50", "value": duration(s["profiled_latency_p50_ns"])},
+        {"stat": "profiling overhead", "value": _maybe(s["profiling_overhead_pct"], "{:.1f}%")},
+    ]
+    text = [
+        f"Model {session['model_name']} ({(session['model_sha256'] or '—')[:12]}), session "
+        f"{session['session_id']}, started {session['started_at']} on target {session['target']} "
+        f"with {', '.join(session['providers_used'] or []) or '—'} (trace: {session['trace_source']}).",
+        f"Intervals at {level}: mean by {s['ci_methods']['mean']}; median by "
+        f"{s['ci_methods']['median']}"
+        + (f", achieved coverage {coverage:.1%}." if coverage is not None else "."),
+    ]
+    columns = [("stat", "", None), ("value", "value", None), ("ci", f"{level} CI", None)]
+    return Section(
+        "summary",
+        "Summary",
+        text,
+        [Table("Latency of the measured pass", rows, columns)],
+        ["latency-histogram", "iteration-latency"],
+    )
+
+
+def _bottleneck(report: dict | None) -> Section:
+    if report is None:
+        return Section("bottleneck", "Bottleneck", ["Not classified: the analysis did not run."])
+    heu = report["hardware_envelope_utilization"]
+    text = [
+        f"{report['bottleneck']} with confidence {report['confidence']:.2f}; dominant resource "
+        f"{report['dominant_resource'] or '—'}, hardware envelope utilization "
+        f"{pct(heu) if heu is not None else '—'}."
+    ]
+    posterior = sorted(report["posterior"].items(), key=lambda kv: -kv[1])
+    present = [e for e in report["evidence"] if e["value"] is not None]
+    absent = [e["signal"] for e in report["evidence"] if e["value"] is None]
+    if absent:
+        text.append("Not measured (no evidence either way): " + ", ".join(absent) + ".")
+    return Section(
+        "bottleneck",
+        "Bottleneck",
+        text,
+        [
+            Table(
+                "Posterior",
+                [{"class": k, "p": v} for k, v in posterior],
+                [("class", "class", None), ("p", "posterior", num)],
+            ),
+            Table(
+                "Evidence",
+                present,
+                [
+                    ("signal", "signal", None),
+                    ("value", "value", num),
+                    ("bin", "bin", None),
+                    ("favours", "favours", None),
+                    ("why_it_matters", "why it matters", None),
+                ],
+            ),
+            Table(
+                "Recommendations",
+                report["recommendations"] or [],
+                [("rank", "#", None), ("action", "action", None), ("why", "why", None)],
+            ),
+        ],
+    )
+
+
+def _derived(metrics: list[dict]) -> Section:
+    rows = [{**m, "shown": by_unit(m["value"], m["unit"])} for m in metrics]
+    columns = [
+        ("metric", "metric", None),
+        ("shown", "value", None),
+        ("meaning", "meaning", None),
+    ]
+    return Section("derived-metrics", "Derived metrics", [], [Table("", rows, columns)])
+
+
+OP_COLUMNS = [
+    ("name", "name", None),
+    ("op_type", "op", None),
+    ("mean_ns", "mean / iter", duration),
+    ("p50_ns", "p50 / iter", duration),
+    ("share", "share", pct),
+    ("kernels_per_iteration", "kernels / iter", num),
+]
+
+
+def _time(content: dict) -> Section:
+    kernels = [
+        ("kernel", "kernel", None),
+        ("kernel_family", "family", None),
+        ("op_type", "op", None),
+        ("mean_ns", "mean / iter", duration),
+        ("calls_per_iteration", "calls / iter", num),
+        ("share", "share", pct),
+    ]
+    return Section(
+        "time",
+        "Where the time went",
+        ["Per profiled iteration; shares are of all attributed kernel time."],
+        [
+            Table("Top ops (ONNX nodes)", content["top_ops"], OP_COLUMNS),
+            Table("Top op types", content["top_op_types"], OP_COLUMNS),
+            Table("Top kernels", content["top_kernels"], kernels),
+        ],
+        ["op-breakdown"],
+    )
+
+
+def _roofline(roofline: dict) -> Section:
+    envelope = roofline["envelope"]
+    if envelope is None:
+        return Section("roofline", "Roofline", ["No hardware envelope for this session."])
+    text = [
+        f"Envelope {envelope['envelope_id']} ({envelope['target']}, measured "
+        f"{envelope['measured_at']}): GEMM peak {envelope['gemm_flops_per_s']:.4g} FLOP/s "
+        f"(spread {envelope['gemm_low']:.3g} – {envelope['gemm_high']:.3g}), bandwidth "
+        f"{envelope['bandwidth_bytes_per_s']:.4g} B/s (spread {envelope['bandwidth_low']:.3g} – "
+        f"{envelope['bandwidth_high']:.3g}), ridge point {envelope['ridge_point']:.3g} FLOP/B."
+    ]
+    columns = [
+        ("onnx_node", "node", None),
+        ("op_type", "op", None),
+        ("time_ns", "time / iter", duration),
+        ("arithmetic_intensity", "FLOP/B", num),
+        ("achieved_flops_per_s", "FLOP/s", num),
+        ("bound", "bound", None),
+        ("utilization", "of roof", pct),
+    ]
+    return Section(
+        "roofline",
+        "Roofline",
+        text,
+        [Table("Ops by time", roofline["top_points"], columns)],
+        ["roofline"],
+    )
+
+
+def _telemetry(series: list[dict]) -> Section:
+    rows = [{**s, **{k: by_unit(s[k], s["unit"]) for k in ("mean", "min", "max")}} for s in series]
+    columns = [
+        ("series", "series", None),
+        ("samples", "samples", None),
+        ("mean", "mean", None),
+        ("min", "min", None),
+        ("max", "max", None),
+    ]
+    text = [] if series else ["No telemetry was recorded."]
+    return Section(
+        "telemetry",
+        "Telemetry",
+        text,
+        [Table("Over the whole run", rows, columns)] if rows else [],
+        ["telemetry"] if rows else [],
+    )
+
+
+def _drift(verdicts: list[dict]) -> Section:
+    if not verdicts:
+        return Section("drift", "Drift", ["No drift verdicts for this session."])
+    rows = [
+        {
+            **v,
+            "ci": f"{v['ci_low']:+.1f}% – {v['ci_high']:+.1f}%"
+            if v["ci_low"] is not None
+            else None,
+            "changes": "; ".join(
+                f"{c['shift_pct']:+.1f}% at {c['session_id']}" for c in v["change_points"]
+            )
+            or None,
+        }
+        for v in verdicts
+    ]
+    columns = [
+        ("metric", "metric", None),
+        ("verdict", "verdict", None),
+        ("effect_pct", "effect %", lambda x: f"{x:+.2f}"),
+        ("ci", "95% CI", None),
+        ("decided_by", "decided by", None),
+        ("history_points", "history", None),
+        ("changes", "change points", None),
+    ]
+    shown = {v["metric"] for v in verdicts}
+    return Section(
+        "drift",
+        "Drift",
+        ["Verdicts on this session against the model's earlier sessions."],
+        [Table("", rows, columns)],
+        [drift_plot_id(m) for m in DRIFT_PLOT_METRICS if m in shown],
+    )
+
+
+def flatten(value, prefix: str = "") -> list[dict]:
+    """Nested environment JSON as (key path, value) rows."""
+    if isinstance(value, dict):
+        return [row for k, v in value.items() for row in flatten(v, f"{prefix}{k}.")]
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return [row for i, v in enumerate(value) for row in flatten(v, f"{prefix}{i}.")]
+    shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+    return [{"key": prefix.rstrip("."), "value": shown}]
+
+
+def _environment(environment: dict) -> Section:
+    rows = [r for r in flatten(environment) if r["value"] not in (None, "")]
+    return Section(
+        "environment",
+        "Environment",
+        ["As captured by the worker (sessions.env_json)."],
+        [Table("", rows, [("key", "key", None), ("value", "value", None)])],
+    )
