@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from aaco_pipelines import __version__
@@ -24,31 +26,152 @@ def cmd_zoo_build(args, paths: AacoPaths) -> int:
     return 0
 
 
+# Per model: versions measured, the last session, and the worst verdict of its last judged one.
+REGISTRY_HISTORY_SQL = """
+WITH last_judged AS (
+    SELECT d.model_slug, arg_max(d.session_id, s.started_at) AS session_id
+    FROM drift_verdicts d JOIN sessions s USING (session_id) GROUP BY d.model_slug),
+verdicts AS (
+    SELECT d.model_slug, arg_min(CASE WHEN d.verdict IN ('regression', 'improvement')
+        THEN d.verdict || ' (' || d.metric || ')' ELSE d.verdict END, CASE d.verdict
+        WHEN 'regression' THEN 0 WHEN 'improvement' THEN 1 WHEN 'no_change' THEN 2 ELSE 3 END
+    ) AS verdict
+    FROM drift_verdicts d JOIN last_judged USING (model_slug, session_id) GROUP BY d.model_slug)
+SELECT model_slug, count(DISTINCT model_sha256) AS versions, max(started_at) AS last_at,
+       arg_max(latency_p50_ns, started_at) AS last_p50_ns, any_value(v.verdict) AS verdict
+FROM sessions LEFT JOIN verdicts v USING (model_slug) GROUP BY model_slug
+"""
+
+
+def registry_history(lake_path: Path) -> tuple[dict[str, dict], str | None]:
+    """{slug: history} from the TraceLake, or ({}, why not) when it cannot be read."""
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    if not lake_path.exists():
+        return {}, f"no TraceLake at {lake_path} yet: no sessions"
+    try:
+        rows = TraceLake(lake_path, lock_timeout_s=10).query(REGISTRY_HISTORY_SQL).to_pylist()
+    except Exception as exc:  # noqa: BLE001 - the listing stays useful without the history
+        return {}, f"TraceLake {lake_path} not readable ({type(exc).__name__}: {exc})"
+    return {row["model_slug"]: row for row in rows}, None
+
+
 def cmd_registry_list(args, paths: AacoPaths) -> int:
     from aaco_pipelines.registry.scan import scan_registry
 
     models = scan_registry(paths.registry)
+    history, note = registry_history(paths.tracelake)
     print(f"{len(models)} models in {paths.registry}")
+    rows = [("model", "sha256", "sidecar", "versions", "last session", "p50", "last verdict")]
     for model in models:
-        sidecar = model.sidecar.name if model.sidecar else "-"
-        print(f"  {model.slug:24} {model.sha256[:12]}  sidecar={sidecar}")
+        h = history.get(model.slug, {})
+        last = h.get("last_at")
+        rows.append(
+            (
+                model.slug,
+                model.sha256[:12],
+                model.sidecar.name if model.sidecar else "-",
+                str(h.get("versions", 0)),
+                f"{last:%Y-%m-%d %H:%M}" if last else "-",
+                f"{h['last_p50_ns'] / 1e6:.3f} ms" if h.get("last_p50_ns") else "-",
+                h.get("verdict") or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    if note:
+        print(note)
     return 0
 
 
+PROVIDER_NAMES = {
+    "cpu": "CPUExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+}
+
+
+def run_providers(name: str | None) -> tuple[str, ...] | None:
+    """--provider (cpu, rocm, migraphx or a full name) checked against this ONNX Runtime, with
+    the CPU provider as fallback; None keeps the sidecar's or the automatic choice."""
+    if name is None:
+        return None
+    import onnxruntime as ort
+
+    provider = PROVIDER_NAMES.get(name.lower(), name)
+    available = ort.get_available_providers()
+    if provider not in available:
+        short = [k for k, v in PROVIDER_NAMES.items() if v in available]
+        raise AacoInputError(
+            f"execution provider {name!r} is not available in this ONNX Runtime",
+            fix=f"use one of {', '.join(short + available)} (aaco doctor shows why)",
+        )
+    return tuple(dict.fromkeys([provider, "CPUExecutionProvider"]))
+
+
+def progress_printer() -> Callable[[str], None]:
+    """The worker's progress lines on stderr, stamped with the seconds since the run began."""
+    started = time.monotonic()
+
+    def say(message: str) -> None:
+        print(f"  [{time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+RUN_SUMMARY_SQL = """
+SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
+       s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence
+FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
+"""
+
+
+def run_summary(lake_path: Path, session_id: str) -> str:
+    """The session's headline numbers as an aligned two-column table."""
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    row = TraceLake(lake_path).query(RUN_SUMMARY_SQL, [session_id]).to_pylist()[0]
+    bottleneck = row["bottleneck"] or "-"
+    if row["confidence"] is not None:
+        bottleneck += f" ({row['confidence']:.2f})"
+    cells = [
+        ("session", row["session_id"]),
+        ("model", row["model_slug"]),
+        ("provider", ", ".join(row["providers_used"] or []) or "-"),
+        ("iterations", str(row["measured_iterations"])),
+        ("latency mean", f"{row['latency_mean_ns'] / 1e6:.3f} ms"),
+        ("latency p50", f"{row['latency_p50_ns'] / 1e6:.3f} ms"),
+        ("latency p99", f"{row['latency_p99_ns'] / 1e6:.3f} ms"),
+        ("throughput", f"{row['throughput_per_s']:.1f} /s"),
+        ("bottleneck", bottleneck),
+    ]
+    return "\n".join(f"  {name:13} {value}" for name, value in cells)
+
+
 def cmd_run(args, paths: AacoPaths) -> int:
+    """Measure and analyse one model through the same pipeline the Dagster assets run."""
     from aaco_pipelines.pipeline import MeasureOptions, measure_model
     from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
 
+    if args.iterations is not None and args.iterations < 1:
+        raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
     candidate = Path(args.model)
     if candidate.suffix == ".onnx" and candidate.is_file():
         model = registered_model(candidate)
     else:
         model = find_model(paths.registry, model_slug(args.model))
-    options = MeasureOptions(laboratory=args.laboratory)
-    bundle = measure_model(
-        model, paths, options, on_progress=lambda m: print(f"  {m}", file=sys.stderr)
+    options = MeasureOptions(
+        laboratory=args.laboratory,
+        providers=run_providers(args.provider),
+        measured_iterations=args.iterations,
+        profiled_iterations=None if args.profile else 1,
     )
+    say = progress_printer()
+    bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
+    say("done")
     print(f"session {bundle.session_id} -> {paths.tracelake}")
+    print(run_summary(paths.tracelake, bundle.session_id))
     return 0
 
 
@@ -63,6 +186,78 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     summary = analyze_session(bundle, paths)
     print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
     print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
+    return 0
+
+
+def cmd_export(args, paths: AacoPaths) -> int:
+    """One session as a trace file for ui.perfetto.dev (streamed: big traces stay cheap)."""
+    from aaco_pipelines.report.perfetto import FORMATS, write_perfetto
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    if args.format not in FORMATS:
+        raise AacoInputError(f"unknown export format {args.format!r}", fix="use --format perfetto")
+    output = Path(args.output)
+    if not output.parent.is_dir():
+        raise AacoInputError(
+            "the output folder does not exist", path=output.parent, fix="create it first"
+        )
+    if output.is_dir():
+        raise AacoInputError(
+            "--output is a folder", path=output, fix="name a file, e.g. trace.json"
+        )
+    count = write_perfetto(TraceLake(paths.tracelake), args.session, output)
+    print(f"wrote {count} events to {output} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def add_export_parser(sub) -> None:
+    export = sub.add_parser("export", help="export a session's timeline (Perfetto trace JSON)")
+    export.add_argument("--session", default="latest", help="session id, or latest (latest)")
+    export.add_argument("--format", default="perfetto", help="perfetto (Chrome trace-event JSON)")
+    export.add_argument("--output", required=True, help="file to write")
+    export.set_defaults(func=cmd_export)
+
+
+REPORT_FORMATS = ("html", "json", "md")
+
+
+def cmd_report(args, paths: AacoPaths) -> int:
+    """One session's report: a self-contained HTML page, JSON data or Markdown."""
+    import json
+
+    from aaco_pipelines.report.content import render_json
+    from aaco_pipelines.report.html import render_html
+    from aaco_pipelines.report.markdown_report import render_markdown
+
+    output = Path(args.output)
+    if not output.parent.is_dir():
+        raise AacoInputError(
+            "the output folder does not exist", path=output.parent, fix="create it first"
+        )
+    if args.format == "html":
+        text = render_html(paths.tracelake, args.session)
+    elif args.format == "md":
+        text = render_markdown(paths.tracelake, args.session)
+    else:
+        text = json.dumps(render_json(paths.tracelake, args.session), indent=2, default=str)
+    output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.format} report ({len(text.encode()) // 1024} KB) to {output}")
+    return 0
+
+
+def add_report_parser(sub) -> None:
+    report = sub.add_parser("report", help="a session's report (HTML, JSON or Markdown)")
+    report.add_argument("--session", default="latest", help="session id, or latest (latest)")
+    report.add_argument("--format", default="html", choices=REPORT_FORMATS, help="(html)")
+    report.add_argument("--output", required=True, help="file to write")
+    report.set_defaults(func=cmd_report)
+
+
+def cmd_doctor(args, paths: AacoPaths) -> int:
+    """What this host can measure; always exits 0, since a doctor reports."""
+    from aaco_pipelines.doctor import format_checks, run_checks
+
+    print(format_checks(run_checks(paths)))
     return 0
 
 
@@ -251,6 +446,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="measure one model now, without Dagster")
     run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
     run.add_argument("--laboratory", action="store_true", help="pinned cores, fixed threads")
+    run.add_argument("--provider", help="cpu, rocm, migraphx or a full provider name")
+    run.add_argument(
+        "--iterations", type=int, help="exactly N measured iterations (default: the sidecar's)"
+    )
+    run.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="profiled pass with the sidecar's count; --no-profile keeps it to 1 iteration",
+    )
     run.set_defaults(func=cmd_run)
 
     ingest = sub.add_parser("ingest", help="ingest a trace collected elsewhere as a session")
@@ -268,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
     ui.set_defaults(func=cmd_ui)
 
     add_detector_parser(sub)
+    add_export_parser(sub)
+    add_report_parser(sub)
+    doctor = sub.add_parser("doctor", help="check this host: runtime, ROCm, GPUs, TraceLake")
+    doctor.set_defaults(func=cmd_doctor)
     return parser
 
 

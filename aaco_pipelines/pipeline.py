@@ -8,7 +8,7 @@ There is one implementation of each stage, and it lives here or below.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.bundle import SessionBundle
@@ -24,6 +24,7 @@ from aaco_pipelines.execution.runner import (
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
 from aaco_pipelines.registry.scan import RegisteredModel
+from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
 
 
@@ -35,6 +36,19 @@ class MeasureOptions:
     providers: tuple[str, ...] | None = None  # overrides the sidecar's preference
     seed: int = 0
     limits: RunnerLimits = field(default_factory=RunnerLimits)
+    # Override the sidecar's counts; an explicit measured count is exact (no minimum duration).
+    measured_iterations: int | None = None
+    profiled_iterations: int | None = None
+
+
+def iteration_counts(sidecar: ModelSidecar, options: MeasureOptions) -> ModelSidecar:
+    """The sidecar with the options' iteration overrides applied."""
+    changes: dict = {}
+    if options.measured_iterations is not None:
+        changes.update(measured_iterations=options.measured_iterations, min_measured_seconds=0.0)
+    if options.profiled_iterations is not None:
+        changes["profiled_iterations"] = options.profiled_iterations
+    return replace(sidecar, **changes)
 
 
 def benchmark_version(
@@ -44,7 +58,7 @@ def benchmark_version(
     on_progress: Callable[[str], None] | None = None,
 ) -> SessionBundle:
     """Run one isolated, measured session of a model version; returns its published bundle."""
-    sidecar = version.sidecar
+    sidecar = iteration_counts(version.sidecar, options)
     request = BenchmarkRequest(
         session_id=new_session_id(version.slug),
         model_name=version.name,
@@ -104,10 +118,13 @@ def measure_model(
 ) -> SessionBundle:
     """Every measurement stage for one registered model, ending with the session in the
     TraceLake; `analyze=True` also runs the analysis stages on it."""
+    say = on_progress or (lambda message: None)
     version, _graph = prepare_model_version(model, paths)
     bundle = benchmark_version(version, paths, options, on_progress)
+    say("collecting the session's tables and loading them into the TraceLake")
     collect_bundle(bundle)
     TraceLake(paths.tracelake).ingest_session(bundle)
     if analyze:
+        say("analysing (a new runtime first measures its hardware envelope)")
         analyze_session(bundle, paths, options.target)
     return bundle

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import models
+import pytest
 from conftest import add_model
 
 from aaco_pipelines.cli import main
@@ -24,15 +27,59 @@ def test_zoo_build_if_empty_and_registry_list(aaco_paths, capsys):
     capsys.readouterr()
     assert main(["registry", "list"]) == 0
     out = capsys.readouterr().out
-    assert "6 models" in out and "bert_encoder" in out and "sidecar=bert_encoder.yaml" in out
+    assert "6 models" in out and "bert_encoder" in out and "bert_encoder.yaml" in out
+    assert "last verdict" in out and "no TraceLake" in out  # no sessions yet, and it says so
+    assert not aaco_paths.tracelake.exists()
 
 
-def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys):
+@pytest.fixture
+def quick_envelope(monkeypatch):
+    """The first analysed run measures the hardware envelope: a short sweep is enough here."""
+    from aaco_pipelines.analysis import envelope, session
+
+    quick = functools.partial(envelope.measure_envelope, budget_s=0.5, repeats=2)
+    monkeypatch.setattr(session, "measure_envelope", quick)
+
+
+def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys, quick_envelope):
     path = add_model(aaco_paths, "tiny", models.tiny_mlp())
-    assert main(["run", "--model", str(path)]) == 0
-    assert "session " in capsys.readouterr().out
-    slugs = TraceLake(aaco_paths.tracelake).query("SELECT model_slug FROM sessions")["model_slug"]
-    assert slugs.to_pylist() == ["tiny"]
+    assert main(["run", "--model", str(path), "--iterations", "7", "--no-profile"]) == 0
+    captured = capsys.readouterr()
+    assert "measured pass: 7 iterations" in captured.err and "analysing" in captured.err
+    summary = dict(
+        re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in captured.out.splitlines()[1:]
+    )
+    assert summary["iterations"] == "7" and summary["provider"] == "CPUExecutionProvider"
+    assert summary["latency p50"].endswith(" ms") and summary["bottleneck"] != "-"
+    rows = TraceLake(aaco_paths.tracelake).query(
+        "SELECT model_slug, measured_iterations, profiled_iterations FROM sessions"
+    )
+    assert rows.to_pylist() == [
+        {"model_slug": "tiny", "measured_iterations": 7, "profiled_iterations": 1}
+    ]
+    assert main(["registry", "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    tiny = next(line.split() for line in listed if line.split()[0] == "tiny")
+    assert tiny[3] == "1" and "ms" in tiny and tiny[-1] == "insufficient_history"
+
+
+def test_run_refuses_an_unavailable_provider(aaco_paths, capsys):
+    path = add_model(aaco_paths, "tiny", models.tiny_mlp())
+    assert main(["run", "--model", str(path), "--provider", "tensorrt"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "'tensorrt'" in err and "Fix: use one of cpu" in err
+
+
+def test_export_mistakes_are_one_line_errors(aaco_paths, tmp_path, capsys):
+    output = str(tmp_path / "trace.json")
+    for argv, expected in (
+        (["export", "--output", output], "no TraceLake"),
+        (["export", "--format", "svg", "--output", output], "unknown export format 'svg'"),
+        (["export", "--output", str(tmp_path / "no" / "t.json")], "output folder does not exist"),
+    ):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert len(err.splitlines()) == 1 and expected in err and "Fix:" in err
 
 
 def test_user_errors_are_one_line_with_the_fix(aaco_paths, tmp_path):

@@ -1,0 +1,209 @@
+"""`aaco doctor`: what this host can measure, and what each gap costs the measurements.
+
+Every check reuses the probe the measurement itself uses (environment, providers, gpu_sampler,
+laboratory), so the doctor cannot disagree with a run. Checks never raise: a doctor reports.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aaco_pipelines.config import AacoPaths
+
+OK, MISSING, WARNING = "OK", "missing", "warning"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # OK | missing | warning
+    detail: str
+    meaning: str  # what the status means for measurements
+
+
+def check_python() -> Check:
+    detail = f"{platform.python_version()} ({sys.executable})"
+    return Check("Python", OK, detail, "benchmark workers run under this interpreter")
+
+
+def check_onnxruntime() -> Check:
+    from aaco_pipelines.execution.environment import _onnxruntime
+    from aaco_pipelines.execution.providers import amd_gpu_visible
+
+    ort = _onnxruntime()
+    providers = ort["providers"]
+    gpu = [p for p in providers if p.startswith(("MIGraphX", "ROCM"))]
+    detail = f"{ort['version']}; providers: {', '.join(providers)}"
+    if gpu and amd_gpu_visible():
+        return Check("ONNX Runtime", OK, detail, f"GPU providers available: {', '.join(gpu)}")
+    if gpu:  # onnxruntime-rocm lists its provider even without a GPU, then runs on the CPU
+        return Check("ONNX Runtime", WARNING, detail, "GPU providers listed, but no GPU: CPU runs")
+    return Check(
+        "ONNX Runtime",
+        WARNING,
+        detail,
+        "CPU provider only: install onnxruntime-migraphx or onnxruntime-rocm for GPU sessions",
+    )
+
+
+def check_rocm() -> Check:
+    from aaco_pipelines.execution.environment import _rocm_version_file
+
+    return Check("ROCm", OK, _rocm_version_file(), "recorded in every session's fingerprint")
+
+
+def check_amdsmi() -> Check:
+    from aaco_pipelines.execution.gpu_sampler import amdsmi_status, rocm_version_from_amdsmi
+
+    smi, reason = amdsmi_status()
+    if smi is None:
+        return Check("amdsmi", MISSING, reason, "no GPU telemetry (power, clocks, throttling)")
+    version = rocm_version_from_amdsmi(smi)
+    smi.amdsmi_shut_down()
+    return Check("amdsmi", OK, f"ROCm {version or '?'}", "GPU telemetry sampled during runs")
+
+
+def check_rocprofv3() -> Check:
+    from aaco_pipelines.execution.environment import _rocprofv3
+
+    return Check("rocprofv3", OK, _rocprofv3(), "GPU kernel traces come from rocprofv3")
+
+
+def check_gpus() -> Check:
+    from aaco_pipelines.execution.gpu_sampler import amdsmi_status
+    from aaco_pipelines.execution.providers import amd_gpu_visible
+
+    if not amd_gpu_visible():
+        return Check(
+            "AMD GPUs", MISSING, "/dev/kfd absent", "sessions run on the CPU provider only"
+        )
+    smi, reason = amdsmi_status()
+    if smi is None:
+        return Check("AMD GPUs", WARNING, f"/dev/kfd present; {reason}", "GPU count unknown")
+    try:
+        count = len(smi.amdsmi_get_processor_handles())
+    finally:
+        smi.amdsmi_shut_down()
+    status = OK if count else WARNING
+    return Check(
+        "AMD GPUs", status, f"{count} via amdsmi", "GPU providers are chosen automatically"
+    )
+
+
+def check_cgroup() -> Check:
+    from aaco_pipelines.execution.laboratory import cgroup2_mount
+
+    mount = cgroup2_mount()
+    if mount is None:
+        return Check("cgroup v2", MISSING, "no cgroup2 mount", "laboratory mode cannot fence runs")
+    handed = set(_read(mount / "cgroup.subtree_control").split())
+    writable = os.access(mount, os.W_OK)
+    detail = f"{mount}; delegated: {' '.join(sorted(handed)) or 'none'}; writable: {writable}"
+    if {"cpuset", "memory"} <= handed and writable:
+        return Check("cgroup v2", OK, detail, "laboratory runs get a cpuset and a memory limit")
+    return Check(
+        "cgroup v2",
+        WARNING,
+        detail,
+        "laboratory mode pins cores but cannot enforce cpuset/memory limits",
+    )
+
+
+def check_pinning() -> Check:
+    from aaco_pipelines.execution.laboratory import laboratory_settings
+
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, allowed)  # re-applying the current set proves we may pin
+    cores = laboratory_settings().cores
+    detail = f"allowed cores {sorted(allowed)}; laboratory worker gets {list(cores)}"
+    if len(allowed) < 2:
+        return Check("CPU pinning", WARNING, detail, "worker shares its core with the sampler")
+    return Check("CPU pinning", OK, detail, "laboratory runs are pinned")
+
+
+def check_dagster_home(paths: AacoPaths) -> Check:
+    home = Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home)
+    if (home / "dagster.yaml").is_file():
+        return Check("Dagster instance", OK, str(home), "run history and drift series persist")
+    return Check(
+        "Dagster instance",
+        MISSING,
+        f"{home} (no dagster.yaml)",
+        "created by `aaco ui`; until then there is no run history",
+    )
+
+
+def check_tracelake(paths: AacoPaths) -> Check:
+    from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    if not paths.tracelake.exists():
+        return Check(
+            "TraceLake",
+            MISSING,
+            f"{paths.tracelake} (not created yet)",
+            "created by the first measured or ingested session",
+        )
+    version = TraceLake(paths.tracelake, lock_timeout_s=5).schema_version()
+    detail = f"{paths.tracelake}; schema v{version} (this aaco: v{SCHEMA_VERSION})"
+    if version is None or version < SCHEMA_VERSION:
+        return Check("TraceLake", WARNING, detail, "migrated on the next write")
+    if version > SCHEMA_VERSION:
+        return Check("TraceLake", WARNING, detail, "written by a newer aaco: upgrade")
+    return Check("TraceLake", OK, detail, "sessions are stored and queryable")
+
+
+CHECKS: tuple[tuple[str, Callable], ...] = (
+    ("Python", check_python),
+    ("ONNX Runtime", check_onnxruntime),
+    ("ROCm", check_rocm),
+    ("amdsmi", check_amdsmi),
+    ("rocprofv3", check_rocprofv3),
+    ("AMD GPUs", check_gpus),
+    ("cgroup v2", check_cgroup),
+    ("CPU pinning", check_pinning),
+)
+MISSING_MEANS = {
+    "ROCm": "no ROCm install: GPU providers and the ROCm version record are unavailable",
+    "rocprofv3": "no device trace: kernels come from ONNX Runtime's profiler (host view)",
+}
+
+
+def run_checks(paths: AacoPaths) -> list[Check]:
+    """Every check, in order; a probe that fails becomes a `missing` check with its reason."""
+    checks = [*CHECKS, ("Dagster instance", lambda: check_dagster_home(paths))]
+    checks.append(("TraceLake", lambda: check_tracelake(paths)))
+    return [_guarded(name, probe) for name, probe in checks]
+
+
+def _guarded(name: str, probe: Callable[[], Check]) -> Check:
+    try:
+        return probe()
+    except Exception as exc:  # noqa: BLE001 - a failing probe is a finding, not a crash
+        meaning = MISSING_MEANS.get(name, "this part cannot be used for measurements")
+        return Check(name, MISSING, str(exc) or type(exc).__name__, meaning)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def format_checks(checks: list[Check]) -> str:
+    """An aligned table: check, status, detail, and what it means."""
+    rows = [("check", "status", "detail", "meaning")]
+    rows += [(c.name, c.status, c.detail, c.meaning) for c in checks]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths, strict=True))
+        + "  "
+        + row[3]
+        for row in rows
+    )
