@@ -91,6 +91,10 @@ _KEEP = 0.01  # a level keeps the offsets scoring within 1% of its best
 _BUDGET = 32_768  # most candidate offsets per level: a wide plateau takes a coarser step
 _WORK = 20_000_000  # launch-in-window tests per level: big grids score a thinner sample
 _LONG_WINDOW = 4  # windows over 4x the median length are not scored
+# ONNX Runtime's profile has microsecond timestamps, so a window's edges are known to about
+# 1 µs: a launch that close outside still counts. Without this slack, short regular windows
+# let an offset one node off fit a few launches better than the true one.
+_EDGE_NS = 1_000
 
 
 def estimate_clock_offset(
@@ -105,7 +109,7 @@ def estimate_clock_offset(
     differences of the first and last launch and window times; each candidate offset is scored
     by how many of a sample of launches then fall inside a window (one searchsorted per launch
     and offset), with windows widened by half the grid step so that the grid cannot step over
-    the best offset. Each next level searches, up to 8x finer, only around the offsets within 1%
+    the best offset, and by the 1 µs the profile's timestamps are uncertain. Each next level searches, up to 8x finer, only around the offsets within 1%
     of the best, down to 100 ns; the answer is the middle of the best plateau, which makes it
     robust to jitter and to launches outside every window. Windows over 4x the median length
     are not scored: a stall or a synchronizing node would take launches at almost any offset.
@@ -143,7 +147,8 @@ def _refine(sample, runs, step, scored) -> int:
     while True:
         offsets = _grid(runs, step)
         thin = sample[:: -(-len(sample) * len(offsets) // _WORK)]
-        scores = _scores(thin, offsets, *_union(scored[0] - step // 2, scored[1] + step // 2))
+        reach = step // 2 + _EDGE_NS
+        scores = _scores(thin, offsets, *_union(scored[0] - reach, scored[1] + reach))
         if step == _FINE_NS:
             return _plateau_centre(offsets, scores)
         keep = scores >= scores.max() - max(_KEEP * len(thin), 1)
