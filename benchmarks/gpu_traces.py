@@ -5,11 +5,13 @@ a real ONNX Runtime profile of the zoo's resnet_cnn, repeated as many iterations
 measures side by side:
   a. plain DuckDB: CREATE TABLE t AS SELECT * FROM read_csv('<kernel trace>') into a fresh
      database file;
-  b. our path: collectors.traces.collect_trace → kernel_events.parquet → INSERT into a fresh
-     TraceLake (time, ratio to a: target <= 1.25x; peak memory: target < 2 GB); b' for
-     comparison: the collector's SQL inserted straight into the TraceLake, no Parquet step;
+  b. our path, what `aaco ingest <kernel trace>` does before analysis: ingest.ingest_trace
+     builds the session bundle (the trace hard-linked in as raw evidence) and loads it into a
+     fresh TraceLake in one transaction, kernel families included (time, ratio to a: target
+     <= 1.25x; peak memory: target < 2 GB);
   c. GPU attribution (attribute_gpu_kernels) + derived metrics (analysis.metrics) on the N
-     kernels (target < 60 s), and the attribution's accuracy against the simulated truth.
+     kernels read back from that TraceLake (target < 60 s), and the attribution's accuracy
+     against the simulated truth.
 a and b each run in a fresh child process, which reports its own wall time and peak resident
 memory (VmHWM). Prints a small table and one JSON line. Everything lives in a temporary folder.
 """
@@ -38,7 +40,9 @@ from aaco_pipelines.collectors.trace_simulator import (
     attribution_accuracy,
     simulate_at_scale,
 )
-from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, sql_projection
+from aaco_pipelines.collectors.traces import load_trace
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
 
 TARGET_RATIO, TARGET_PEAK_BYTES, TARGET_ANALYSIS_S = 1.25, 2 * 1024**3, 60.0
@@ -74,67 +78,14 @@ def baseline_ingest(kernel_trace: Path, work: Path) -> None:
 
 
 def our_ingest(kernel_trace: Path, work: Path) -> None:
-    parquet = collect_kernel_events(kernel_trace, work / "collected")
-    lake = TraceLake(work / "tracelake.duckdb")
-    with lake.connect(write=True) as con:
-        con.execute(
-            "INSERT INTO kernel_events BY NAME SELECT * FROM read_parquet(?)", [str(parquet)]
-        ).fetchall()
+    ingest_trace(kernel_trace, bench_paths(work), name="bench")
 
 
-def collect_kernel_events(kernel_trace: Path, out_dir: Path) -> Path:
-    """kernel_events.parquet through the real collector; an inline DuckDB COPY when this
-    checkout has no collectors.traces yet."""
-    try:
-        from aaco_pipelines.collectors.traces import collect_trace
-    except ImportError:
-        return _copy_kernel_events(kernel_trace, out_dir)
-    collect_trace(kernel_trace, "bench", out_dir)
-    return out_dir / "kernel_events.parquet"
+def bench_paths(work: Path) -> AacoPaths:
+    return AacoPaths.from_env({"AACO_HOME": str(work / "home")})
 
 
-def _copy_kernel_events(kernel_trace: Path, out_dir: Path) -> Path:
-    columns = {
-        "category": "'Kernel'",
-        "event_name": "Kernel_Name",
-        "kernel_name": "Kernel_Name",
-        "start_ns": "Start_Timestamp",
-        "duration_ns": "End_Timestamp - Start_Timestamp",
-        "thread_id": "Thread_Id",
-        "queue_id": "Queue_Id",
-        "stream_id": "Stream_Id",
-        "correlation_id": "Correlation_Id",
-        "dispatch_id": "Dispatch_Id",
-    }
-    return _copy(kernel_trace, KERNEL_EVENTS, columns, out_dir / "kernel_events.parquet")
-
-
-def _copy(csv: Path, schema: pa.Schema, columns: dict[str, str], target: Path) -> Path:
-    """CSV → schema-conformant Parquet in one DuckDB COPY (no Python rows)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    select = sql_projection(
-        schema, {"session_id": "'bench'", "source": "'rocprofv3_csv'", **columns}
-    )
-    with duckdb.connect() as con:
-        con.execute(
-            f"COPY (SELECT {select} FROM read_csv(?)) TO '{target}' (FORMAT parquet)", [str(csv)]
-        ).fetchall()
-    return target
-
-
-def direct_ingest(kernel_trace: Path, work: Path) -> None:
-    """For comparison, b without the intermediate Parquet: the collector's own SQL plan
-    inserted straight into the TraceLake."""
-    from aaco_pipelines.collectors import rocprofv3_csv
-
-    lake = TraceLake(work / "tracelake.duckdb")
-    with lake.connect(write=True) as con:
-        source, expressions = rocprofv3_csv.plans(con, kernel_trace)["kernel_events"]
-        select = sql_projection(KERNEL_EVENTS, {"session_id": "'bench'", **expressions})
-        con.execute(f"INSERT INTO kernel_events SELECT {select} FROM {source}").fetchall()
-
-
-STAGES = {"baseline": baseline_ingest, "ours": our_ingest, "direct": direct_ingest}
+STAGES = {"baseline": baseline_ingest, "ours": our_ingest}
 
 
 def run_stage(stage: str, kernel_trace: Path, work: Path) -> dict:
@@ -165,9 +116,13 @@ def _peak_rss_bytes() -> int:
 # --- c: attribution and metrics ---------------------------------------------------------------
 
 
-def analyse(kernel_events: Path, api_calls: Path, node_events: Path) -> dict:
-    kernels = pq.read_table(kernel_events, columns=KERNEL_COLUMNS)
-    calls = pq.read_table(api_calls)
+def analyse(lake: TraceLake, node_events: Path) -> dict:
+    """Attribution and metrics on the kernels and API calls as the TraceLake holds them."""
+    kernels = lake.query(
+        f"SELECT {', '.join(KERNEL_COLUMNS)} FROM kernel_events WHERE category = 'Kernel' "
+        "ORDER BY dispatch_id"
+    )
+    calls = lake.query("SELECT * FROM api_calls")
     events = pq.read_table(node_events)
     t0 = time.perf_counter()
     assigned = attribute_gpu_kernels(kernels, calls, events)
@@ -221,13 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         plain = run_stage("baseline", truth.kernel_trace, tmp / "a")
         ours = run_stage("ours", truth.kernel_trace, tmp / "b")
         ratio = ours["seconds"] / plain["seconds"]
-        direct = _optional_stage("direct", truth.kernel_trace, tmp / "b-direct")
 
-        api_dir = tmp / "api"
+        lake = TraceLake(bench_paths(tmp / "b").tracelake)
         t1 = time.perf_counter()
-        api_parquet = _collect_api_calls(truth.hip_api_trace, api_dir)
+        load_api_calls(truth.hip_api_trace, lake)
         api_s = time.perf_counter() - t1
-        result = analyse(tmp / "b/collected/kernel_events.parquet", api_parquet, truth.node_events)
+        result = analyse(lake, truth.node_events)
         analysis_s = result["attribution_s"] + result["metrics_s"]
         t2 = time.perf_counter()
         accuracy = attribution_accuracy(result["assigned"], truth)
@@ -244,8 +198,6 @@ def main(argv: list[str] | None = None) -> int:
         "ours_s": round(ours["seconds"], 2),
         "ours_over_plain": round(ratio, 3),
         "ours_peak_mb": round(ours["peak_rss_bytes"] / 2**20),
-        "direct_s": direct and round(direct["seconds"], 2),
-        "direct_over_plain": direct and round(direct["seconds"] / plain["seconds"], 3),
         "api_collect_s": round(api_s, 2),
         "attribution_s": round(result["attribution_s"], 2),
         "metrics_s": round(result["metrics_s"], 2),
@@ -266,30 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _optional_stage(stage: str, kernel_trace: Path, work: Path) -> dict | None:
-    """A comparison stage that needs the rocprofv3 CSV collector; None without it."""
-    try:
-        return run_stage(stage, kernel_trace, work)
-    except subprocess.CalledProcessError:
-        return None
-
-
-def _collect_api_calls(hip_api_trace: Path, out_dir: Path) -> Path:
-    try:
-        from aaco_pipelines.collectors.traces import collect_trace
-    except ImportError:
-        columns = {
-            "domain": "Domain",
-            "api_name": "Function",
-            "start_ns": "Start_Timestamp",
-            "duration_ns": "End_Timestamp - Start_Timestamp",
-            "process_id": "Process_Id",
-            "thread_id": "Thread_Id",
-            "correlation_id": "Correlation_Id",
-        }
-        return _copy(hip_api_trace, API_CALLS, columns, out_dir / "api_calls.parquet")
-    collect_trace(hip_api_trace, "bench", out_dir)
-    return out_dir / "api_calls.parquet"
+def load_api_calls(hip_api_trace: Path, lake: TraceLake) -> None:
+    """The HIP API trace into the same TraceLake (its launches carry the correlation ids)."""
+    with lake.connect(write=True) as con:
+        load_trace(con, hip_api_trace, "bench-api")
 
 
 def _print_table(s: dict) -> None:
@@ -298,11 +230,9 @@ def _print_table(s: dict) -> None:
         ("simulate (profile + traces)", f"{s['simulate_s']:.2f} s", ""),
         ("a. plain DuckDB read_csv", f"{s['plain_duckdb_s']:.2f} s",
          f"peak {s['plain_duckdb_peak_mb']} MB"),
-        ("b. collect_trace + TraceLake", f"{s['ours_s']:.2f} s",
+        ("b. aaco ingest (bundle + TraceLake)", f"{s['ours_s']:.2f} s",
          f"{s['ours_over_plain']:.2f}x of a (<= {TARGET_RATIO}x); peak {s['ours_peak_mb']} MB"),
-        ("b'. same SQL, no Parquet step", f"{s['direct_s']} s",
-         f"{s['direct_over_plain']}x of a (for comparison)"),
-        ("   HIP API trace collect", f"{s['api_collect_s']:.2f} s", ""),
+        ("   HIP API trace load", f"{s['api_collect_s']:.2f} s", ""),
         ("c. attribution", f"{s['attribution_s']:.2f} s", ""),
         ("c. derived metrics", f"{s['metrics_s']:.2f} s",
          f"total {s['analysis_s']:.2f} s (< {TARGET_ANALYSIS_S:.0f} s)"),
