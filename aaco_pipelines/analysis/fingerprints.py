@@ -216,16 +216,12 @@ def kernel_families(names: pa.Array | pa.ChunkedArray) -> pa.Array:
     table runs per distinct name and the answers are mapped back with a take. Chunks are never
     concatenated: ten million long template names exceed one string array's 2 GiB.
     """
-    if pa.types.is_dictionary(names.type):
-        chunks = names.chunks if isinstance(names, pa.ChunkedArray) else [names]
-        parts = [_classify(chunk.dictionary).take(chunk.indices) for chunk in chunks]
-        families = pa.chunked_array(parts, pa.string())
-    else:
-        distinct = pc.unique(names)
-        families = pc.take(_classify(distinct), pc.index_in(names, value_set=distinct))
-    if isinstance(families, pa.ChunkedArray):
-        families = families.combine_chunks()
-    return families.fill_null(_OTHER)
+    chunks = names.chunks if isinstance(names, pa.ChunkedArray) else [names]
+    parts = []
+    for chunk in chunks:
+        encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
+        parts.append(_classify(encoded.dictionary).take(encoded.indices))
+    return pa.chunked_array(parts, pa.string()).combine_chunks().fill_null(_OTHER)
 
 
 def register_sql_function(con: duckdb.DuckDBPyConnection) -> None:
