@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aaco-installed
 
-.PHONY: setup run test bench bench-gpu lint
+.PHONY: setup browser run test bench bench-gpu lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,17 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/aaco ui --host 127.0.0.1 --port 3000
 
-test: setup
+# Headless Chromium for the UI end-to-end test (tests/test_ui_e2e.py): Debian's package, installed
+# once as root or with passwordless sudo; where it cannot be installed that test is skipped.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo "installing chromium for the UI end-to-end test"; \
+	  $$sudo apt-get update -qq && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	} || echo "warning: chromium could not be installed; the UI end-to-end test will be skipped" >&2
+
+test: setup browser
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: setup
