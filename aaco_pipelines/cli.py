@@ -423,6 +423,227 @@ def add_detector_parser(sub) -> None:
     design.set_defaults(func=cmd_detector_design)
 
 
+# --- diff and baselines: the CI gate -----------------------------------------------------------
+
+
+def cmd_diff(args, paths: AacoPaths) -> int:
+    """The gate's verdict on a session; exit 1 on a regression with --fail-on-regression."""
+    import json
+
+    from aaco_pipelines.governance.gate import gate_verdict
+    from aaco_pipelines.report.data import open_lake
+
+    verdict = gate_verdict(
+        open_lake(paths.tracelake),
+        args.current,
+        baseline=args.baseline,
+        threshold_pct=args.threshold,
+        confidence=args.confidence,
+    )
+    print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
+    return 1 if args.fail_on_regression and verdict.regression else 0
+
+
+def diff_text(v) -> str:
+    """A GateVerdict as a headline and an aligned table."""
+    p50, tput, b = v.latency_delta_pct, v.throughput_delta_pct, v.baseline
+    head = f"REGRESSION ({v.severity})" if v.regression else "no regression"
+    others = ", ".join(f"{s['kind']} ({s['posterior']:.2f})" for s in v.suspects[1:]) or "-"
+    noise = v.evidence.get("noise_sd_pct")
+    sessions = f"{b['n_sessions']} session{'s' * (b['n_sessions'] != 1)}"
+    cells = [
+        ("session", f"{v.session_id} ({v.model_slug} on {v.target})"),
+        ("baseline", f"{b['name']} ({b['source']}, {sessions})"),
+        ("p50 latency", f"{p50['baseline_ms']:.4f} ms -> {p50['current_ms']:.4f} ms  "
+         f"{p50['effect_pct']:+.2f} % [{p50['ci_low']:+.2f}, {p50['ci_high']:+.2f}]"),
+        ("throughput", f"{tput['baseline_per_s']:.1f} /s -> {tput['current_per_s']:.1f} /s  "
+         f"{tput['effect_pct']:+.2f} % [{tput['ci_low']:+.2f}, {tput['ci_high']:+.2f}]"),
+        ("confidence", f"{v.confidence:.2f}"),
+        ("suspected", suspect_text(v.suspected_cause)),
+        ("also", others),
+        ("decided by", f"{v.evidence['decided_by']}: {v.evidence['test']}"),
+        ("noise", f"session-to-session sd {noise:.1f} % of p50" if noise is not None else "-"),
+        ("recommendation", v.recommendation),
+    ]  # fmt: skip
+    title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % vs {b['name']} "
+    title += f"(threshold {v.threshold_pct:g} %)"
+    return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
+
+
+def suspect_text(s: dict | None) -> str:
+    """kind (name): before -> after (posterior, share of the slowdown it explains)."""
+    if s is None:
+        return "-"
+    label = s["kind"] if s["name"] == s["kind"] else f"{s['kind']} ({s['name']})"
+    change = f": {s['before']} -> {s['after']}" if s["before"] or s["after"] else ""
+    share = f", explains {s['share']:.0%}" if s["share"] is not None else ""
+    return f"{label}{change} (posterior {s['posterior']:.2f}{share})"
+
+
+def add_diff_parser(sub) -> None:
+    diff = sub.add_parser("diff", help="CI gate: is a session a regression against a baseline?")
+    diff.add_argument(
+        "--baseline",
+        help="baseline name or session id (default: the pinned baseline, else the previous "
+        "5 sessions of the model)",
+    )
+    diff.add_argument("--current", default="latest", help="session id, or latest (latest)")
+    diff.add_argument("--threshold", type=float, default=3.0, help="least p50 slowdown, %% (3)")
+    diff.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
+    diff.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 1 when it is a regression"
+    )
+    diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    diff.set_defaults(func=cmd_diff)
+
+
+def cmd_baseline_create(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import create_baseline
+    from aaco_pipelines.registry.scan import model_slug
+    from aaco_pipelines.report.data import open_lake
+
+    if args.sessions and (args.target or args.last is not None):
+        raise AacoInputError("--target and --last choose sessions of --model", fix="drop them")
+    baseline = create_baseline(
+        open_lake(paths.tracelake),
+        args.name,
+        session_ids=args.sessions,
+        model_slug=model_slug(args.model) if args.model else None,
+        target=args.target,
+        last=args.last,
+        pin=args.pin,
+        note=args.note,
+        replace=args.replace,
+    )
+    print(f"{'replaced' if args.replace else 'created'} baseline {baseline.name}")
+    print(baseline_text(baseline))
+    return 0
+
+
+def cmd_baseline_list(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import list_baselines
+    from aaco_pipelines.registry.scan import model_slug
+    from aaco_pipelines.report.data import open_lake
+
+    slug = model_slug(args.model) if args.model else None
+    baselines = list_baselines(open_lake(paths.tracelake), slug)
+    if not baselines:
+        print("no baselines" + (f" of {slug}" if slug else "") + " (aaco baseline create NAME)")
+        return 0
+    rows = [("baseline", "model", "target", "sessions", "p50", "pinned", "created", "note")]
+    rows += [
+        (
+            b.name,
+            b.model_slug,
+            b.target,
+            str(b.n_sessions),
+            f"{b.latency_p50_ns / 1e6:.4f} ms",
+            "pinned" if b.pinned else "-",
+            f"{b.created_at:%Y-%m-%d %H:%M}",
+            b.note or "-",
+        )
+        for b in baselines
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_baseline_show(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import get_baseline
+    from aaco_pipelines.report.data import open_lake
+
+    print(baseline_text(get_baseline(open_lake(paths.tracelake), args.name)))
+    return 0
+
+
+def cmd_baseline_pin(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import pin_baseline
+    from aaco_pipelines.report.data import open_lake
+
+    b = pin_baseline(open_lake(paths.tracelake), args.name)
+    print(f"pinned baseline {b.name} for {b.model_slug} on {b.target}")
+    return 0
+
+
+def baseline_text(b) -> str:
+    """One baseline as an aligned two-column table."""
+    cells = [
+        ("baseline", b.name + ("  (pinned)" if b.pinned else "")),
+        ("model", f"{b.model_slug} on {b.target}"),
+        ("created", f"{b.created_at:%Y-%m-%d %H:%M:%S %Z}"),
+        ("latency p50", f"{b.latency_p50_ns / 1e6:.4f} ms (median of sessions)"),
+        ("latency p99", f"{b.latency_p99_ns / 1e6:.4f} ms"),
+        ("throughput", f"{b.throughput_per_s:.1f} /s"),
+        ("model sha256", (b.model_sha256 or "-")[:12]),
+        ("runtime", f"onnxruntime {b.env.get('onnxruntime_version') or '-'}, "
+         f"rocm {b.env.get('rocm_version') or '-'} ({(b.runtime_fingerprint or '-')[:12]})"),
+        ("providers", ", ".join(b.providers_used) or "-"),
+        ("note", b.note or "-"),
+        (f"sessions ({b.n_sessions})", "\n".join(" " * 18 * (i > 0) + s
+                                                for i, s in enumerate(b.session_ids))),
+    ]  # fmt: skip
+    return "\n".join(f"  {name:15} {value}" for name, value in cells)
+
+
+def add_baseline_parser(sub) -> None:
+    baseline = sub.add_parser(
+        "baseline", help="named baselines: the sessions a CI gate compares with"
+    ).add_subparsers(dest="baseline_command", required=True)
+    create = baseline.add_parser("create", help="store a baseline of sessions")
+    create.add_argument("name")
+    chosen = create.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--sessions", nargs="+", metavar="ID", help="these session ids")
+    chosen.add_argument("--model", help="the last sessions of this model")
+    create.add_argument("--target", help="with --model: the target (when it has several)")
+    create.add_argument("--last", type=int, help="with --model: this many sessions (10)")
+    create.add_argument("--pin", action="store_true", help="make it the model+target's baseline")
+    create.add_argument("--note", help="e.g. release v1.2")
+    create.add_argument("--replace", action="store_true", help="overwrite a baseline of this name")
+    create.set_defaults(func=cmd_baseline_create)
+    listing = baseline.add_parser("list", help="stored baselines")
+    listing.add_argument("--model", help="only this model's")
+    listing.set_defaults(func=cmd_baseline_list)
+    show = baseline.add_parser("show", help="one baseline in full")
+    show.add_argument("name")
+    show.set_defaults(func=cmd_baseline_show)
+    pin = baseline.add_parser("pin", help="make a baseline the one its model+target gates on")
+    pin.add_argument("name")
+    pin.set_defaults(func=cmd_baseline_pin)
+
+
+# --- sweep: every model through Dagster, for cron ---------------------------------------------
+
+
+def cmd_sweep(args, paths: AacoPaths) -> int:
+    """Measure every registry model as Dagster runs; exit 1 when a model failed."""
+    from aaco_pipelines.sweep import dagster_home_for, sweep
+
+    only = (
+        [name.strip() for name in args.models.split(",") if name.strip()] if args.models else None
+    )
+    print(
+        f"sweeping {paths.registry}; runs go to DAGSTER_HOME={dagster_home_for(paths)}", flush=True
+    )
+    results = sweep(paths, only, on_result=lambda r: print("  " + r.line(), flush=True))
+    failed = [r.slug for r in results if r.status == "failed"]
+    regressed = [r.slug for r in results if r.status == "regression"]
+    print(f"{len(results)} models: {len(failed)} failed, {len(regressed)} regressed")
+    return 1 if failed or (args.fail_on_regression and regressed) else 0
+
+
+def add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser(
+        "sweep", help="measure every registry model through Dagster now (for cron, no daemon)"
+    )
+    sweep.add_argument("--models", help="comma-separated model names (default: all)")
+    sweep.add_argument(
+        "--fail-on-regression", action="store_true", help="also exit 1 when a model regressed"
+    )
+    sweep.set_defaults(func=cmd_sweep)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aaco", description=__doc__)
     parser.add_argument("--version", action="version", version=f"aaco {__version__}")
@@ -475,6 +696,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_detector_parser(sub)
     add_export_parser(sub)
     add_report_parser(sub)
+    add_diff_parser(sub)
+    add_baseline_parser(sub)
+    add_sweep_parser(sub)
     doctor = sub.add_parser("doctor", help="check this host: runtime, ROCm, GPUs, TraceLake")
     doctor.set_defaults(func=cmd_doctor)
     return parser

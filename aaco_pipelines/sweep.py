@@ -1,0 +1,166 @@
+"""`aaco sweep`: measure every registry model through the Dagster job, without the daemon.
+
+For cron users: each model is one run of the `measure_model` job, executed in this process against
+the persistent instance in DAGSTER_HOME, so its run, materializations and asset checks show up in
+the UI afterwards as if the nightly schedule had launched it. Partitions are registered the way
+the registry sensor does (one per model slug). A model that fails does not stop the others.
+
+A run whose blocking `no_performance_regression` check fails is a failed run to Dagster; here it
+is a "regression" (the measurement itself worked), told apart from a "failed" measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.instance import prepare_dagster_home
+from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
+
+REGRESSION_CHECK = "no_performance_regression"
+# Dagster's console log stays quiet: the summary line says what failed, the run's event log in
+# the UI keeps the traceback.
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    slug: str
+    status: str  # ok | regression | failed
+    run_id: str
+    session_id: str | None
+    latency_p50_ms: float | None
+    verdict: str | None  # the p50 verdict, or the regressed metrics
+    error: str | None  # the root cause of a failed run, one line
+
+    def line(self) -> str:
+        """The model's summary line for the terminal."""
+        p50 = f"p50 {self.latency_p50_ms:.4f} ms" if self.latency_p50_ms is not None else "p50 -"
+        tail = self.error if self.status == "failed" else (self.verdict or "-")
+        return f"{self.status:10} {self.slug:24} {p50:18} {tail}  (run {self.run_id[:8]})"
+
+
+def sweep(
+    paths: AacoPaths,
+    only: Sequence[str] | None = None,
+    *,
+    dagster_home: Path | None = None,
+    on_result: Callable[[SweepResult], None] | None = None,
+) -> list[SweepResult]:
+    """Run the measure job once per registry model (or the `only` ones), in registry order."""
+    from aaco_pipelines.definitions import defs
+    from sensors.jobs import measure_model_job, run_tags
+
+    chosen = select_models(scan_registry(paths.registry), only, paths.registry)
+    home = prepare_dagster_home(dagster_home or dagster_home_for(paths))
+    job = defs.resolve_job_def(measure_model_job.name)
+    results = []
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        register_partitions(instance, chosen)
+        for model in chosen:
+            result = job.execute_in_process(
+                run_config=QUIET_LOGS,
+                instance=instance,
+                partition_key=model.slug,
+                raise_on_error=False,
+                tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}),
+                resources=path_resources(paths),
+            )
+            results.append(summarize(model.slug, result))
+            if on_result:
+                on_result(results[-1])
+    return results
+
+
+def dagster_home_for(paths: AacoPaths) -> Path:
+    """DAGSTER_HOME when set, else AACO_HOME/dagster: the instance `aaco ui` also uses."""
+    return Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home)
+
+
+def select_models(
+    models: list[RegisteredModel], only: Sequence[str] | None, registry: Path
+) -> list[RegisteredModel]:
+    """All models, or those named in `only` (names or slugs); an unknown name is an error."""
+    if not models:
+        raise AacoInputError(
+            "the registry has no models",
+            path=registry,
+            fix="add *.onnx files or run aaco zoo build",
+        )
+    if not only:
+        return models
+    wanted = {model_slug(name) for name in only}
+    unknown = sorted(wanted - {m.slug for m in models})
+    if unknown:
+        raise AacoInputError(
+            f"no registry models {unknown}",
+            path=registry,
+            fix=f"choose from {', '.join(m.slug for m in models)}",
+        )
+    return [m for m in models if m.slug in wanted]
+
+
+def register_partitions(instance: dg.DagsterInstance, models: list[RegisteredModel]) -> None:
+    """Add the models' partitions the registry sensor would have added."""
+    from assets.partitions import models_partitions
+
+    existing = set(instance.get_dynamic_partitions(models_partitions.name))
+    new = [m.slug for m in models if m.slug not in existing]
+    if new:
+        instance.add_dynamic_partitions(models_partitions.name, new)
+
+
+def path_resources(paths: AacoPaths) -> dict:
+    """The registry and TraceLake of these paths (the Definitions read theirs at import time)."""
+    from resources import ModelRegistryResource, TraceLakeResource
+
+    registry = ModelRegistryResource(
+        home=str(paths.home), registry=str(paths.registry), tracelake=str(paths.tracelake)
+    )
+    return {"registry": registry, "tracelake": TraceLakeResource(database=str(paths.tracelake))}
+
+
+def summarize(slug: str, result: dg.ExecuteInProcessResult) -> SweepResult:
+    """Status, session, p50 and verdict of one run, from its events."""
+    measured = result.asset_materializations_for_node("benchmark_run")
+    meta = measured[0].metadata if measured else {}
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    gate = checks.get(REGRESSION_CHECK)
+    verdicts = gate.metadata["verdicts"].value if gate else {}
+    regressed = [m for m, v in verdicts.items() if v == "regression"]
+    if result.success:
+        status, error = "ok", None
+    elif gate is not None and not gate.passed:
+        status, error = "regression", None
+    else:
+        status, error = "failed", failure_message(result)
+    return SweepResult(
+        slug=slug,
+        status=status,
+        run_id=result.run_id,
+        session_id=meta["session_id"].value if "session_id" in meta else None,
+        latency_p50_ms=meta["latency_p50_ms"].value if "latency_p50_ms" in meta else None,
+        verdict=f"regression ({', '.join(regressed)})"
+        if regressed
+        else verdicts.get("latency_p50_ns"),
+        error=error,
+    )
+
+
+def failure_message(result: dg.ExecuteInProcessResult) -> str:
+    """The innermost cause of the first step failure: the user's error, not Dagster's wrapper."""
+    failure = next((e for e in result.all_events if e.event_type_value == "STEP_FAILURE"), None)
+    if failure is None:
+        return "the run failed before any step ran"
+    error = failure.step_failure_data.error
+    while error.cause is not None:
+        error = error.cause
+    message = error.message.strip().splitlines()[0]
+    prefix, _, rest = message.partition(": ")
+    return rest if rest and prefix.endswith(error.cls_name or "") else message
