@@ -235,21 +235,26 @@ def compare_to_baseline(
     """Effect of the session on p50, p99 and throughput against the baseline, with bootstrap CIs
     from the per-iteration latencies of the measured pass."""
     baseline = get_baseline(lake, name)
-    _check_comparable(lake, session_id, baseline)
-    base, offsets, counts = _baseline_latencies(lake, baseline)
-    current = _latencies(lake, [session_id])
+    check_comparable(lake, session_id, baseline)
+    base, offsets, counts = baseline_latencies(lake, baseline)
+    current = session_latencies(lake, [session_id])
     if current.size == 0:
         raise AacoInputError(
             f"session {session_id!r} has no measured iterations",
             fix="compare a session that was measured and ingested whole",
         )
     rng = np.random.default_rng(seed)
-    base_stats = _resampled_stats(base, offsets, counts, resamples, rng)
-    cur_stats = _resampled_stats(current, np.array([0]), np.array([current.size]), resamples, rng)
+    base_stats = resampled_latency_stats(base, offsets, counts, resamples, rng)
+    cur_stats = resampled_latency_stats(
+        current, np.array([0]), np.array([current.size]), resamples, rng
+    )
     tail = (1.0 - confidence) / 2.0
     metrics = {}
     for column, (metric, worse) in enumerate(METRICS.items()):
-        b, c = float(_stats(base[None, :])[0, column]), float(_stats(current[None, :])[0, column])
+        b, c = (
+            float(latency_stats(base[None, :])[0, column]),
+            float(latency_stats(current[None, :])[0, column]),
+        )
         effects = (cur_stats[:, column] - base_stats[:, column]) / base_stats[:, column] * 100.0
         low, high = (float(v) for v in np.quantile(effects, [tail, 1.0 - tail]))
         metrics[metric] = MetricComparison(
@@ -272,13 +277,13 @@ def _verdict(low: float, high: float, higher_is_worse: bool) -> str:
     return "regression" if (low > 0.0) == higher_is_worse else "improvement"
 
 
-def _stats(samples: np.ndarray) -> np.ndarray:
+def latency_stats(samples: np.ndarray) -> np.ndarray:
     """Per row: p50, p99 (as the sessions table computes them) and throughput (1e9 / mean)."""
     p50, p99 = np.percentile(samples, [50, 99], axis=1)
     return np.column_stack([p50, p99, 1e9 / samples.mean(axis=1)])
 
 
-def _resampled_stats(
+def resampled_latency_stats(
     values: np.ndarray,
     offsets: np.ndarray,
     counts: np.ndarray,
@@ -295,11 +300,11 @@ def _resampled_stats(
         chosen = rng.integers(0, sessions, size=(n, sessions))
         pick = np.take_along_axis(chosen, rng.integers(0, sessions, size=(n, size)), axis=1)
         within = (rng.random((n, size)) * counts[pick]).astype(np.int64)
-        blocks.append(_stats(values[offsets[pick] + within]))
+        blocks.append(latency_stats(values[offsets[pick] + within]))
     return np.concatenate(blocks)
 
 
-def _latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
+def session_latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
     table = lake.query(
         "SELECT latency_ns FROM iterations WHERE pass = 'measured' "
         "AND session_id IN (SELECT unnest($ids)) ORDER BY session_id, iteration",
@@ -308,7 +313,7 @@ def _latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
     return table["latency_ns"].to_numpy().astype(np.float64)
 
 
-def _baseline_latencies(
+def baseline_latencies(
     lake: TraceLake, baseline: Baseline
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pooled measured latencies of the baseline, with each session's offset and count."""
@@ -328,7 +333,7 @@ def _baseline_latencies(
     return table["latency_ns"].to_numpy().astype(np.float64), starts, counts
 
 
-def _check_comparable(lake: TraceLake, session_id: str, baseline: Baseline) -> None:
+def check_comparable(lake: TraceLake, session_id: str, baseline: Baseline) -> None:
     rows = lake.query(
         "SELECT model_slug, target FROM sessions WHERE session_id = ?", [session_id]
     ).to_pylist()
