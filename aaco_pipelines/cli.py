@@ -1,4 +1,6 @@
-"""The `aaco` command line (this issue: zoo, registry, run, ui; more subcommands come later)."""
+"""The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
+
+User mistakes are one line with the fix (exit 2), never a traceback."""
 
 from __future__ import annotations
 
