@@ -6,8 +6,11 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.report.markdown import markdown_table, num
+from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from assets.partitions import models_partitions
 from resources import TraceLakeResource
 
@@ -42,18 +45,24 @@ def performance_drift(
     rows = drift_rows(lake, slug, session_id)
     lake.replace_session_rows(session_id, {"drift_verdicts": rows})
     verdicts = rows.to_pylist()
-    p50 = json.loads(next(v for v in verdicts if v["metric"] == "latency_p50_ns")["series_json"])
+    p50_row = next(v for v in verdicts if v["metric"] == "latency_p50_ns")
+    gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))
+    regressions = [v for v in gated.to_pylist() if v["verdict"] == "regression"]
+    gate = _gate(lake, session_id) if regressions else None
     yield dg.Output(
         {"session_id": session_id, "verdicts": {v["metric"]: v["verdict"] for v in verdicts}},
         metadata={
             "session_id": session_id,
             "verdicts": dg.MetadataValue.md(_verdict_table(verdicts)),
-            "p50_last_points_ms": dg.MetadataValue.md(_last_points(p50)),
+            "p50_history": dg.MetadataValue.md(
+                markdown_image(drift_row_plot(p50_row), "p50 drift history")
+            ),
+            "p50_last_points_ms": dg.MetadataValue.md(
+                _last_points(json.loads(p50_row["series_json"]))
+            ),
             "history_points": verdicts[0]["history_points"],
         },
     )
-    gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))
-    regressions = [v for v in gated.to_pylist() if v["verdict"] == "regression"]
     yield dg.AssetCheckResult(
         check_name="no_performance_regression",
         passed=not regressions,
@@ -64,8 +73,30 @@ def performance_drift(
             "verdicts": dg.MetadataValue.json(
                 {v["metric"]: v["verdict"] for v in gated.to_pylist()}
             ),
+            **_gate_metadata(gate),
         },
     )
+
+
+def _gate(lake, session_id: str) -> dict | None:
+    """What changed, for a regression: the CI gate's verdict against the model's pinned
+    baseline or its previous sessions, with the ranked suspects and a recommendation."""
+    try:
+        return gate_verdict(lake, session_id).to_dict()
+    except AacoInputError:
+        return None  # no earlier session of this model and target to compare with
+
+
+def _gate_metadata(gate: dict | None) -> dict:
+    if gate is None:
+        return {}
+    cause = gate["suspected_cause"] or {}
+    return {
+        "suspected_cause": f"{cause.get('kind')}: {cause.get('name')} "
+        f"({cause.get('before')} -> {cause.get('after')}), posterior {cause.get('posterior', 0):.2f}",
+        "recommendation": gate["recommendation"],
+        "gate": dg.MetadataValue.json(gate),
+    }
 
 
 def _verdict_table(verdicts: list[dict]) -> str:

@@ -255,5 +255,7 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
     assert p50["verdict"] == "regression" and p50["effect_pct"] > 50
     assert p50["ci_low"] > 0 and p50["decided_by"] in ("cusum", "ewma", "z_threshold")
     assert json.loads(p50["series_json"])["markers"][-1] == ["model_version"]
-    assert not checks["no_performance_regression"].passed
+    check = checks["no_performance_regression"]
+    assert not check.passed
+    assert check.metadata["suspected_cause"].value.startswith("model_version")  # the root cause
     assert not success  # the blocking check fails the run
