@@ -119,7 +119,7 @@ def _peak_rss_bytes() -> int:
 def analyse(lake: TraceLake, node_events: Path) -> dict:
     """Attribution and metrics on the kernels and API calls as the TraceLake holds them."""
     kernels = lake.query(
-        f"SELECT {', '.join(KERNEL_COLUMNS)} FROM kernel_events WHERE category = 'Kernel' "
+        f"SELECT {', '.join(KERNEL_COLUMNS)} FROM kernel_events_with_family WHERE category = 'Kernel' "
         "ORDER BY dispatch_id"
     )
     calls = lake.query("SELECT * FROM api_calls")

@@ -31,7 +31,7 @@ def test_sample_traces_ingest_and_flow_through_analysis(aaco_paths, sample, kern
     assert (bundle.path / "raw" / sample).is_file()  # the raw evidence is kept as it came
     families = lake.query(
         "SELECT count(*) FILTER (WHERE kernel_family IS NULL) AS missing, "
-        "count(DISTINCT kernel_family) AS n FROM kernel_events "
+        "count(DISTINCT kernel_family) AS n FROM kernel_events_with_family "
         "WHERE session_id = ? AND category = 'Kernel'",
         [bundle.session_id],
     ).to_pylist()[0]

@@ -281,11 +281,11 @@ def _split(members) -> tuple[list[float], str]:
 # node executions (on the CPU provider those are the kernels).
 KERNEL_COLUMNS = "iteration, node_name, provider, start_ns, duration_ns, kernel_name, kernel_family"
 HOST_KERNELS_SQL = f"""
-SELECT {KERNEL_COLUMNS} FROM kernel_events
+SELECT {KERNEL_COLUMNS} FROM kernel_events_with_family
 WHERE session_id = $sid AND iteration >= 0 AND category = 'Node'
 """
 DEVICE_KERNELS_SQL = """
-SELECT * FROM kernel_events WHERE session_id = $sid AND category = 'Kernel'
+SELECT * FROM kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel'
 """
 
 

@@ -14,7 +14,6 @@ import functools
 import re
 from typing import NamedTuple
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -222,19 +221,6 @@ def kernel_families(names: pa.Array | pa.ChunkedArray) -> pa.Array:
         encoded = chunk if pa.types.is_dictionary(chunk.type) else pc.dictionary_encode(chunk)
         parts.append(_classify(encoded.dictionary).take(encoded.indices))
     return pa.chunked_array(parts, pa.string()).combine_chunks().fill_null(_OTHER)
-
-
-def register_sql_function(con: duckdb.DuckDBPyConnection) -> None:
-    """`kernel_family(name)` as a SQL function on `con`, so a trace's rows get their family in
-    the same statement that loads them (one pass over the file, not a second join or UPDATE).
-    Vectorized: DuckDB hands over a batch of names at a time as Arrow."""
-    if con.sql(
-        "SELECT count(*) FROM duckdb_functions() WHERE function_name = 'kernel_family'"
-    ).fetchall()[0][0]:
-        return
-    con.create_function(
-        "kernel_family", kernel_families, [duckdb.sqltype("VARCHAR")], "VARCHAR", type="arrow"
-    )
 
 
 def family_table_markdown() -> str:

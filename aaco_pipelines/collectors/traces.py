@@ -34,11 +34,11 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from aaco_pipelines.analysis.fingerprints import register_sql_function
+from aaco_pipelines.analysis.fingerprints import kernel_families
 from aaco_pipelines.collectors import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json, rpd
 from aaco_pipelines.collectors.rocprofv3_csv import sql_literal
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.schema import TABLES, create_table_sql, sql_projection
+from aaco_pipelines.tracelake.schema import TABLES, schema_ddl, sql_projection
 
 FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
 SUPPORTED = (
@@ -86,8 +86,8 @@ def load_trace(
 
     This is the one reader of device traces: rows go from the file straight into the tables in
     one INSERT per table (DuckDB's parallel CSV/JSON scan, or sqlite3 chunks as Arrow batches),
-    with each kernel's family computed in the same statement, so a ten-million-kernel trace is
-    read once and never becomes Python objects. `iteration` stamps every kernel with that
+    so a ten-million-kernel trace is read once and never becomes Python objects; kernel families
+    come after, per distinct name (`label_kernels`). `iteration` stamps every kernel with that
     iteration (a trace with no ONNX Runtime runs to place kernels in)."""
     trace_format, source = _resolve(Path(path))
     if trace_format == "ort_profile":
@@ -118,12 +118,14 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
     staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=out_dir))
     try:
         with duckdb.connect() as con:
-            for name, schema in TABLES.items():
-                con.execute(create_table_sql(name, schema))
+            for statement in schema_ddl():
+                con.execute(statement)
             counts = load_trace(con, path, session_id)
+            label_kernels(con, session_id)
             for table in counts:
                 target = sql_literal(str(staging / f"{table}.parquet"))
-                con.execute(f"COPY {table} TO {target} (FORMAT parquet)").fetchall()
+                source = "kernel_events_with_family" if table == "kernel_events" else table
+                con.execute(f"COPY (FROM {source}) TO {target} (FORMAT parquet)").fetchall()
         for table in counts:
             os.replace(staging / f"{table}.parquet", out_dir / f"{table}.parquet")
         return counts
@@ -243,9 +245,7 @@ def _detect_database(path: Path, plain: Path) -> str:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """Read-only; usable from DuckDB's scan thread (one reader at a time pulls the batches)."""
-    return sqlite3.connect(
-        path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False
-    )
+    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
 
 
 @contextmanager
@@ -265,7 +265,6 @@ def _plain_copy(path: Path, zipped: bool, folder: Path | None = None):
 
 
 def _insert_tables(con, trace_format: str, source: Path, session: str, iteration) -> dict:
-    register_sql_function(con)
     if trace_format in _SQLITE_READERS:
         with _plain_copy(source, _is_gzip(source)) as plain, closing(_connect(plain)) as db:
             plans = _SQLITE_READERS[trace_format].plans(db)
@@ -286,7 +285,7 @@ def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | Non
     source, expressions = plan
     expressions = {"session_id": session, **expressions}
     if table == "kernel_events":
-        expressions = {**expressions, **_kernel_extras(expressions, iteration)}
+        expressions = {**expressions, **_stamped_iteration(iteration)}
     select = sql_projection(TABLES[table], expressions)
     return con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchall()[0][
         0
@@ -298,7 +297,7 @@ def _insert_batches(con, table: str, batches, iteration: int | None) -> int:
     schema = TABLES[table]
     expressions = {f.name: f'"{f.name}"' for f in schema}
     if table == "kernel_events":
-        expressions.update(_kernel_extras(expressions, iteration))
+        expressions.update(_stamped_iteration(iteration))
     reader = pa.RecordBatchReader.from_batches(schema, batches)
     con.register("trace_batches", reader)
     try:
@@ -310,17 +309,32 @@ def _insert_batches(con, table: str, batches, iteration: int | None) -> int:
         con.unregister("trace_batches")
 
 
-def _kernel_extras(expressions: dict[str, str], iteration: int | None) -> dict[str, str]:
-    """Each kernel's family from its name (unless the format gives one), and the iteration."""
-    extras = {}
-    name = expressions.get("kernel_name")
-    if name:
-        given = expressions.get("kernel_family")
-        family = f"kernel_family({name})"
-        extras["kernel_family"] = f"coalesce({given}, {family})" if given else family
-    if iteration is not None:
-        extras["iteration"] = str(int(iteration))
-    return extras
+def _stamped_iteration(iteration: int | None) -> dict[str, str]:
+    """The iteration every kernel is stamped with, when given."""
+    return {} if iteration is None else {"iteration": str(int(iteration))}
+
+
+def label_kernels(con: duckdb.DuckDBPyConnection, session_id: str) -> None:
+    """Record the family of each kernel name of the session that has none in kernel_symbols
+    (re-deciding names seen before, so a newer pattern table takes effect): thousands of
+    distinct names classified, not millions of rows updated."""
+    names = con.sql(
+        "SELECT DISTINCT kernel_name FROM kernel_events "
+        "WHERE session_id = $sid AND kernel_family IS NULL AND kernel_name IS NOT NULL",
+        params={"sid": session_id},
+    ).to_arrow_table()["kernel_name"]
+    if len(names) == 0:
+        return
+    con.register(
+        "labelled", pa.table({"kernel_name": names, "kernel_family": kernel_families(names)})
+    )
+    try:
+        con.execute(
+            "DELETE FROM kernel_symbols WHERE kernel_name IN (SELECT kernel_name FROM labelled)"
+        )
+        con.execute("INSERT INTO kernel_symbols BY NAME SELECT * FROM labelled")
+    finally:
+        con.unregister("labelled")
 
 
 def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):

@@ -334,7 +334,7 @@ WITH ev AS (
     SELECT session_id, category, iteration, duration_ns,
            coalesce(kernel_name, event_name) AS kernel,
            coalesce(kernel_family, op_type, 'other') AS family
-    FROM kernel_events
+    FROM kernel_events_with_family
     WHERE category IN ('Kernel', 'Node') AND iteration >= 0
       AND (session_id = $cur OR session_id IN (SELECT unnest($base)))),
 pick AS (  -- device kernels when the session traced them, else the host's op nodes

@@ -28,7 +28,7 @@ WITH chosen AS (
 kernels AS (
     SELECT coalesce(kernel_name, node_name, event_name) AS kernel, kernel_family, op_type,
            provider, iteration, duration_ns
-    FROM kernel_events
+    FROM kernel_events_with_family
     WHERE session_id = $sid AND category = (SELECT c FROM chosen) AND iteration >= 0
 ),
 iterations AS (SELECT greatest(count(DISTINCT iteration), 1) AS n FROM kernels)

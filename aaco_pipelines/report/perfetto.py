@@ -63,7 +63,8 @@ TRACKS = {
                       'grid_size': grid_size, 'workgroup_size': workgroup_size}}
         }}) AS event
         FROM (SELECT *, dense_rank() OVER (ORDER BY device_id, queue_id, stream_id) AS tid
-              FROM kernel_events WHERE session_id = $sid AND category = 'Kernel')""",
+              FROM kernel_events_with_family
+              WHERE session_id = $sid AND category = 'Kernel')""",
     "telemetry": """
         SELECT 4 AS pid, 0 AS tid, 'counters' AS track, timestamp_ns AS t, to_json({{
             'ph': 'C', 'name': concat_ws(' ', source, device, metric, '(' || unit || ')'),

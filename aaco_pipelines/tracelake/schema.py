@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -341,6 +341,16 @@ BASELINES = pa.schema(
     ]
 )
 
+# The family of every kernel name the lake has seen (analysis.fingerprints): kernels are
+# labelled per distinct name after loading, not per row while loading, so a ten-million-kernel
+# trace loads in one parallel pass. Read families through the KERNEL_EVENTS_WITH_FAMILY view.
+KERNEL_SYMBOLS = pa.schema(
+    [
+        ("kernel_name", _str),  # unique
+        ("kernel_family", _str),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "graph_nodes": GRAPH_NODES,
@@ -361,6 +371,7 @@ TABLES: dict[str, pa.Schema] = {
     "bottleneck_reports": BOTTLENECK_REPORTS,
     "drift_verdicts": DRIFT_VERDICTS,
     "baselines": BASELINES,
+    "kernel_symbols": KERNEL_SYMBOLS,
 }
 
 
@@ -393,6 +404,24 @@ def duckdb_type(arrow_type: pa.DataType) -> str:
         pa.bool_(): "BOOLEAN",
     }
     return simple[arrow_type]
+
+
+# kernel_events with every kernel's family: the one given by the source row (ONNX Runtime),
+# else the one of its name in kernel_symbols. Readers that need families read this view.
+VIEWS = {
+    "kernel_events_with_family": """
+        SELECT e.* REPLACE (coalesce(e.kernel_family, s.kernel_family) AS kernel_family)
+        FROM kernel_events e LEFT JOIN kernel_symbols s
+            ON e.kernel_family IS NULL AND s.kernel_name = e.kernel_name
+    """,
+}
+
+
+def schema_ddl() -> list[str]:
+    """Statements creating every table (if missing) and view of the TraceLake schema."""
+    tables = [create_table_sql(name, schema) for name, schema in TABLES.items()]
+    views = [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
+    return tables + views
 
 
 def create_table_sql(name: str, schema: pa.Schema) -> str:

@@ -21,14 +21,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.collectors.traces import load_trace
+from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import (
     MODELS,
     SCHEMA_VERSION,
     TABLES,
     conform,
-    create_table_sql,
+    schema_ddl,
 )
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
@@ -164,6 +164,7 @@ class TraceLake:
             load_trace(
                 con, bundle.path / trace["path"], bundle.session_id, iteration=trace["iteration"]
             )
+        label_kernels(con, bundle.session_id)
 
     def _session_counts(self, con, session_id: str) -> dict[str, int]:
         counts = {}
@@ -225,8 +226,8 @@ class TraceLake:
             for step in range(version + 1, SCHEMA_VERSION + 1):
                 for statement in MIGRATIONS.get(step, []):
                     con.execute(statement)
-        for name, schema in TABLES.items():
-            con.execute(create_table_sql(name, schema))
+        for statement in schema_ddl():
+            con.execute(statement)
         con.execute(
             "INSERT INTO schema_info VALUES (?, ?)",
             [SCHEMA_VERSION, dt.datetime.now(dt.timezone.utc)],
