@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.baseline import robust_baseline, standardize
+from aaco_pipelines.governance.baseline import qn_scale, robust_baseline, standardize
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
-from aaco_pipelines.governance.verdict import VerdictPolicy, drift_verdict
+from aaco_pipelines.governance.noise import series_shape
+from aaco_pipelines.governance.verdict import VerdictPolicy, drift_verdict, predictive_p_value
 
 
 def quiet_history(n: int = 5, level: float = 10.0, noise: float = 0.01, seed: int = 1):
@@ -20,11 +21,21 @@ def quiet_history(n: int = 5, level: float = 10.0, noise: float = 0.01, seed: in
 # --- robust baseline -------------------------------------------------------------------------
 
 
-def test_baseline_median_and_mad_ignore_an_outlier():
+def test_baseline_median_mad_and_qn_ignore_an_outlier():
     b = robust_baseline(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
     assert (b.median, b.mad, b.n) == (3.0, 1.0, 5)
-    assert b.scale == pytest.approx(1.4826)
+    # Qn: h = 3, k = C(3, 2) = 3rd smallest of the 10 pairwise distances (1, 1, 1, ...) = 1,
+    # times 2.2219 and the 5-point correction 0.844.
+    assert b.qn == b.scale == pytest.approx(2.2219 * 0.844)
     assert b.to_dict()["median"] == 3.0
+
+
+def test_qn_is_a_consistent_sd_at_small_and_large_n():
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 10, 30):
+        estimates = [qn_scale(rng.normal(0.0, 2.0, n)) for _ in range(3000)]
+        assert np.mean(estimates) == pytest.approx(2.0, rel=0.05), n
+    assert qn_scale(np.array([5.0])) == 0.0
 
 
 def test_constant_series_uses_the_floor_so_a_jump_gets_a_finite_z():
@@ -248,3 +259,92 @@ def test_verdict_is_deterministic_for_a_seed():
         series, higher_is_worse=True, current_samples=samples, policy=VerdictPolicy(seed=1)
     )
     assert (other.ci_low, other.ci_high) != (again[0]["ci_low"], again[0]["ci_high"])
+
+
+# --- p-value ---------------------------------------------------------------------------------
+
+
+def test_p_value_is_small_for_a_big_shift_and_large_in_control():
+    history = quiet_history(n=30)
+    big = drift_verdict(np.append(history, 11.0), higher_is_worse=True)  # +10%, ~10 sd
+    quiet = drift_verdict(np.append(history, 10.02), higher_is_worse=True)
+    assert big.p_value < 1e-6 and quiet.p_value > 0.5
+    assert big.parameters["p_value"] == big.p_value
+    assert big.parameters["p_value_test"].startswith("two-sided")
+    assert drift_verdict(np.array([10.0, 11.0]), higher_is_worse=True).p_value is None
+
+
+def test_p_value_is_two_sided_and_grows_with_history():
+    history = quiet_history(n=30)
+    up = drift_verdict(np.append(history, 10.4), higher_is_worse=True)
+    down = drift_verdict(np.append(history, 2 * np.median(history) - 10.4), higher_is_worse=True)
+    assert up.p_value == pytest.approx(down.p_value, rel=1e-6)
+    assert predictive_p_value(4.0, 30) < predictive_p_value(4.0, 10) < predictive_p_value(4.0, 4)
+    assert predictive_p_value(4.0, 30, points=2) < predictive_p_value(4.0, 30)
+
+
+def test_p_value_is_calibrated_in_control():
+    # Normal histories of 20 points, no change: P(p < alpha) about alpha, never much above.
+    rng = np.random.default_rng(3)
+    series = rng.normal(100.0, 1.0, (2000, 21))
+    baselines = [robust_baseline(s[:-1], floor_fraction=1e-6) for s in series]
+    z = [float(standardize(s[-1:], b)[0]) for s, b in zip(series, baselines, strict=True)]
+    p = np.array([predictive_p_value(zi, 20) for zi in z])
+    assert 0.02 <= np.mean(p < 0.05) <= 0.06
+    assert np.mean(p < 0.01) <= 0.015
+    one = drift_verdict(series[0], higher_is_worse=True, policy=VerdictPolicy(floor_fraction=1e-6))
+    assert one.p_value == pytest.approx(p[0])
+
+
+# --- unstable series -------------------------------------------------------------------------
+
+
+def test_alternating_bimodal_series_is_unstable_not_a_flip_flop():
+    rng = np.random.default_rng(4)
+    modes = rng.random(30) < 0.4  # a host that runs the model 25% slower on some nights
+    history = 10.0 * np.where(modes, 1.25, 1.0) * np.exp(rng.normal(0.0, 0.01, 30))
+    verdicts = [
+        drift_verdict(np.append(history, current), higher_is_worse=True) for current in (10.0, 12.5)
+    ]
+    assert {v.verdict for v in verdicts} == {"unstable_series"}
+    assert {v.decided_by for v in verdicts} == {"bimodal"}
+    shape = verdicts[1].parameters["series_shape"]
+    assert shape["ashman_d"] > 4.0 and shape["mode_gap_pct"] == pytest.approx(25.0, abs=2.0)
+    assert shape["interleaved"] >= 3 and shape["mode_switches"] > 5
+    assert verdicts[1].effect_pct is not None and verdicts[1].p_value is not None
+    assert "verdict" in verdicts[1].parameters["unstable_over"]
+
+
+def test_very_noisy_series_is_unstable_too_noisy():
+    rng = np.random.default_rng(5)
+    history = 10.0 * np.exp(rng.normal(0.0, 0.2, 30))
+    v = drift_verdict(np.append(history, 15.0), higher_is_worse=True)
+    assert (v.verdict, v.decided_by) == ("unstable_series", "too_noisy")
+    assert v.parameters["series_shape"]["noise_cv"] > 0.1
+
+
+@pytest.mark.parametrize("step", [1.05, 1.5])
+def test_a_step_is_a_level_shift_not_bimodal(step):
+    # 15 nights at one level, then 15 at another: the modes are contiguous, not interleaved.
+    rng = np.random.default_rng(6)
+    history = 10.0 * np.repeat([1.0, step], 15) * np.exp(rng.normal(0.0, 0.01, 30))
+    history[[4, 20]] *= 1.3  # and two shared-host outliers
+    v = drift_verdict(np.append(history, 10.0 * step), higher_is_worse=True)
+    assert v.verdict != "unstable_series"
+    assert v.parameters["series_shape"]["unstable"] is None
+    assert v.parameters["series_shape"]["interleaved"] < 3
+
+
+def test_clean_in_control_series_is_not_unstable():
+    rng = np.random.default_rng(7)
+    for noise in rng.normal(0.0, 0.01, (50, 31)):
+        v = drift_verdict(10.0 * np.exp(noise), higher_is_worse=True)
+        assert v.verdict != "unstable_series"
+
+
+def test_shape_needs_enough_history():
+    alternating = np.tile([10.0, 13.0], 4)  # 8 points: below ShapeParams.min_points
+    v = drift_verdict(np.append(alternating, 10.0), higher_is_worse=True)
+    assert v.verdict != "unstable_series"
+    assert v.parameters["series_shape"]["unstable"] is None
+    assert series_shape(np.tile([10.0, 13.0], 6)).unstable == "bimodal"

@@ -14,14 +14,23 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.governance.verdict import DriftVerdict, VerdictPolicy, drift_verdict
+from aaco_pipelines.governance.baseline import robust_baseline
+from aaco_pipelines.governance.verdict import (
+    DriftVerdict,
+    VerdictPolicy,
+    drift_verdict,
+    predictive_p_value,
+)
 
 TOP_OPS = 3
 # The noise floor of each metric's baseline scale, as a fraction of its median: a series quieter
 # than this is judged as if it had this much noise. Measured session-to-session spread of the zoo
-# on a shared 2-core host: p50 within ±4%, throughput (1/mean) ±8%, p99 ±20%.
+# on a shared 2-core host: p50 within ±4%, throughput (1/mean) ±8%, p99 ±20%. A noisier series
+# gets its own (Qn) scale whatever the floor, so the floor only decides how sensitive a quiet
+# series is: p50's 1% lets a 5% step on a 1%-noise series be a 4-5 sd one, found in 2-3 nights
+# even after FDR (benchmarks/drift_nightly.py); at 2% it is 2.5 sd, 4+ nights, and lost to FDR.
 NOISE_FLOORS = {
-    "latency_p50_ns": 0.02,
+    "latency_p50_ns": 0.01,
     "latency_p99_ns": 0.10,
     "throughput_per_s": 0.05,
     "op_time_ns": 0.05,
@@ -106,32 +115,97 @@ def judge_series(
     """The verdict on the newest point of one series (points a session lacks are skipped).
 
     On a shared host one session in ten can run 10-60% slow for reasons outside the model, so a
-    regression or improvement is confirmed only when the previous session showed the same
-    verdict, or when the model version or the runtime changed at this point (a known cause is
-    reported at once). Until then the verdict stays no_change, decided_by "awaiting_confirmation",
-    with its effect and CI reported.
+    regression or improvement is confirmed only when the previous session (or, past a noisy or
+    outlying one, the session before it) was already beyond the minimum effect the same way and
+    at the same level (two slow sessions 20% apart are two bad nights, not one shift), or when
+    the model version or the runtime changed at this point (a known cause is reported at once).
+    That session need not have had a verdict of its own: the current one's CUSUM and EWMA
+    already weigh it. Until then the verdict stays
+    no_change, decided_by "awaiting_confirmation", with its effect and CI reported. A confirmed
+    verdict's p-value covers the run of sessions since the shift (`_confirmed_p_value`).
     """
     values = entry["values"][~np.isnan(entry["values"])]
-    worse = entry["higher_is_worse"]
     verdict = drift_verdict(
-        values, higher_is_worse=worse, current_samples=current_samples, policy=policy
+        values,
+        higher_is_worse=entry["higher_is_worse"],
+        current_samples=current_samples,
+        policy=policy,
     )
     if verdict.verdict not in ("regression", "improvement") or entry["markers"][-1]:
         return _with_confirmation(verdict, "known_change" if entry["markers"][-1] else "not_needed")
-    previous = (
-        drift_verdict(values[:-1], higher_is_worse=worse, policy=policy)
-        if len(values) > 1
-        else None
-    )
-    if previous is not None and previous.verdict == verdict.verdict:
-        return _with_confirmation(verdict, "confirmed_by_previous_session")
-    unconfirmed = _with_confirmation(verdict, "awaiting_confirmation")
+    how = _confirmation(values, verdict, policy)
+    if how == "confirmed_by_previous_session":
+        return _with_confirmation(_confirmed_p_value(verdict, values, policy), how)
+    unconfirmed = _with_confirmation(verdict, how)
     return dataclasses.replace(unconfirmed, verdict="no_change", decided_by="awaiting_confirmation")
+
+
+def _confirmation(values: np.ndarray, verdict: DriftVerdict, policy: VerdictPolicy) -> str:
+    """Whether the previous session backs the current verdict: beyond the minimum effect from
+    the same baseline the same way, and within z_threshold sds of a two-point difference of the
+    current session (a real shift moves both to one level, two outliers land anywhere). When the
+    previous session is a shifted one pulled short of the minimum effect by noise (still half of
+    it the same way) or a shared-host outlier even further out, the one before it is asked."""
+    median, scale = verdict.baseline["median"], verdict.baseline["scale"]
+    limit = policy.z_threshold * scale * np.sqrt(2.0)
+    sign = np.sign(verdict.effect_pct)
+    for previous in values[-2:-4:-1]:
+        effect = sign * (previous - median) / abs(median) * 100.0
+        if effect < policy.min_effect_pct / 2.0:
+            return "awaiting_confirmation"
+        if effect >= policy.min_effect_pct and abs(values[-1] - previous) <= limit:
+            return "confirmed_by_previous_session"
+        if effect >= policy.min_effect_pct and sign * (previous - values[-1]) < 0.0:
+            return "previous_session_at_another_level"  # between the baseline and the current
+    return "awaiting_confirmation"
+
+
+def _confirmed_p_value(
+    verdict: DriftVerdict, values: np.ndarray, policy: VerdictPolicy
+) -> DriftVerdict:
+    """A confirmed verdict rests on the sessions since the shift, so its p-value does: the mean
+    of that run against the history before it (the verdict's own baseline window already holds
+    the run's earlier sessions). Against 30 points one session 4 sd out gives p ~ 1e-3, a run of
+    two ~ 3e-5, of three ~ 3e-6: what survives Benjamini-Hochberg over hundreds of series."""
+    r = _run_length(values, verdict, policy)
+    history = values[:-r][-policy.history_window :]
+    if history.size < policy.min_history:
+        return verdict
+    baseline = robust_baseline(history, policy.floor_fraction)
+    z = (float(np.mean(values[-r:])) - baseline.median) / baseline.scale
+    p = predictive_p_value(z, history.size, not baseline.floored, points=r)
+    parameters = verdict.parameters | {
+        "p_value": p,
+        "p_value_sessions": r,
+        "p_value_current_session": verdict.p_value,
+    }
+    return dataclasses.replace(verdict, p_value=p, parameters=parameters)
+
+
+def _run_length(values: np.ndarray, verdict: DriftVerdict, policy: VerdictPolicy) -> int:
+    """The confirming sessions, and before them every consecutive session at least the minimum
+    effect beyond the baseline (of the history before the confirming ones) the same way."""
+    before = values[:-CONFIRM_SESSIONS][-policy.history_window :]
+    if before.size < policy.min_history:
+        return CONFIRM_SESSIONS
+    median = robust_baseline(before, policy.floor_fraction).median
+    sign = np.sign(verdict.effect_pct)
+    effect = sign * (values[:-CONFIRM_SESSIONS] - median) / abs(median) * 100.0
+    limit = min(policy.history_window, values.size - CONFIRM_SESSIONS - policy.min_history)
+    beyond = effect[::-1][: max(limit, 0)] >= policy.min_effect_pct
+    extra = int(np.argmin(beyond)) if not beyond.all() else beyond.size
+    return CONFIRM_SESSIONS + extra
 
 
 def _with_confirmation(verdict: DriftVerdict, how: str) -> DriftVerdict:
     parameters = {**verdict.parameters, "confirmation": how, "confirm_sessions": CONFIRM_SESSIONS}
     return dataclasses.replace(verdict, parameters=parameters)
+
+
+def metric_policy(metric: str, policy: VerdictPolicy = DEFAULT_POLICY) -> VerdictPolicy:
+    """`policy` with the metric's noise floor ("op_time_ns:MatMul" uses op_time_ns's)."""
+    floor = NOISE_FLOORS[metric.split(":")[0]]
+    return dataclasses.replace(policy, floor_fraction=max(policy.floor_fraction, floor))
 
 
 def drift_rows(
@@ -149,12 +223,8 @@ def drift_rows(
     )
     rows = []
     for metric, entry in series.items():
-        floor = NOISE_FLOORS[metric.split(":")[0]]
-        metric_policy = dataclasses.replace(
-            policy, floor_fraction=max(policy.floor_fraction, floor)
-        )
         verdict = judge_series(
-            entry, samples if metric == "latency_p50_ns" else None, metric_policy
+            entry, samples if metric == "latency_p50_ns" else None, metric_policy(metric, policy)
         )
         rows.append(
             {

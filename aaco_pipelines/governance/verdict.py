@@ -4,6 +4,11 @@ A verdict needs three things in the same direction: statistical evidence at the 
 (CUSUM, then EWMA, then a robust z), an effect at least `min_effect_pct` large (a real but tiny
 change is not worth a page), and a bootstrap CI of that effect that excludes 0. Whichever test
 settled the outcome is named in `decided_by`, and every parameter is kept with the verdict.
+
+Every verdict also carries a p-value for "the current point differs from the history", which a
+sweep over many series feeds to Benjamini-Hochberg (`governance.fdr`), and a history that is
+bimodal or too noisy to judge (`governance.noise`) makes the verdict `unstable_series` instead
+of a regression or improvement that would flip with the next session.
 """
 
 from __future__ import annotations
@@ -11,21 +16,31 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from scipy.special import ndtr, stdtr
 
 from aaco_pipelines.governance.baseline import robust_baseline, standardize
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
+from aaco_pipelines.governance.noise import ShapeParams, series_shape
 
 BOOTSTRAP_CHUNK_ELEMENTS = 4_000_000  # bounds the resample-index matrix to ~32 MB at a time
+P_VALUE_TEST = "two-sided predictive: z / sqrt(1/k + pi/2n); t, df 0.7n - 2, or normal if floored"
 
 
 @dataclass(frozen=True)
 class DriftVerdict:
-    verdict: str  # "regression" | "improvement" | "no_change" | "insufficient_history"
+    # "regression" | "improvement" | "no_change" | "unstable_series" | "insufficient_history"
+    verdict: str
     effect_pct: float | None  # (current - baseline median) / baseline median * 100, as measured
     ci_low: float | None  # bootstrap CI of effect_pct
     ci_high: float | None
     z: float | None  # the current point, standardized by the baseline
-    decided_by: str  # cusum | ewma | z_threshold | below_min_effect | ci_includes_zero | ...
+    # two-sided p that the current point (for a confirmed verdict, series.py: the run of sessions
+    # since the shift) is no more draws from the history; None without enough history
+    p_value: float | None
+    # cusum | ewma | z_threshold | no_signal | below_min_effect | ci_includes_zero | bimodal |
+    # too_noisy | insufficient_history, and after series.py / fdr.py: awaiting_confirmation |
+    # fdr_controlled
+    decided_by: str
     baseline: dict | None  # RobustBaseline.to_dict()
     parameters: dict  # the policy, the direction and the bootstrap inputs
     history_points: int
@@ -43,6 +58,7 @@ class VerdictPolicy:
     floor_fraction: float = 0.01
     ewma: EwmaParams = field(default_factory=EwmaParams)
     cusum: CusumParams = field(default_factory=CusumParams)
+    shape: ShapeParams = field(default_factory=ShapeParams)
     bootstrap_resamples: int = 2000
     confidence: float = 0.95
     seed: int = 0
@@ -71,7 +87,8 @@ def drift_verdict(
     `current_samples` are the current session's raw measurements (e.g. per-iteration latencies)
     whose median is the current value; they widen the CI by the current session's own noise.
     Leave them out for a metric that is not a median (p99, throughput): the current value is
-    then held fixed in the bootstrap.
+    then held fixed in the bootstrap. A history that is bimodal or too noisy overrides the
+    outcome with "unstable_series"; the outcome it replaced is kept as `unstable_over`.
     """
     values = np.asarray(series, dtype=float).ravel()
     if values.size == 0:
@@ -91,23 +108,65 @@ def drift_verdict(
     z = standardize(np.append(history, current), baseline)
     effect = (current - baseline.median) / baseline.median * 100.0
     ci_low, ci_high = _bootstrap_effect_ci(history, current, current_samples, policy)
-    direction = int(np.sign(z[-1]))  # +1 above the baseline, -1 below
-    evidence = _evidence(z, direction, policy)
-    outcome, decided_by = _decide(evidence, effect, ci_low, ci_high, direction, policy)
-    if outcome == "change":
-        worse = direction == (1 if higher_is_worse else -1)
-        outcome = "regression" if worse else "improvement"
+    outcome, decided_by = _outcome(z, effect, (ci_low, ci_high), higher_is_worse, policy)
+    p_value = predictive_p_value(float(z[-1]), history.size, estimated_scale=not baseline.floored)
+    shape = series_shape(history, policy.shape, policy.min_effect_pct, policy.floor_fraction)
+    parameters |= {
+        "p_value": p_value,
+        "p_value_test": P_VALUE_TEST,
+        "series_shape": shape.to_dict(),
+    }
+    if shape.unstable is not None:
+        parameters["unstable_over"] = {"verdict": outcome, "decided_by": decided_by}
+        outcome, decided_by = "unstable_series", shape.unstable
     return DriftVerdict(
         verdict=outcome,
         effect_pct=float(effect),
         ci_low=ci_low,
         ci_high=ci_high,
         z=float(z[-1]),
+        p_value=p_value,
         decided_by=decided_by,
         baseline=baseline.to_dict(),
         parameters=parameters,
         history_points=int(history.size),
     )
+
+
+def predictive_p_value(z: float, n: int, estimated_scale: bool = True, points: int = 1) -> float:
+    """Two-sided p of a robust z (of one point, or of the mean of `points` consecutive points)
+    under "they are more draws from the n-point history" (no change).
+
+    z / sqrt(1 / points + pi / 2n) adds the baseline median's own uncertainty (the median of n
+    normal points has variance pi / 2 * sigma^2 / n) to the points'. An estimated (Qn) scale
+    makes it a t with max(0.7 n - 2, 1) degrees of freedom, fitted by simulation: on normal
+    histories of 3-30 points P(p < alpha) is 0.3-1x alpha for alpha from 1e-2 to 1e-4 (n - 1
+    degrees of freedom: up to 2x; the normal: up to 20x). A floored scale is a constant, and at
+    least the true sd when the floor is at the noise: the normal then (0.55-0.7x alpha).
+    Two-sided because the direction is read off the data: the one-sided p in the observed
+    direction would be half the honest value, and Benjamini-Hochberg needs p-values that are
+    uniform (or conservative) when nothing changed.
+    """
+    t = abs(z) / np.sqrt(1.0 / points + np.pi / (2.0 * n))
+    df = max(0.7 * n - 2.0, 1.0)
+    return float(2.0 * (stdtr(df, -t) if estimated_scale else ndtr(-t)))
+
+
+def _outcome(
+    z: np.ndarray,
+    effect: float,
+    ci: tuple[float, float],
+    higher_is_worse: bool,
+    policy: VerdictPolicy,
+) -> tuple[str, str]:
+    """(regression | improvement | no_change, decided_by) before the shape check."""
+    direction = int(np.sign(z[-1]))  # +1 above the baseline, -1 below
+    evidence = _evidence(z, direction, policy)
+    outcome, decided_by = _decide(evidence, effect, *ci, direction, policy)
+    if outcome == "change":
+        worse = direction == (1 if higher_is_worse else -1)
+        outcome = "regression" if worse else "improvement"
+    return outcome, decided_by
 
 
 def _evidence(z: np.ndarray, direction: int, policy: VerdictPolicy) -> str | None:
@@ -182,6 +241,7 @@ def _insufficient(parameters: dict, history_points: int) -> DriftVerdict:
         ci_low=None,
         ci_high=None,
         z=None,
+        p_value=None,
         decided_by="insufficient_history",
         baseline=None,
         parameters=parameters,
