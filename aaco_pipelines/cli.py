@@ -36,7 +36,8 @@ WITH last_judged AS (
 verdicts AS (
     SELECT d.model_slug, arg_min(CASE WHEN d.verdict IN ('regression', 'improvement')
         THEN d.verdict || ' (' || d.metric || ')' ELSE d.verdict END, CASE d.verdict
-        WHEN 'regression' THEN 0 WHEN 'improvement' THEN 1 WHEN 'no_change' THEN 2 ELSE 3 END
+        WHEN 'regression' THEN 0 WHEN 'improvement' THEN 1 WHEN 'unstable_series' THEN 2
+        WHEN 'no_change' THEN 3 ELSE 4 END
     ) AS verdict
     FROM drift_verdicts d JOIN last_judged USING (model_slug, session_id) GROUP BY d.model_slug)
 SELECT model_slug, count(DISTINCT model_sha256) AS versions, max(started_at) AS last_at,

@@ -7,23 +7,31 @@ the registry sensor does (one per model slug). A model that fails does not stop 
 
 A run whose blocking `no_performance_regression` check fails is a failed run to Dagster; here it
 is a "regression" (the measurement itself worked), told apart from a "failed" measurement.
+
+Each run judges its own series. A sweep judges hundreds at once, so after the last run the
+verdicts of every series of the sweep go through Benjamini-Hochberg (`governance.fdr`, q = 0.05):
+a regression whose adjusted p-value is above q becomes no_change ("fdr_controlled") in the
+TraceLake and in the sweep's summary, and only the regressions that remain count.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.compute as pc
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
 
 REGRESSION_CHECK = "no_performance_regression"
+FDR_Q = 0.05  # expected share of false regressions among those a sweep reports
 # Dagster's console log stays quiet: the summary line says what failed, the run's event log in
 # the UI keeps the traceback.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -75,7 +83,41 @@ def sweep(
             results.append(summarize(model.slug, result))
             if on_result:
                 on_result(results[-1])
-    return results
+    return control_false_discoveries(paths, results)
+
+
+def control_false_discoveries(
+    paths: AacoPaths, results: list[SweepResult], q: float = FDR_Q
+) -> list[SweepResult]:
+    """Benjamini-Hochberg over every drift series the sweep judged; the verdicts written back
+    and the results' regressions re-read from them."""
+    from aaco_pipelines.governance.fdr import sweep_rows
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    ids = [r.session_id for r in results if r.session_id]
+    if not ids:
+        return results
+    lake = TraceLake(paths.tracelake)
+    rows = lake.query(
+        "SELECT * FROM drift_verdicts WHERE session_id IN (SELECT unnest($ids))", {"ids": ids}
+    )
+    swept = sweep_rows(rows, q)
+    regressed: dict[str, list[str]] = {}
+    for sid in ids:
+        mine = swept.filter(pc.equal(swept["session_id"], sid))
+        lake.replace_session_rows(sid, {"drift_verdicts": mine})
+        regressed[sid] = [
+            r["metric"]
+            for r in mine.to_pylist()
+            if r["verdict"] == "regression" and r["metric"] in GATED_METRICS
+        ]
+    return [_after_fdr(r, regressed.get(r.session_id)) for r in results]
+
+
+def _after_fdr(result: SweepResult, regressed: list[str] | None) -> SweepResult:
+    if result.status != "regression" or regressed is None or regressed:
+        return result
+    return replace(result, status="ok", verdict="no_change (fdr_controlled)")
 
 
 def dagster_home_for(paths: AacoPaths) -> Path:

@@ -8,14 +8,11 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
-from aaco_pipelines.governance.series import drift_rows
+from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
 from aaco_pipelines.report.markdown import markdown_table, num
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from assets.partitions import models_partitions
 from resources import TraceLakeResource
-
-# The headline metrics a confirmed regression fails the check on; op-level verdicts are reported.
-GATED_METRICS = ("latency_p50_ns", "latency_p99_ns", "throughput_per_s")
 
 
 @dg.asset(

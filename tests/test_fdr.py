@@ -133,3 +133,38 @@ def test_sweep_rows_on_drift_verdict_rows():
     assert [r["verdict"] for r in swept[:2]] == ["regression", "no_change"]
     assert swept[1]["decided_by"] == "fdr_controlled"
     assert json.loads(swept[1]["parameters_json"])["fdr"]["over"]["verdict"] == "regression"
+
+
+def test_a_sweep_reports_only_the_regressions_that_survive_fdr(aaco_paths):
+    """22 series judged in one sweep: a regression at p = 1e-6 stays, one at p = 0.01 (BH-
+    adjusted 0.11) becomes no_change in the TraceLake and in the sweep's summary."""
+    import json
+
+    import pyarrow as pa
+
+    from aaco_pipelines.sweep import SweepResult, control_false_discoveries
+    from aaco_pipelines.tracelake.schema import DRIFT_VERDICTS, conform
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    lake = TraceLake(aaco_paths.tracelake)
+    judged = {f"quiet{i}": ("no_change", 0.5) for i in range(20)}
+    judged |= {"strong": ("regression", 1e-6), "weak": ("regression", 0.01)}
+    for sid, (verdict, p) in judged.items():
+        row = {"session_id": sid, "model_slug": sid, "metric": "latency_p50_ns",
+               "verdict": verdict, "decided_by": "cusum", "p_value": p,
+               "parameters_json": json.dumps({"p_value": p})}  # fmt: skip
+        lake.replace_session_rows(
+            sid, {"drift_verdicts": conform(pa.Table.from_pylist([row]), DRIFT_VERDICTS)}
+        )
+    results = [
+        SweepResult(sid, "regression" if v == "regression" else "ok", "run", sid, 1.0, v, None)
+        for sid, (v, _) in judged.items()
+    ]
+    after = {r.slug: r for r in control_false_discoveries(aaco_paths, results)}
+    assert after["strong"].status == "regression"
+    assert after["weak"].status == "ok" and "fdr_controlled" in after["weak"].verdict
+    stored = lake.query("SELECT session_id, verdict, decided_by FROM drift_verdicts").to_pylist()
+    by_session = {r["session_id"]: r for r in stored}
+    assert by_session["weak"]["verdict"] == "no_change"
+    assert by_session["weak"]["decided_by"] == "fdr_controlled"
+    assert by_session["strong"]["verdict"] == "regression"

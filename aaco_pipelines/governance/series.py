@@ -36,6 +36,8 @@ NOISE_FLOORS = {
     "op_time_ns": 0.05,
 }
 DEFAULT_POLICY = VerdictPolicy()
+# The headline metrics a confirmed regression fails a run on; op-level verdicts are reported.
+GATED_METRICS = ("latency_p50_ns", "latency_p99_ns", "throughput_per_s")
 CONFIRM_SESSIONS = 2  # consecutive sessions with the same verdict, unless a known change
 SESSION_METRICS = {  # metric -> (sessions column, higher is worse)
     "latency_p50_ns": ("latency_p50_ns", True),
@@ -236,6 +238,7 @@ def drift_rows(
                 "ci_low": verdict.ci_low,
                 "ci_high": verdict.ci_high,
                 "z": verdict.z,
+                "p_value": verdict.p_value,
                 "decided_by": verdict.decided_by,
                 "history_points": verdict.history_points,
                 "baseline_json": json.dumps(verdict.baseline),

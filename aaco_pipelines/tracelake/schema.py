@@ -305,12 +305,17 @@ DRIFT_VERDICTS = pa.schema(
         ("session_id", _str),  # the session judged (the newest point of the series)
         ("model_slug", _str),
         ("metric", _str),
-        ("verdict", _str),  # regression | improvement | no_change | insufficient_history
+        # regression | improvement | no_change | insufficient_history | unstable_series
+        ("verdict", _str),
         ("effect_pct", _f64),
         ("ci_low", _f64),
         ("ci_high", _f64),
         ("z", _f64),
-        ("decided_by", _str),
+        ("p_value", _f64),  # two-sided, current vs baseline (schema v5); BH-adjusted in fdr
+        (
+            "decided_by",
+            _str,
+        ),  # cusum | ewma | z_threshold | bimodal | too_noisy | fdr_controlled ...
         ("history_points", _i64),
         ("baseline_json", _str),
         ("parameters_json", _str),

@@ -56,6 +56,7 @@ MIGRATIONS: dict[int, list[str]] = {
         )
     ],
     4: [],  # the baselines table, created with every missing table
+    5: ["ALTER TABLE drift_verdicts ADD COLUMN IF NOT EXISTS p_value DOUBLE"],  # + kernel_symbols
 }
 
 
