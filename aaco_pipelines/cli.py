@@ -113,12 +113,24 @@ def run_providers(name: str | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([provider, "CPUExecutionProvider"]))
 
 
+# The stages of one `aaco run`, in order, as the worker and the pipeline announce them.
+RUN_STAGES = ("creating session", "warmup pass", "measured pass", "profiled pass", "collecting",
+              "analysing", "done")  # fmt: skip
+
+
 def progress_printer() -> Callable[[str], None]:
-    """The worker's progress lines on stderr, stamped with the seconds since the run began."""
+    """Progress on stderr: a bar over RUN_STAGES, the seconds since the run began, and the
+    worker's or pipeline's own line (the worker does not report inside the timed loop)."""
     started = time.monotonic()
+    reached = [0]
 
     def say(message: str) -> None:
-        print(f"  [{time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+        stage = next((i for i, s in enumerate(RUN_STAGES, 1) if message.startswith(s)), 0)
+        reached[0] = max(reached[0], stage)
+        filled = round(20 * reached[0] / len(RUN_STAGES))
+        bar = "#" * filled + "-" * (20 - filled)
+        elapsed = time.monotonic() - started
+        print(f"  [{bar}] {elapsed:6.1f}s  {message}", file=sys.stderr, flush=True)
 
     return say
 

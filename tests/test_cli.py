@@ -46,6 +46,8 @@ def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys, quick_
     assert main(["run", "--model", str(path), "--iterations", "7", "--no-profile"]) == 0
     captured = capsys.readouterr()
     assert "measured pass: 7 iterations" in captured.err and "analysing" in captured.err
+    bars = re.findall(r"\[([#-]{20})\]", captured.err)  # the stage progress bar fills up
+    assert bars and bars == sorted(bars, key=lambda b: b.count("#")) and bars[-1] == "#" * 20
     summary = dict(
         re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in captured.out.splitlines()[1:]
     )
