@@ -214,8 +214,10 @@ def _named_kind(file: Path) -> str | None:
 
 
 def _agent_number(agent: str | None) -> str | None:
-    """Agent_Id's number: "Agent 2", "GPU 0" or a bare "2" → 2 (the index rocprofv3 printed)."""
-    return agent and f"TRY_CAST(ltrim({agent}, 'AgentGPUCgpucpu ') AS INTEGER)"
+    """Agent_Id's number: "Agent 2", "GPU 0" or a bare "2" → 2 (the index rocprofv3 printed).
+    Its trailing digits, by a regular expression: DuckDB's ltrim with a character set costs
+    about 0.4 µs a row, most of the load time of a ten-million-kernel trace."""
+    return agent and f"TRY_CAST(regexp_extract({agent}, '[0-9]+$') AS INTEGER)"
 
 
 def _kernel_events(c: set) -> dict[str, str]:
