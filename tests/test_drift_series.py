@@ -141,3 +141,37 @@ def test_a_5pct_step_is_reported_within_3_nights(nightly, quiet_fleet):
     swept = nightly.swept_alone_in(verdicts, p, quiet_fleet[1][:, -3:].T, q=0.05)
     found = (swept == "regression").any(axis=1)
     assert found.mean() >= 0.9  # 0.94-1.0 over seeds 1-8
+
+
+def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_paths):
+    """14 sessions, p50 up 20% from the 8th: the stored series names that session as a change
+    point with its shift, next to the verdict on the newest one."""
+    import datetime as dt
+    import json
+
+    import pyarrow as pa
+
+    from aaco_pipelines.governance.series import drift_rows
+    from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    rng = np.random.default_rng(0)
+    start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    p50 = np.r_[np.full(7, 1e6), np.full(7, 1.2e6)] * (1 + rng.normal(0, 0.005, 14))
+    sessions = [
+        {"session_id": f"s{i:02}", "model_slug": "m", "model_sha256": "a", "target": "cpu",
+         "runtime_fingerprint": "r", "started_at": start + dt.timedelta(days=i),
+         "latency_p50_ns": int(p), "latency_p99_ns": int(p * 1.5), "throughput_per_s": 1e9 / p}
+        for i, p in enumerate(p50)
+    ]  # fmt: skip
+    lake = TraceLake(aaco_paths.tracelake)
+    lake.append_rows("sessions", conform(pa.Table.from_pylist(sessions), SESSIONS))
+    samples = [{"session_id": "s13", "pass": "measured", "iteration": i,
+                "latency_ns": int(p50[-1] * (1 + 0.01 * rng.standard_normal()))}
+               for i in range(50)]  # fmt: skip
+    lake.append_rows("iterations", conform(pa.Table.from_pylist(samples), ITERATIONS))
+
+    rows = {r["metric"]: r for r in drift_rows(lake, "m", "s13").to_pylist()}
+    points = json.loads(rows["latency_p50_ns"]["series_json"])["change_points"]
+    assert [p["session_id"] for p in points] == ["s07"]
+    assert points[0]["shift_pct"] == pytest.approx(20, abs=2) and points[0]["confidence"] > 0.95

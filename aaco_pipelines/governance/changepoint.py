@@ -357,3 +357,13 @@ def _ratio(num: float, den: float) -> float:
     if den > 0.0:
         return num / den
     return 0.0 if num == 0.0 else float(np.copysign(np.inf, num))
+
+
+def change_points_of(values) -> list[tuple[int, ChangePoint]]:
+    """Change points over a whole drift series, each with its position in `values`: sessions
+    that lack the metric (None or NaN) are skipped, not treated as a level."""
+    y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    index = np.flatnonzero(np.isfinite(y))
+    if index.size == 0:
+        return []
+    return [(int(index[p.index]), p) for p in detect_change_points(y[index])]

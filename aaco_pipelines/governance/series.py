@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.governance.baseline import robust_baseline
+from aaco_pipelines.governance.changepoint import change_points_of
 from aaco_pipelines.governance.verdict import (
     DriftVerdict,
     VerdictPolicy,
@@ -248,6 +249,10 @@ def drift_rows(
                         "session_ids": entry["session_ids"],
                         "values": [None if np.isnan(v) else float(v) for v in entry["values"]],
                         "markers": entry["markers"],
+                        "change_points": [
+                            {"session_id": entry["session_ids"][at], **point.to_dict()}
+                            for at, point in change_points_of(entry["values"])
+                        ],
                     }
                 ),
             }

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis import metrics as metrics_module
 from aaco_pipelines.analysis.classification import SIGNAL_RULES
+from aaco_pipelines.governance.changepoint import change_points_of
 from aaco_pipelines.report.data import ReportData, gather
-from aaco_pipelines.report.plots import change_points_of
 from aaco_pipelines.report.summary import latency_summary
 from aaco_pipelines.tracelake.store import TraceLake
 

@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from aaco_pipelines.governance.baseline import RobustBaseline, standardize
-from aaco_pipelines.governance.changepoint import ChangePoint, detect_change_points
+from aaco_pipelines.governance.changepoint import ChangePoint, change_points_of
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
 
 DPI = 80
@@ -440,13 +440,3 @@ def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
         title=f"{row.get('metric', '')}: {verdict}{detail}",
         dpi=dpi,
     )
-
-
-def change_points_of(values: Sequence[float | None]) -> list[tuple[int, ChangePoint]]:
-    """Change points over the whole series (`governance.changepoint`), each with its position in
-    `values`: sessions that lack the metric (None) are skipped, not treated as a level."""
-    y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
-    index = np.flatnonzero(np.isfinite(y))
-    if index.size == 0:
-        return []
-    return [(int(index[p.index]), p) for p in detect_change_points(y[index])]
