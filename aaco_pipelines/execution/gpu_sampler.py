@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from aaco_pipelines.execution.ticker import tick_until
+from aaco_pipelines.execution.ticker import BackgroundSampler
 
 SAMPLES_SCHEMA = pa.schema(
     [
@@ -172,7 +172,7 @@ READERS: tuple[tuple[str, Reader], ...] = (
 # --- The sampler ---------------------------------------------------------------------------------
 
 
-class GpuSampler:
+class GpuSampler(BackgroundSampler):
     """Samples every selected GPU at a fixed rate until stopped; long-format rows.
 
     Without an `amdsmi_module` it initializes amdsmi itself (and shuts it down on stop); when
@@ -185,13 +185,10 @@ class GpuSampler:
         gpu_indices: Sequence[int] | None = None,
         amdsmi_module: Any = None,
     ):
-        self.interval_s = interval_s
-        self.errors: list[str] = []  # first failure per device and reader
+        super().__init__(interval_s, "aaco-gpu-sampler")  # errors: first failure per reader
         self._noted: set[tuple[str, str]] = set()
         self._samples: list[tuple] = []  # (timestamp_ns, device, metric, value, unit)
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._table: pa.Table | None = None
         self._owns_amdsmi = amdsmi_module is None
         if amdsmi_module is None:
@@ -222,16 +219,8 @@ class GpuSampler:
         return devices
 
     def start(self) -> None:
-        if self._thread is not None or not self.available:
-            return
-        self._thread = threading.Thread(target=self._run, name="aaco-gpu-sampler", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        tick_until(self._stopping, self.interval_s, self.sample_once, self._note_failure)
-
-    def _note_failure(self, exc: Exception) -> None:
-        self.errors.append(f"{type(exc).__name__}: {exc}")
+        if self.available:
+            super().start()
 
     def sample_once(self) -> None:
         """Read every metric of every selected GPU now; a failing read only loses itself."""
@@ -263,9 +252,7 @@ class GpuSampler:
         """Stop sampling (after one last tick) and return the raw samples; safe to call twice."""
         if self._table is not None:
             return self._table
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._join():
             self.sample_once()
         self._shut_down()
         with self._lock:

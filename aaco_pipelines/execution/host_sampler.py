@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from aaco_pipelines.execution.environment import cpu_frequencies_mhz
-from aaco_pipelines.execution.ticker import tick_until
+from aaco_pipelines.execution.ticker import BackgroundSampler
 
 NAN = math.nan
 PROCESS_COLUMNS = (
@@ -107,19 +107,16 @@ def read_process_counters(pid: int) -> dict[str, float]:
     }
 
 
-class HostSampler:
+class HostSampler(BackgroundSampler):
     """Samples host and worker counters at a fixed rate until stopped; one row per tick."""
 
     def __init__(self, pid: int, interval_s: float = 0.05):
+        super().__init__(interval_s, f"aaco-sampler-{pid}")
         self.pid = pid
-        self.interval_s = interval_s
         self.cpus = sorted(read_cpu_jiffies())
-        self.errors: list[str] = []  # ticks that failed, kept so a gap is explained
         self._columns: dict[str, list] = {name: [] for name in self._column_names()}
         self._peak_rss = 0
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
         self._table: pa.Table | None = None
 
     def _column_names(self) -> list[str]:
@@ -127,19 +124,6 @@ class HostSampler:
         for cpu in self.cpus:
             names += [f"cpu{cpu}_busy_jiffies", f"cpu{cpu}_total_jiffies", f"cpu{cpu}_freq_mhz"]
         return names + list(PROCESS_COLUMNS)
-
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        name = f"aaco-sampler-{self.pid}"
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        tick_until(self._stopping, self.interval_s, self.sample_once, self._note_failure)
-
-    def _note_failure(self, exc: Exception) -> None:
-        self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def sample_once(self) -> None:
         """Read every counter now and append one row; a row is appended whole or not at all."""
@@ -166,9 +150,7 @@ class HostSampler:
         """Stop sampling (after one last tick) and return the raw table; safe to call twice."""
         if self._table is not None:
             return self._table
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._join()
         try:
             self.sample_once()
         except Exception as exc:
