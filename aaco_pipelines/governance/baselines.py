@@ -236,27 +236,12 @@ def compare_to_baseline(
     from the per-iteration latencies of the measured pass."""
     baseline = get_baseline(lake, name)
     check_comparable(lake, session_id, baseline)
-    base, offsets, counts = baseline_latencies(lake, baseline)
-    current = session_latencies(lake, [session_id])
-    if current.size == 0:
-        raise AacoInputError(
-            f"session {session_id!r} has no measured iterations",
-            fix="compare a session that was measured and ingested whole",
-        )
-    rng = np.random.default_rng(seed)
-    base_stats = resampled_latency_stats(base, offsets, counts, resamples, rng)
-    cur_stats = resampled_latency_stats(
-        current, np.array([0]), np.array([current.size]), resamples, rng
-    )
+    sampled = bootstrap_effects(lake, baseline, session_id, resamples, seed)
     tail = (1.0 - confidence) / 2.0
     metrics = {}
     for column, (metric, worse) in enumerate(METRICS.items()):
-        b, c = (
-            float(latency_stats(base[None, :])[0, column]),
-            float(latency_stats(current[None, :])[0, column]),
-        )
-        effects = (cur_stats[:, column] - base_stats[:, column]) / base_stats[:, column] * 100.0
-        low, high = (float(v) for v in np.quantile(effects, [tail, 1.0 - tail]))
+        b, c = float(sampled.baseline[column]), float(sampled.current[column])
+        low, high = (float(v) for v in np.quantile(sampled.effects[:, column], [tail, 1 - tail]))
         metrics[metric] = MetricComparison(
             metric, b, c, (c - b) / b * 100.0, low, high, worse, _verdict(low, high, worse)
         )
@@ -265,10 +250,50 @@ def compare_to_baseline(
         "confidence": confidence,
         "seed": seed,
         "bootstrap": "hierarchical: baseline sessions, then iterations; current iterations",
-        "baseline_iterations": int(base.size),
-        "current_iterations": int(current.size),
+        **sampled.sizes,
     }
     return BaselineComparison(name, session_id, metrics, parameters)
+
+
+@dataclass(frozen=True)
+class EffectSamples:
+    """Current against baseline on (p50, p99, throughput): the pooled values of each and the
+    bootstrap distribution of the effect in %, one row per resample."""
+
+    baseline: np.ndarray
+    current: np.ndarray
+    effects: np.ndarray  # resamples x 3
+    sizes: dict  # baseline sessions and iterations, current iterations
+
+
+def bootstrap_effects(
+    lake: TraceLake, baseline, session_id: str, resamples: int, seed: int
+) -> EffectSamples:
+    """The hierarchical bootstrap of a session's effect against a baseline (anything with a
+    `name` and `session_ids`: a stored Baseline, or the gate's ad-hoc reference): baseline
+    sessions, then their iterations; the current session's iterations."""
+    base, offsets, counts = _baseline_latencies(lake, baseline)
+    current = _session_latencies(lake, [session_id])
+    if current.size == 0:
+        raise AacoInputError(
+            f"session {session_id!r} has no measured iterations",
+            fix="compare a session that was measured (an ingested trace alone has none)",
+        )
+    rng = np.random.default_rng(seed)
+    base_stats = _resampled_latency_stats(base, offsets, counts, resamples, rng)
+    cur_stats = _resampled_latency_stats(
+        current, np.array([0]), np.array([current.size]), resamples, rng
+    )
+    return EffectSamples(
+        baseline=_latency_stats(base[None, :])[0],
+        current=_latency_stats(current[None, :])[0],
+        effects=(cur_stats - base_stats) / base_stats * 100.0,
+        sizes={
+            "baseline_sessions": int(counts.size),
+            "baseline_iterations": int(base.size),
+            "current_iterations": int(current.size),
+        },
+    )
 
 
 def _verdict(low: float, high: float, higher_is_worse: bool) -> str:
@@ -277,13 +302,13 @@ def _verdict(low: float, high: float, higher_is_worse: bool) -> str:
     return "regression" if (low > 0.0) == higher_is_worse else "improvement"
 
 
-def latency_stats(samples: np.ndarray) -> np.ndarray:
+def _latency_stats(samples: np.ndarray) -> np.ndarray:
     """Per row: p50, p99 (as the sessions table computes them) and throughput (1e9 / mean)."""
     p50, p99 = np.percentile(samples, [50, 99], axis=1)
     return np.column_stack([p50, p99, 1e9 / samples.mean(axis=1)])
 
 
-def resampled_latency_stats(
+def _resampled_latency_stats(
     values: np.ndarray,
     offsets: np.ndarray,
     counts: np.ndarray,
@@ -300,11 +325,11 @@ def resampled_latency_stats(
         chosen = rng.integers(0, sessions, size=(n, sessions))
         pick = np.take_along_axis(chosen, rng.integers(0, sessions, size=(n, size)), axis=1)
         within = (rng.random((n, size)) * counts[pick]).astype(np.int64)
-        blocks.append(latency_stats(values[offsets[pick] + within]))
+        blocks.append(_latency_stats(values[offsets[pick] + within]))
     return np.concatenate(blocks)
 
 
-def session_latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
+def _session_latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
     table = lake.query(
         "SELECT latency_ns FROM iterations WHERE pass = 'measured' "
         "AND session_id IN (SELECT unnest($ids)) ORDER BY session_id, iteration",
@@ -313,7 +338,7 @@ def session_latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray
     return table["latency_ns"].to_numpy().astype(np.float64)
 
 
-def baseline_latencies(
+def _baseline_latencies(
     lake: TraceLake, baseline: Baseline
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pooled measured latencies of the baseline, with each session's offset and count."""

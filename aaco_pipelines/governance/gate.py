@@ -26,13 +26,10 @@ import numpy as np
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import (
-    baseline_latencies,
+    bootstrap_effects,
     check_comparable,
-    latency_stats,
     list_baselines,
     pinned_baseline,
-    resampled_latency_stats,
-    session_latencies,
 )
 from aaco_pipelines.governance.root_cause import Suspect, explain_change
 from aaco_pipelines.report.data import resolve_session
@@ -41,7 +38,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 PREVIOUS_SESSIONS = 5  # the baseline when nothing names one and none is pinned
 SEVERITY_BANDS = ((5.0, "critical"), (2.0, "major"), (1.0, "minor"))  # multiples of threshold
 TOP_SUSPECTS = 3
-P50, THROUGHPUT = 0, 2  # columns of baselines.latency_stats
+P50, THROUGHPUT = 0, 2  # columns of baselines.EffectSamples
 
 RECOMMENDATIONS = {
     "model_version": "bisect the model change ({before} -> {after}): compare the two versions' "
@@ -261,25 +258,13 @@ def _session_row(lake: TraceLake, session_id: str) -> dict:
 def _effects(
     lake: TraceLake, reference: Reference, current: str, resamples: int, seed: int, tail: float
 ) -> tuple[dict, dict, np.ndarray, dict]:
-    """p50 and throughput effects (%) with their CIs, computed as compare_to_baseline does; the
-    bootstrap distribution of the p50 effect; and the sizes the bootstrap saw."""
-    base, offsets, counts = baseline_latencies(lake, reference)
-    cur = session_latencies(lake, [current])
-    if cur.size == 0:
-        raise AacoInputError(
-            f"session {current!r} has no measured iterations",
-            fix="gate a session that was measured (not an ingested trace alone)",
-        )
-    rng = np.random.default_rng(seed)
-    base_stats = resampled_latency_stats(base, offsets, counts, resamples, rng)
-    cur_stats = resampled_latency_stats(cur, np.array([0]), np.array([cur.size]), resamples, rng)
-    effects = (cur_stats - base_stats) / base_stats * 100.0
-    b, c = latency_stats(base[None, :])[0], latency_stats(cur[None, :])[0]
+    """p50 and throughput effects (%) with their CIs, from the bootstrap compare_to_baseline
+    also uses; the bootstrap distribution of the p50 effect; and the sizes the bootstrap saw."""
+    sampled = bootstrap_effects(lake, reference, current, resamples, seed)
+    b, c, effects = sampled.baseline, sampled.current, sampled.effects
     latency = _effect(b[P50], c[P50], effects[:, P50], tail, "ms", 1e-6)
     throughput = _effect(b[THROUGHPUT], c[THROUGHPUT], effects[:, THROUGHPUT], tail, "per_s", 1.0)
-    sizes = {"baseline_sessions": int(counts.size), "baseline_iterations": int(base.size)}
-    sizes["current_iterations"] = int(cur.size)
-    return latency, throughput, effects[:, P50], sizes
+    return latency, throughput, effects[:, P50], sampled.sizes
 
 
 def _effect(

@@ -41,7 +41,6 @@ PRIORS: dict[str, float] = {
     "noise": 0.10,  # no real change: session-to-session noise
     "unexplained": 0.02,  # a real change none of the suspects accounts for
 }
-BINARY_KINDS = ("model_version", "runtime", "execution_provider")
 RUNTIME_KEYS = (
     "onnxruntime_version",
     "rocm_version",
