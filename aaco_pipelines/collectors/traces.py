@@ -1,20 +1,19 @@
-"""Device traces of AMD's profilers → schema-conformant TraceLake Parquet files.
+"""Device traces of AMD's profilers → rows of the TraceLake schema.
 
 `detect_format` decides what a path holds by its content — the SQLite header and then the table
 names, the gzip magic (and an intact stream), the JSON document's opening, a CSV header — so a
 renamed or misnamed file is still read right.
 
-`collect_trace` asks that format's module for one plan per table (the FROM clause the rows come
-from and one SQL expression per schema column) and streams it into `<table>.parquet` as Arrow
-record batches through a ParquetWriter: out of DuckDB (`SELECT <sql_projection> FROM ...` read
-as an Arrow stream) for CSV and JSON, and out of the standard library's sqlite3, a fetchmany
-chunk at a time, for rocpd and RPD databases (DuckDB's sqlite extension cannot be downloaded
-here). Rows never become Python objects in the DuckDB path and never pile up in either, so a
-ten-million-kernel trace needs a batch's memory, not the trace's. (DuckDB's own COPY ... TO
-would mark constant columns such as `source` NOT NULL, and the files must match the schema.)
+`load_trace` asks that format's module for one plan per table (the FROM clause the rows come
+from and one SQL expression per schema column) and runs one `INSERT ... SELECT` per table on
+the caller's connection, inside its transaction: DuckDB's parallel scan for CSV and JSON, Arrow
+batches fetched a chunk at a time from the standard library's sqlite3 for rocpd and RPD
+databases (DuckDB's sqlite extension cannot be downloaded here). Rows never become Python
+objects in the DuckDB path and never pile up in either. Kernel families are recorded after the
+load, once per distinct kernel name (`label_kernels`).
 
-All tables are written into a staging folder inside out_dir and renamed into place only after
-every one succeeded: a failure leaves no Parquet file behind. Empty tables are not written.
+`collect_trace` runs the same load into an in-memory DuckDB and writes each table to Parquet,
+all files renamed into place only after every one succeeded.
 """
 
 from __future__ import annotations
@@ -249,12 +248,12 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def _plain_copy(path: Path, zipped: bool, folder: Path | None = None):
+def _plain_copy(path: Path, zipped: bool):
     """The path itself, or a decompressed copy of it (SQLite cannot read gzip) while in use."""
     if not zipped:
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix=".trace-db-", dir=folder) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".trace-db-") as tmp:
         plain = Path(tmp) / path.name.removesuffix(".gz")
         with gzip.open(path, "rb") as stream, open(plain, "wb") as out:
             shutil.copyfileobj(stream, out, 1 << 20)
