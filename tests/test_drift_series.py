@@ -151,7 +151,7 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
 
     import pyarrow as pa
 
-    from aaco_pipelines.governance.series import drift_rows
+    from aaco_pipelines.governance.series import drift_rows, series_change_points
     from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -172,6 +172,11 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
     lake.append_rows("iterations", conform(pa.Table.from_pylist(samples), ITERATIONS))
 
     rows = {r["metric"]: r for r in drift_rows(lake, "m", "s13").to_pylist()}
-    points = json.loads(rows["latency_p50_ns"]["series_json"])["change_points"]
+    series = json.loads(rows["latency_p50_ns"]["series_json"])
+    points = series["change_points"]
     assert [p["session_id"] for p in points] == ["s07"]
+    # Reports read them back with their positions; rows stored without them get them found.
+    assert [at for at, _ in series_change_points(series)] == [7]
+    del series["change_points"]
+    assert [at for at, _ in series_change_points(series)] == [7]
     assert points[0]["shift_pct"] == pytest.approx(20, abs=2) and points[0]["confidence"] > 0.95

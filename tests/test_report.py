@@ -24,6 +24,7 @@ from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
+from aaco_pipelines.governance.changepoint import change_points_of
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import plots
@@ -224,7 +225,7 @@ def test_plots_render_synthetic_inputs_as_png():
     for png in images:
         _assert_png(png)
         assert len(png) < 100_000
-    assert [p for p, _ in plots.change_points_of(shifted)] == [15]
+    assert [p for p, _ in change_points_of(shifted)] == [15]
     assert plots.markdown_image(images[0], "x").startswith("![x](data:image/png;base64,")
 
 

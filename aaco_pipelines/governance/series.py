@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.governance.baseline import robust_baseline
-from aaco_pipelines.governance.changepoint import change_points_of
+from aaco_pipelines.governance.changepoint import ChangePoint, change_points_of
 from aaco_pipelines.governance.verdict import (
     DriftVerdict,
     VerdictPolicy,
@@ -258,3 +258,18 @@ def drift_rows(
             }
         )
     return pa.Table.from_pylist(rows)
+
+
+def series_change_points(series: dict) -> list[tuple[int, ChangePoint]]:
+    """The change points of a stored series (a drift_verdicts row's series_json), each with
+    its position: as drift_rows found them, or found now for rows stored before it kept them."""
+    if "change_points" not in series:
+        return change_points_of(series["values"])
+    position = {sid: i for i, sid in enumerate(series["session_ids"])}
+    return [
+        (
+            position[point["session_id"]],
+            ChangePoint(**{k: v for k, v in point.items() if k != "session_id"}),
+        )
+        for point in series["change_points"]
+    ]

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis import metrics as metrics_module
 from aaco_pipelines.analysis.classification import SIGNAL_RULES
-from aaco_pipelines.governance.changepoint import change_points_of
+from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.report.data import ReportData, gather
 from aaco_pipelines.report.summary import latency_summary
 from aaco_pipelines.tracelake.store import TraceLake
@@ -134,7 +134,7 @@ def _drift(row: dict) -> dict:
     series = json.loads(row["series_json"])
     changes = [
         {"session_id": series["session_ids"][position], **point.to_dict()}
-        for position, point in change_points_of(series["values"])
+        for position, point in series_change_points(series)
     ]
     return {name: row.get(name) for name in keep} | {
         "history_points": row["history_points"],

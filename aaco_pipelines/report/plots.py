@@ -19,8 +19,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from aaco_pipelines.governance.baseline import RobustBaseline, standardize
-from aaco_pipelines.governance.changepoint import ChangePoint, change_points_of
+from aaco_pipelines.governance.changepoint import ChangePoint
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
+from aaco_pipelines.governance.series import series_change_points
 
 DPI = 80
 SIZE = (7.0, 3.6)  # inches: 560 x 288 px at DPI
@@ -339,7 +340,7 @@ def drift_history(
     the baseline median, the control band (median +- 3 robust sd) and the minimum effect; model
     version / runtime markers; change points; and, with a baseline, the EWMA and CUSUM paths of
     the standardized series against their limits, as the verdict judged them. Change points are
-    (position in `values`, ChangePoint), as `change_points_of` returns them."""
+    (position in `values`, ChangePoint), as `series_change_points` returns them."""
     y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
     index = np.flatnonzero(np.isfinite(y))
     rows = 3 if baseline else 1
@@ -425,7 +426,7 @@ def _draw_detectors(
 
 def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
     """The drift history of one drift_verdicts row (its series, baseline and parameters JSON),
-    with change points over the whole series from `governance.changepoint`."""
+    with the change points over the whole series that drift_rows stored."""
     series = json.loads(row["series_json"])
     values = [None if v is None else float(v) for v in series["values"]]
     verdict = row.get("verdict", "")
@@ -436,7 +437,7 @@ def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
         series.get("markers") or [[] for _ in values],
         json.loads(row.get("baseline_json") or "null"),
         json.loads(row.get("parameters_json") or "{}"),
-        change_points_of(values),
+        series_change_points(series),
         title=f"{row.get('metric', '')}: {verdict}{detail}",
         dpi=dpi,
     )
