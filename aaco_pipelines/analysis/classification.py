@@ -49,7 +49,7 @@ class SignalRule:
     rationale: str
 
 
-# Bins are "≤ e0", "e0 – e1", "> e1". Columns below: low, middle, high bin.
+# Bins are "≤ e0", "e0 – e1", "> e1" (one more bin per extra edge). Columns: low to high bin.
 SIGNAL_RULES: dict[str, SignalRule] = {
     "launch_tax": SignalRule(
         edges=(0.1, 0.3),
@@ -125,15 +125,17 @@ SIGNAL_RULES: dict[str, SignalRule] = {
     ),
     "runqueue_wait_ratio": SignalRule(
         # Calibrated on this project's 2-core CI host: a quiet run of the zoo waits 0.002-0.05 s
-        # per s; with two competing busy processes every model waits ~1.0 s per s.
-        edges=(0.1, 0.3),
+        # per s; one competing busy process raises it to 0.8-0.95, two to ~1.0. Above 0.6 the
+        # worker waits for a core more than half as long as it runs: whatever its kernels are,
+        # the measurement is the host's, so that bin outweighs one strong kernel-side signal.
+        edges=(0.1, 0.3, 0.6),
         likelihoods={
-            LAUNCH: (0.60, 0.30, 0.10),
-            CPU: (0.05, 0.20, 0.75),
-            MEMORY: (0.60, 0.30, 0.10),
-            COMPUTE: (0.60, 0.30, 0.10),
-            THROTTLED: (0.50, 0.30, 0.20),
-            BALANCED: (0.45, 0.45, 0.10),
+            LAUNCH: (0.60, 0.30, 0.08, 0.02),
+            CPU: (0.05, 0.15, 0.30, 0.50),
+            MEMORY: (0.60, 0.30, 0.08, 0.02),
+            COMPUTE: (0.60, 0.30, 0.08, 0.02),
+            THROTTLED: (0.50, 0.30, 0.12, 0.08),
+            BALANCED: (0.45, 0.45, 0.08, 0.02),
         },
         rationale="threads runnable but waiting for a core: the host is oversubscribed",
     ),
