@@ -22,11 +22,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.compute as pc
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
 
@@ -91,26 +89,13 @@ def control_false_discoveries(
 ) -> list[SweepResult]:
     """Benjamini-Hochberg over every drift series the sweep judged; the verdicts written back
     and the results' regressions re-read from them."""
-    from aaco_pipelines.governance.fdr import sweep_rows
+    from aaco_pipelines.governance.fdr import control_sweep
     from aaco_pipelines.tracelake.store import TraceLake
 
     ids = [r.session_id for r in results if r.session_id]
     if not ids:
         return results
-    lake = TraceLake(paths.tracelake)
-    rows = lake.query(
-        "SELECT * FROM drift_verdicts WHERE session_id IN (SELECT unnest($ids))", {"ids": ids}
-    )
-    swept = sweep_rows(rows, q)
-    regressed: dict[str, list[str]] = {}
-    for sid in ids:
-        mine = swept.filter(pc.equal(swept["session_id"], sid))
-        lake.replace_session_rows(sid, {"drift_verdicts": mine})
-        regressed[sid] = [
-            r["metric"]
-            for r in mine.to_pylist()
-            if r["verdict"] == "regression" and r["metric"] in GATED_METRICS
-        ]
+    regressed = control_sweep(TraceLake(paths.tracelake), ids, q)
     return [_after_fdr(r, regressed.get(r.session_id)) for r in results]
 
 

@@ -168,3 +168,11 @@ def test_a_sweep_reports_only_the_regressions_that_survive_fdr(aaco_paths):
     assert by_session["weak"]["verdict"] == "no_change"
     assert by_session["weak"]["decided_by"] == "fdr_controlled"
     assert by_session["strong"]["verdict"] == "regression"
+
+    # Judging the same sweep again (a re-run of a night's review) changes nothing.
+    again = {r.slug: r for r in control_false_discoveries(aaco_paths, results)}
+    assert again["strong"].status == "regression" and again["weak"].status == "ok"
+    weak = lake.query("SELECT * FROM drift_verdicts WHERE session_id = 'weak'").to_pylist()[0]
+    fdr = json.loads(weak["parameters_json"])["fdr"]
+    assert weak["verdict"] == "no_change" and fdr["over"]["verdict"] == "regression"
+    assert fdr["family_size"] == 22

@@ -14,6 +14,7 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from aaco_pipelines.governance.verdict import DriftVerdict
 
@@ -59,15 +60,47 @@ def sweep_verdicts(verdicts: list[DriftVerdict], q: float = 0.05) -> list[DriftV
 
 
 def sweep_rows(rows: pa.Table, q: float = 0.05) -> pa.Table:
-    """`sweep_verdicts` on DRIFT_VERDICTS rows; the p-value is read from parameters_json."""
+    """`sweep_verdicts` on DRIFT_VERDICTS rows; the p-value is read from parameters_json.
+
+    Rows swept before are swept from what they were before ("over"), so judging a sweep twice
+    (a re-run of a night's review) gives the same verdicts."""
     records = rows.to_pylist()
     params = [json.loads(r["parameters_json"]) for r in records]
-    outcomes = [(r["verdict"], r["decided_by"]) for r in records]
+    outcomes = []
+    for r, pm in zip(records, params, strict=True):
+        earlier = (pm.pop("fdr", None) or {}).get("over")
+        outcomes.append(
+            (earlier["verdict"], earlier["decided_by"])
+            if earlier
+            else (r["verdict"], r["decided_by"])
+        )
     swept = _sweep([pm.get("p_value") for pm in params], outcomes, q)
     for r, pm, (verdict, by, fdr) in zip(records, params, swept, strict=True):
         r["verdict"], r["decided_by"] = verdict, by
         r["parameters_json"] = json.dumps({**pm, "fdr": fdr}, default=str)
     return pa.Table.from_pylist(records, schema=rows.schema)
+
+
+def control_sweep(lake, session_ids: list[str], q: float = 0.05) -> dict[str, list[str]]:
+    """Benjamini-Hochberg over every drift series of these sessions (one sweep or night), written
+    back to the TraceLake; per session, the gated metrics that are still regressions."""
+    from aaco_pipelines.governance.series import GATED_METRICS
+
+    rows = lake.query(
+        "SELECT * FROM drift_verdicts WHERE session_id IN (SELECT unnest($ids))",
+        {"ids": list(session_ids)},
+    )
+    swept = sweep_rows(rows, q)
+    regressed: dict[str, list[str]] = {}
+    for sid in session_ids:
+        mine = swept.filter(pc.equal(swept["session_id"], sid))
+        lake.replace_session_rows(sid, {"drift_verdicts": mine})
+        regressed[sid] = [
+            r["metric"]
+            for r in mine.to_pylist()
+            if r["verdict"] == "regression" and r["metric"] in GATED_METRICS
+        ]
+    return regressed
 
 
 def _sweep(
