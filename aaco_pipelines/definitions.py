@@ -5,20 +5,22 @@ This is the only module of the domain library that imports Dagster.
 
 import dagster as dg
 
-from assets import MODEL_ASSETS, TARGET_ASSETS
+from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
 from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
 from sensors import (
     calibrate_envelope_job,
     measure_model_job,
     model_registry_sensor,
     nightly_regression_sweep,
+    nightly_review_sensor,
+    review_night_job,
     runtime_version_sensor,
 )
 
 defs = dg.Definitions(
-    assets=[*MODEL_ASSETS, *TARGET_ASSETS],
-    jobs=[measure_model_job, calibrate_envelope_job],
-    sensors=[model_registry_sensor, runtime_version_sensor],
+    assets=[*MODEL_ASSETS, *TARGET_ASSETS, *NIGHT_ASSETS],
+    jobs=[measure_model_job, calibrate_envelope_job, review_night_job],
+    sensors=[model_registry_sensor, runtime_version_sensor, nightly_review_sensor],
     schedules=[nightly_regression_sweep],
     resources={
         "registry": ModelRegistryResource(),

@@ -6,7 +6,8 @@ from assets.bottleneck import bottleneck_report
 from assets.drift import performance_drift
 from assets.envelope import hardware_envelope
 from assets.graph import onnx_graph
-from assets.partitions import models_partitions
+from assets.nightly_review import nightly_review
+from assets.partitions import models_partitions, nights_partitions
 from assets.tracelake import tracelake_session
 from assets.traces import collected_traces
 
@@ -22,5 +23,13 @@ MODEL_ASSETS = [
 ]
 # Per execution target, not per model: measured by its own job.
 TARGET_ASSETS = [hardware_envelope]
+# Per night of the nightly sweep: the whole night judged together.
+NIGHT_ASSETS = [nightly_review]
 
-__all__ = ["MODEL_ASSETS", "TARGET_ASSETS", "models_partitions"]
+__all__ = [
+    "MODEL_ASSETS",
+    "NIGHT_ASSETS",
+    "TARGET_ASSETS",
+    "models_partitions",
+    "nights_partitions",
+]

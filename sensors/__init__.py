@@ -1,8 +1,9 @@
 """Sensors, schedules and jobs: what starts measurements."""
 
-from sensors.jobs import calibrate_envelope_job, measure_model_job
+from sensors.jobs import calibrate_envelope_job, measure_model_job, review_night_job
 from sensors.model_registry import model_registry_sensor
 from sensors.nightly import nightly_regression_sweep
+from sensors.nightly_review import nightly_review_sensor
 from sensors.runtime_version import runtime_version_sensor
 
 __all__ = [
@@ -10,5 +11,7 @@ __all__ = [
     "measure_model_job",
     "model_registry_sensor",
     "nightly_regression_sweep",
+    "nightly_review_sensor",
+    "review_night_job",
     "runtime_version_sensor",
 ]

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from assets import MODEL_ASSETS, TARGET_ASSETS, models_partitions
+from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS, models_partitions, nights_partitions
 from resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
@@ -21,6 +21,14 @@ calibrate_envelope_job = dg.define_asset_job(
     "calibrate_envelope",
     selection=dg.AssetSelection.assets(*TARGET_ASSETS),
     description="Measure the target's hardware envelope (peak GEMM FLOP/s, streaming bandwidth).",
+)
+
+
+review_night_job = dg.define_asset_job(
+    "review_night",
+    selection=dg.AssetSelection.assets(*NIGHT_ASSETS),
+    partitions_def=nights_partitions,
+    description="Judge a night's sweep as a whole: false discovery rate across all its series.",
 )
 
 

@@ -8,7 +8,7 @@ import os
 
 import dagster as dg
 
-from assets.partitions import models_partitions
+from assets.partitions import NIGHT_TAG, NIGHT_TIMEZONE, models_partitions
 from sensors.jobs import measure_model_job, run_tags
 
 NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
@@ -17,7 +17,7 @@ NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
 @dg.schedule(
     job=measure_model_job,
     cron_schedule=NIGHTLY_CRON,
-    execution_timezone=os.environ.get("AACO_TIMEZONE", "UTC"),
+    execution_timezone=NIGHT_TIMEZONE,
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Nightly regression sweep over all models (AACO_NIGHTLY_CRON, default 02:00).",
 )
@@ -30,7 +30,7 @@ def nightly_regression_sweep(context: dg.ScheduleEvaluationContext):
         dg.RunRequest(
             run_key=f"nightly:{night}:{slug}",
             partition_key=slug,
-            tags=run_tags("nightly", **{"aaco/night": night}),
+            tags=run_tags("nightly", **{NIGHT_TAG: night}),
         )
         for slug in slugs
     ]

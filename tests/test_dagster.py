@@ -15,9 +15,15 @@ from conftest import REPO, add_model
 
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
-from assets import MODEL_ASSETS, models_partitions
+from assets import MODEL_ASSETS, NIGHT_ASSETS, models_partitions
+from assets.partitions import NIGHT_TAG
 from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
-from sensors import model_registry_sensor, nightly_regression_sweep, runtime_version_sensor
+from sensors import (
+    model_registry_sensor,
+    nightly_regression_sweep,
+    nightly_review_sensor,
+    runtime_version_sensor,
+)
 
 
 @pytest.fixture
@@ -36,7 +42,7 @@ def _resources(paths, memory_limit_mb=4096):
     }
 
 
-def _materialize(instance, paths, slug, **kwargs):
+def _materialize(instance, paths, slug, tags=None, **kwargs):
     instance.add_dynamic_partitions(models_partitions.name, [slug])
     return dg.materialize(
         MODEL_ASSETS,
@@ -44,6 +50,7 @@ def _materialize(instance, paths, slug, **kwargs):
         instance=instance,
         resources=_resources(paths, **kwargs),
         raise_on_error=False,
+        tags=tags,
     )
 
 
@@ -259,3 +266,62 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
     assert not check.passed
     assert check.metadata["suspected_cause"].value.startswith("model_version")  # the root cause
     assert not success  # the blocking check fails the run
+
+
+def test_a_night_is_reviewed_once_its_runs_finish_with_fdr_across_its_models(instance, aaco_paths):
+    night = "2026-11-21"
+    tags = {"aaco/trigger": "nightly", NIGHT_TAG: night}
+    sensor = lambda cursor=None: nightly_review_sensor(  # noqa: E731
+        dg.build_sensor_context(instance=instance, cursor=cursor)
+    )
+    assert isinstance(sensor(), dg.SkipReason)
+    add_model(aaco_paths, "tiny_a", models.tiny_mlp())
+    add_model(aaco_paths, "tiny_b", models.tiny_mlp(seed=3))
+    models.write_corrupt_model(aaco_paths.registry / "corrupt.onnx")
+    for slug in ("tiny_a", "tiny_b", "corrupt"):
+        _materialize(instance, aaco_paths, slug, tags=tags)
+
+    # A run of the night still going holds the review back.
+    job = dg.Definitions(
+        assets=MODEL_ASSETS, resources=_resources(aaco_paths)
+    ).resolve_implicit_global_asset_job_def()
+    late = instance.create_run_for_job(
+        job, tags={**tags, "dagster/partition": "tiny_b"}, status=dg.DagsterRunStatus.STARTED
+    )
+    assert "still running" in sensor().skip_message
+    instance.report_run_canceled(late)
+    request = sensor()
+    assert [(r.partition_key, r.run_key) for r in request.run_requests] == [
+        (night, f"review:{night}")
+    ]
+    assert isinstance(sensor(request.cursor), dg.SkipReason)  # reviewed once
+
+    # One strong and one weak regression among the night's series: BH keeps only the strong.
+    with TraceLake(aaco_paths.tracelake).connect(write=True) as con:
+        con.execute(
+            "UPDATE drift_verdicts SET verdict = 'no_change', parameters_json = '{\"p_value\": 0.5}'"
+        )
+        for slug, p in (("tiny_a", 1e-6), ("tiny_b", 0.01)):
+            con.execute(
+                "UPDATE drift_verdicts SET verdict = 'regression', decided_by = 'cusum', "
+                "parameters_json = json_object('p_value', ?) "
+                "WHERE model_slug = ? AND metric = 'latency_p50_ns'",
+                [p, slug],
+            )
+    review = dg.materialize(
+        NIGHT_ASSETS,
+        partition_key=night,
+        instance=instance,
+        resources={"tracelake": TraceLakeResource(database=str(aaco_paths.tracelake))},
+    )
+    output = review.output_for_node("nightly_review")
+    assert output["regressed"] == {output["sessions"]["tiny_a"]: ["latency_p50_ns"],
+                                   output["sessions"]["tiny_b"]: []}  # fmt: skip
+    assert output["failed"] == ["corrupt"]
+    meta = review.asset_materializations_for_node("nightly_review")[0].metadata
+    # p = 0.01 ranks second of m series: BH-adjusted 0.01 * m / 2 exceeds q = 0.05 once m > 10.
+    assert meta["series_judged"].value > 10 and meta["changes_before_fdr"].value == 2
+    assert meta["changes_after_fdr"].value == 1
+    (check,) = review.get_asset_check_evaluations()
+    assert not check.passed and "tiny_a" in check.metadata["regressions"].value
+    assert "tiny_b" not in check.metadata["regressions"].value
