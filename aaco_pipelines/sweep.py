@@ -25,11 +25,13 @@ import dagster as dg
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
+from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
+from aaco_pipelines.tracelake.store import TraceLake
 
 REGRESSION_CHECK = "no_performance_regression"
-FDR_Q = 0.05  # expected share of false regressions among those a sweep reports
 # Dagster's console log stays quiet: the summary line says what failed, the run's event log in
 # the UI keeps the traceback.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -87,15 +89,15 @@ def sweep(
 def control_false_discoveries(
     paths: AacoPaths, results: list[SweepResult], q: float = FDR_Q
 ) -> list[SweepResult]:
-    """Benjamini-Hochberg over every drift series the sweep judged; the verdicts written back
-    and the results' regressions re-read from them."""
-    from aaco_pipelines.governance.fdr import control_sweep
-    from aaco_pipelines.tracelake.store import TraceLake
-
+    """Benjamini-Hochberg over every drift series the sweep judged (`governance.fdr`); the
+    verdicts written back and the results' regressions re-read from them."""
     ids = [r.session_id for r in results if r.session_id]
     if not ids:
         return results
-    regressed = control_sweep(TraceLake(paths.tracelake), ids, q)
+    regressed: dict[str, list[str]] = {sid: [] for sid in ids}
+    for row in control_sweep(TraceLake(paths.tracelake), ids, q).to_pylist():
+        if row["verdict"] == "regression" and row["metric"] in GATED_METRICS:
+            regressed[row["session_id"]].append(row["metric"])
     return [_after_fdr(r, regressed.get(r.session_id)) for r in results]
 
 

@@ -17,7 +17,6 @@ from aaco_pipelines.report.markdown import markdown_table
 from assets.partitions import NIGHT_TAG, nights_partitions
 from resources import TraceLakeResource
 
-FDR_Q = 0.05  # expected share of false regressions among those a night reports
 DRIFT_ASSET = dg.AssetKey("performance_drift")
 
 
@@ -73,8 +72,7 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             f"no measurement runs tagged {NIGHT_TAG}={night}",
             description="review a night the nightly_regression_sweep schedule ran",
         )
-    regressed = control_sweep(tracelake.lake, list(sessions.values()), FDR_Q) if sessions else {}
-    verdicts = _night_verdicts(tracelake.lake, list(sessions.values()))
+    verdicts = _with_fdr(control_sweep(tracelake.lake, list(sessions.values())).to_pylist())
     changes = [v for v in verdicts if v["before"] in CHANGES or v["verdict"] in CHANGES]
     surviving = [
         v for v in changes if v["verdict"] == "regression" and v["metric"] in GATED_METRICS
@@ -84,7 +82,12 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
         f"{len(surviving)} gated regressions survive FDR"
     )
     yield dg.Output(
-        {"night": night, "sessions": sessions, "failed": failed, "regressed": regressed},
+        {
+            "night": night,
+            "sessions": sessions,
+            "failed": failed,
+            "regressions": [{"model": v["model_slug"], "metric": v["metric"]} for v in surviving],
+        },
         metadata={
             "models_judged": len(sessions),
             "models_failed": dg.MetadataValue.md(", ".join(failed) or "none"),
@@ -103,18 +106,10 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
     )
 
 
-def _night_verdicts(lake, session_ids: list[str]) -> list[dict]:
-    """The night's drift verdicts, each with what it was before FDR and its p-values."""
-    if not session_ids:
-        return []
-    verdicts = lake.query(
-        "SELECT model_slug, metric, verdict, decided_by, effect_pct, parameters_json "
-        "FROM drift_verdicts WHERE session_id IN (SELECT unnest($ids)) "
-        "ORDER BY model_slug, metric",
-        {"ids": session_ids},
-    ).to_pylist()
+def _with_fdr(verdicts: list[dict]) -> list[dict]:
+    """Drift verdict rows with what each was before FDR, its p-values and the family size."""
     for v in verdicts:
-        fdr = json.loads(v.pop("parameters_json")).get("fdr", {})
+        fdr = json.loads(v["parameters_json"]).get("fdr", {})
         v["before"] = (fdr.get("over") or {}).get("verdict", v["verdict"])
         v["p_value"], v["p_adjusted"] = fdr.get("p_value"), fdr.get("p_adjusted")
         v["family_size"] = fdr.get("family_size", 0)

@@ -315,8 +315,8 @@ def test_a_night_is_reviewed_once_its_runs_finish_with_fdr_across_its_models(ins
         resources={"tracelake": TraceLakeResource(database=str(aaco_paths.tracelake))},
     )
     output = review.output_for_node("nightly_review")
-    assert output["regressed"] == {output["sessions"]["tiny_a"]: ["latency_p50_ns"],
-                                   output["sessions"]["tiny_b"]: []}  # fmt: skip
+    assert output["regressions"] == [{"model": "tiny_a", "metric": "latency_p50_ns"}]
+    assert sorted(output["sessions"]) == ["tiny_a", "tiny_b"]
     assert output["failed"] == ["corrupt"]
     meta = review.asset_materializations_for_node("nightly_review")[0].metadata
     # p = 0.01 ranks second of m series: BH-adjusted 0.01 * m / 2 exceeds q = 0.05 once m > 10.

@@ -19,9 +19,10 @@ import pyarrow.compute as pc
 from aaco_pipelines.governance.verdict import DriftVerdict
 
 CHANGES = ("regression", "improvement")
+FDR_Q = 0.05  # expected share of false changes among those a sweep reports
 
 
-def benjamini_hochberg(p_values: np.ndarray, q: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+def benjamini_hochberg(p_values: np.ndarray, q: float = FDR_Q) -> tuple[np.ndarray, np.ndarray]:
     """(reject mask, BH-adjusted p) along the last axis; NaN p (no test) is left out of the
     family, never rejected, and adjusted to NaN.
 
@@ -44,7 +45,7 @@ def benjamini_hochberg(p_values: np.ndarray, q: float = 0.05) -> tuple[np.ndarra
     return adjusted <= q, adjusted
 
 
-def sweep_verdicts(verdicts: list[DriftVerdict], q: float = 0.05) -> list[DriftVerdict]:
+def sweep_verdicts(verdicts: list[DriftVerdict], q: float = FDR_Q) -> list[DriftVerdict]:
     """The verdicts of one sweep with BH applied: a regression or improvement whose adjusted p
     is above `q` becomes no_change, decided_by "fdr_controlled". Every verdict gets the raw and
     adjusted p, q and the family size in parameters["fdr"]; a downgraded one keeps what it was
@@ -59,7 +60,7 @@ def sweep_verdicts(verdicts: list[DriftVerdict], q: float = 0.05) -> list[DriftV
     ]
 
 
-def sweep_rows(rows: pa.Table, q: float = 0.05) -> pa.Table:
+def sweep_rows(rows: pa.Table, q: float = FDR_Q) -> pa.Table:
     """`sweep_verdicts` on DRIFT_VERDICTS rows; the p-value is read from parameters_json.
 
     Rows swept before are swept from what they were before ("over"), so judging a sweep twice
@@ -81,26 +82,19 @@ def sweep_rows(rows: pa.Table, q: float = 0.05) -> pa.Table:
     return pa.Table.from_pylist(records, schema=rows.schema)
 
 
-def control_sweep(lake, session_ids: list[str], q: float = 0.05) -> dict[str, list[str]]:
-    """Benjamini-Hochberg over every drift series of these sessions (one sweep or night), written
-    back to the TraceLake; per session, the gated metrics that are still regressions."""
-    from aaco_pipelines.governance.series import GATED_METRICS
-
+def control_sweep(lake, session_ids: list[str], q: float = FDR_Q) -> pa.Table:
+    """Benjamini-Hochberg over every drift series of these sessions (one sweep, or one night),
+    written back to the TraceLake; returns the swept rows."""
     rows = lake.query(
         "SELECT * FROM drift_verdicts WHERE session_id IN (SELECT unnest($ids))",
         {"ids": list(session_ids)},
     )
     swept = sweep_rows(rows, q)
-    regressed: dict[str, list[str]] = {}
     for sid in session_ids:
-        mine = swept.filter(pc.equal(swept["session_id"], sid))
-        lake.replace_session_rows(sid, {"drift_verdicts": mine})
-        regressed[sid] = [
-            r["metric"]
-            for r in mine.to_pylist()
-            if r["verdict"] == "regression" and r["metric"] in GATED_METRICS
-        ]
-    return regressed
+        lake.replace_session_rows(
+            sid, {"drift_verdicts": swept.filter(pc.equal(swept["session_id"], sid))}
+        )
+    return swept
 
 
 def _sweep(
