@@ -8,7 +8,7 @@ import datetime as dt
 import models
 import pyarrow as pa
 import pytest
-from conftest import add_model
+from conftest import STEADY_SIDECAR, add_model
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -32,7 +32,7 @@ def measured(tmp_path_factory):
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
     ids = []
     for model in (models.tiny_mlp(), models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp()):
-        path = add_model(paths, "mlp", model)
+        path = add_model(paths, "mlp", model, STEADY_SIDECAR)
         ids.append(measure_model(registered_model(path), paths).session_id)
     return TraceLake(paths.tracelake), ids[:3], ids[3]
 
@@ -95,9 +95,9 @@ def test_compare_detects_the_swap_to_a_slower_model(lake, measured):
     assert p50.verdict == "regression" and p50.ci_low > 0 and p50.effect_pct > 50
     assert p50.ci_low <= p50.effect_pct <= p50.ci_high
     throughput = comparison.metrics["throughput_per_s"]
-    assert throughput.verdict == "regression" and throughput.ci_high < 0
+    assert throughput.verdict == "regression" and throughput.ci_high < 0, throughput
     assert comparison.metrics["latency_p99_ns"].effect_pct > 0
-    assert comparison.parameters["baseline_iterations"] == 60
+    assert comparison.parameters["baseline_iterations"] == 600
 
 
 def test_bad_input_is_refused_and_leaves_the_lake_unchanged(lake, measured):

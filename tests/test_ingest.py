@@ -137,6 +137,14 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     }
     assert sum(lost.values()) < 0.05, lost
     assert any(f"(unmatched) {name}" in nodes for name in inserted)
-    # The convolutions carry most of the time, as in the CPU profile the trace came from.
-    assert nodes["conv1"] + nodes["conv2"] > 0.5, nodes
+    # The convolutions carry most of the time, as in the CPU profile the trace came from. Judged
+    # on per-iteration medians: one preempted iteration can give a 5 µs node most of the sum.
+    p50 = {
+        r["name"]: r["p50_ns"]
+        for r in lake.query(
+            "SELECT name, p50_ns FROM op_breakdown WHERE session_id = ? AND level = 'node'",
+            [bundle.session_id],
+        ).to_pylist()
+    }
+    assert p50["conv1"] + p50["conv2"] > 0.5 * sum(p50.values()), p50
     assert {"conv1", "bn1", "relu1", "conv2", "residual_add"} <= set(nodes)
