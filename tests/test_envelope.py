@@ -147,3 +147,59 @@ def test_envelope_utilization_of_a_memory_bound_session(envelope):
     assert heu.compute_utilization == pytest.approx(0.01)
     assert heu.memory_utilization == pytest.approx(0.6)
     assert heu.hardware_envelope_utilization == pytest.approx(0.6)
+
+
+def test_bandwidth_is_measured_beyond_the_cache(measured):
+    streams = measured.bandwidth.sweep
+    assert all(isinstance(entry["cache_resident"], bool) for entry in streams)
+    peak = measured.bandwidth.peak_entry()
+    assert not peak["cache_resident"] or all(entry["cache_resident"] for entry in streams)
+
+
+def _fake_sweep(monkeypatch, medians: dict[int, float], cache_bytes: int | None):
+    """Run the real sweep loop over sizes 1..n (100 bytes each) with made-up rates."""
+    import dataclasses
+    import time
+
+    from aaco_pipelines.analysis import envelope
+
+    def fake_measure(ort, runtime, kernel, size, repeats):
+        rate = medians[size]
+        entry = {"size": size, "median": rate, "low": rate, "high": rate}
+        return {**entry, "seconds_per_run": 0.0, "setup_s": 0.0}, ["CPUExecutionProvider"]
+
+    monkeypatch.setattr(envelope, "_measure_size", fake_measure)
+    monkeypatch.setattr(envelope, "last_level_cache_bytes", lambda device: cache_bytes)
+    kernel = dataclasses.replace(envelope.ADD, sizes=tuple(medians), feed_bytes=lambda n: 100 * n)
+    runtime = envelope.Runtime(("CPUExecutionProvider",), None)
+    sweep, _ = envelope._sweep(None, runtime, kernel, 1, time.perf_counter() + 60)
+    return sweep, envelope._peak("memory_bandwidth", "B/s", sweep)
+
+
+def test_cache_resident_sizes_neither_set_the_bandwidth_peak_nor_end_the_sweep(monkeypatch):
+    # 150 B of cache: sizes 1 and 2 (100, 200 B) are under twice that, so they are the cache's.
+    medians = {1: 1000.0, 2: 900.0, 3: 100.0, 4: 101.0, 5: 100.0, 6: 100.0, 7: 99.0}
+    sweep, peak = _fake_sweep(monkeypatch, medians, cache_bytes=150)
+    assert [e["cache_resident"] for e in sweep] == [True, True, False, False, False]
+    assert peak.peak == 101.0 and peak.peak_entry()["size"] == 4  # saturated at 4, stopped at 5
+    # Every size in the cache: the largest one stands in, as an upper bound.
+    sweep, peak = _fake_sweep(monkeypatch, {1: 1000.0, 2: 900.0}, cache_bytes=10_000)
+    assert peak.peak == 900.0 and all(e["cache_resident"] for e in sweep)
+    # Cache size unknown: every size counts.
+    _, peak = _fake_sweep(monkeypatch, medians, cache_bytes=None)
+    assert peak.peak == 1000.0
+
+
+def test_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
+    from aaco_pipelines.analysis import envelope
+
+    for index, level, size in (("index0", "1", "48K"), ("index2", "2", "1280K"),
+                               ("index3", "3", "49152K")):  # fmt: skip
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "level").write_text(f"{level}\n")
+        (tmp_path / index / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
+    assert envelope.last_level_cache_bytes("cpu") == 48 << 20
+    assert envelope.last_level_cache_bytes("cuda") == envelope.GPU_LAST_LEVEL_CACHE_BYTES
+    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path / "absent")
+    assert envelope.last_level_cache_bytes("cpu") is None

@@ -10,6 +10,12 @@ execution provider the models use, with the same graph optimizations:
                     last-level cache: 3 x tensor bytes per run (two read, one written; as in
                     STREAM, a CPU's write-allocate read of the output is not counted)
 
+A streaming size whose working set (two inputs and the output) is under CACHE_MARGIN times the
+last-level cache is marked cache_resident: it measures the cache, not memory, so it neither ends
+the sweep nor sets the peak (unless no size cleared the cache; then the largest one does). The
+CPU's cache size comes from sysfs; on a GPU the largest AMD Instinct cache (MI300X's 256 MiB
+Infinity Cache) is assumed.
+
 A Mul by a runtime-fed scalar was tried as a second streaming kernel and dropped: ONNX Runtime's
 scalar-broadcast path ran at under half the Add rate on CPU, so it only spent budget.
 
@@ -26,6 +32,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -38,6 +45,9 @@ GEMM_SIZES = (128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 # 16M float32 elements = 64 MiB per tensor: beyond the CPU's last-level cache; the larger sizes
 # also clear a GPU's Infinity Cache (256 MiB on MI300X).
 STREAM_SIZES = (1 << 24, 1 << 25, 1 << 26, 1 << 27)
+CACHE_MARGIN = 2  # a working set this many times the last-level cache streams from memory
+GPU_LAST_LEVEL_CACHE_BYTES = 256 << 20  # MI300X Infinity Cache, the largest on AMD Instinct
+_CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 SATURATION_GAIN = 0.05
 PATIENCE = 2
 WARMUP_RUNS = 2
@@ -63,7 +73,7 @@ class ResourcePeak:
 
     def peak_entry(self) -> dict:
         """The sweep entry the peak came from (its kernel and size: where it saturated)."""
-        return max(self.sweep, key=lambda entry: entry["median"])
+        return _best_entry(self.sweep)
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class Kernel:
     work: Callable[[int], float]  # FLOP or bytes per run
     feed_bytes: Callable[[int], int]  # host memory for inputs and output
     work_exponent: int  # run time grows as size ** work_exponent
+    streams_memory: bool = False  # must not be cache-resident to count (see CACHE_MARGIN)
 
 
 def _model(nodes: list, inputs: list, output: tuple, initializers: list | None = None):
@@ -159,6 +170,7 @@ ADD = Kernel(
     work=lambda n: 3.0 * 4 * n,
     feed_bytes=lambda n: 3 * 4 * n,
     work_exponent=1,
+    streams_memory=True,
 )
 
 # --- Sessions --------------------------------------------------------------------------------
@@ -284,16 +296,43 @@ def _sweep(ort, runtime: Runtime, kernel: Kernel, repeats: int, deadline: float)
     sweep: list[dict] = []
     providers: list[str] = []
     memory_cap = _available_host_bytes() * HOST_MEMORY_SHARE
+    cache = last_level_cache_bytes(runtime.device) if kernel.streams_memory else None
     for size in kernel.sizes:
         if sweep and (
-            _stalled([entry["median"] for entry in sweep])
+            _stalled([entry["median"] for entry in sweep if not entry["cache_resident"]])
             or kernel.feed_bytes(size) > memory_cap
             or time.perf_counter() + _predicted_seconds(kernel, sweep[-1], size, repeats) > deadline
         ):
             break
         entry, providers = _measure_size(ort, runtime, kernel, size, repeats)
+        entry["cache_resident"] = (
+            cache is not None and kernel.feed_bytes(size) < CACHE_MARGIN * cache
+        )
         sweep.append(entry)
     return sweep, providers
+
+
+def last_level_cache_bytes(device: str) -> int | None:
+    """The largest cache a streaming kernel could sit in: the CPU's highest-level cache from
+    sysfs (None where sysfs does not say), or GPU_LAST_LEVEL_CACHE_BYTES on a GPU."""
+    if device != "cpu":
+        return GPU_LAST_LEVEL_CACHE_BYTES
+    caches = []
+    for index in _CPU_CACHES.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            size = _cache_size_bytes((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+        caches.append((level, size))
+    return max(caches)[1] if caches else None
+
+
+def _cache_size_bytes(text: str) -> int:
+    """sysfs cache sizes: "49152K", "48M", or plain bytes."""
+    text = text.strip().upper()
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG")) * scale
 
 
 def _available_host_bytes() -> int:
@@ -303,8 +342,15 @@ def _available_host_bytes() -> int:
 
 
 def _peak(resource: str, unit: str, sweep: list[dict]) -> ResourcePeak:
-    best = max(sweep, key=lambda entry: entry["median"])
+    best = _best_entry(sweep)
     return ResourcePeak(resource, best["median"], best["low"], best["high"], unit, sweep)
+
+
+def _best_entry(sweep: list[dict]) -> dict:
+    """The fastest size that measured the resource itself; the largest size when every one was
+    cache-resident (then the peak is an upper bound on memory bandwidth)."""
+    counted = [entry for entry in sweep if not entry.get("cache_resident")] or sweep[-1:]
+    return max(counted, key=lambda entry: entry["median"])
 
 
 def measure_envelope(
