@@ -11,7 +11,8 @@ measures side by side:
      <= 1.25x; peak memory: target < 2 GB);
   c. GPU attribution (attribute_gpu_kernels) + derived metrics (analysis.metrics) on the N
      kernels read back from that TraceLake (target < 60 s), and the attribution's accuracy
-     against the simulated truth.
+     against the simulated truth;
+  d. `aaco export --format perfetto` of that session (write_perfetto): time, events, file size.
 a and b each run in a fresh child process, which reports its own wall time and peak resident
 memory (VmHWM); they alternate `--repeats` times (default 3) and the medians are reported,
 with the ratio as the median of the pairs' ratios. Prints a small table and one JSON line.
@@ -46,6 +47,7 @@ from aaco_pipelines.collectors.trace_simulator import (
 from aaco_pipelines.collectors.traces import load_trace
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.ingest import ingest_trace
+from aaco_pipelines.report.perfetto import write_perfetto
 from aaco_pipelines.tracelake.store import TraceLake
 
 TARGET_RATIO, TARGET_PEAK_BYTES, TARGET_ANALYSIS_S = 1.25, 2 * 1024**3, 60.0
@@ -217,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         accuracy_iteration = attribution_accuracy(result["assigned"], truth, by_iteration=True)
         accuracy_s = time.perf_counter() - t2
         alignment = clock_alignment_of(result["assigned"])
+        t3 = time.perf_counter()
+        events = write_perfetto(lake, "latest", tmp / "perfetto.json")
+        perfetto_s = time.perf_counter() - t3
+        perfetto_mb = (tmp / "perfetto.json").stat().st_size / 1e6
 
     summary = {
         "kernels": truth.kernels,
@@ -239,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         "accuracy_query_s": round(accuracy_s, 2),
         "clock_offset_error_ns": alignment.offset_ns - settings.clock_offset_ns,
         "launches_inside_windows": round(alignment.matched_fraction, 4),
+        "perfetto_s": round(perfetto_s, 2),
+        "perfetto_events": events,
+        "perfetto_mb": round(perfetto_mb, 1),
         "targets_met": {
             "ingest_ratio": ratio <= TARGET_RATIO,
             "ingest_peak_memory": ours["peak_rss_bytes"] < TARGET_PEAK_BYTES,
@@ -273,6 +282,8 @@ def _print_table(s: dict) -> None:
          f"with iteration {s['accuracy_with_iteration']:.4%}"),
         ("clock offset error", f"{s['clock_offset_error_ns']} ns",
          f"launches inside windows {s['launches_inside_windows']:.2%}"),
+        ("d. Perfetto export", f"{s['perfetto_s']:.2f} s",
+         f"{s['perfetto_events']:,} events, {s['perfetto_mb']} MB"),
     ]  # fmt: skip
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:

@@ -14,6 +14,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.report import perfetto
 from aaco_pipelines.report.perfetto import PHASES, export_perfetto, write_perfetto
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -44,7 +45,7 @@ def check_structure(trace: dict) -> dict[tuple[int, int], list[dict]]:
     return tracks
 
 
-def test_device_trace_has_kernels_per_queue_and_counters(aaco_paths, tmp_path):
+def test_device_trace_has_kernels_per_queue_and_counters(aaco_paths, tmp_path, monkeypatch):
     ingest_trace(RPD, aaco_paths, name="vllm")
     lake = TraceLake(aaco_paths.tracelake)
     trace = export_perfetto(lake, "latest")
@@ -57,6 +58,17 @@ def test_device_trace_has_kernels_per_queue_and_counters(aaco_paths, tmp_path):
     count = write_perfetto(lake, "latest", output)
     streamed = json.loads(output.read_text())  # the streamed file is the same valid JSON
     assert len(streamed["traceEvents"]) == count == len(trace["traceEvents"])
+
+    # An export that fails half-way leaves the earlier file as it was, and nothing beside it.
+    def failing_chunks(lake, session_id):
+        yield ['{"ph": "M"}']
+        raise OSError("disk full")
+
+    monkeypatch.setattr(perfetto, "iter_event_chunks", failing_chunks)
+    with pytest.raises(OSError, match="disk full"):
+        write_perfetto(lake, "latest", output)
+    assert json.loads(output.read_text()) == streamed
+    assert not list(tmp_path.glob(".trace.json*"))
 
 
 def test_measured_session_has_iterations_nodes_and_telemetry(aaco_paths, fast_options, tmp_path):

@@ -12,6 +12,7 @@ simple subtraction.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,16 +160,22 @@ def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> str:
 
 
 def write_perfetto(lake: TraceLake, session_id: str, output: Path) -> int:
-    """Stream the session's trace to `output`; returns the number of events written."""
+    """Stream the session's trace to `output`; returns the number of events written. The file
+    appears whole or not at all: it is written beside `output` and renamed at the end."""
     session_id = resolve_session(lake, session_id)
+    partial = output.with_name(f".{output.name}.partial")
     count = 0
-    with open(output, "w") as out:
-        out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
-        for chunk in iter_event_chunks(lake, session_id):
-            if chunk:
-                out.write((",\n" if count else "") + ",\n".join(chunk))
-                count += len(chunk)
-        out.write("\n]}\n")
+    try:
+        with open(partial, "w") as out:
+            out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+            for chunk in iter_event_chunks(lake, session_id):
+                if chunk:
+                    out.write((",\n" if count else "") + ",\n".join(chunk))
+                    count += len(chunk)
+            out.write("\n]}\n")
+        os.replace(partial, output)
+    finally:
+        partial.unlink(missing_ok=True)
     return count
 
 
