@@ -28,7 +28,8 @@ def nightly_review_sensor(context: dg.SensorEvaluationContext):
     )
     nights: dict[str, list[dg.DagsterRun]] = {}
     for run in runs:
-        nights.setdefault(run.tags[NIGHT_TAG], []).append(run)
+        if NIGHT_TAG in run.tags:
+            nights.setdefault(run.tags[NIGHT_TAG], []).append(run)
     reviewed = context.cursor or ""
     ready = sorted(
         night
