@@ -104,6 +104,19 @@ def test_only_noise_ranks_noise_first(tmp_path):
     assert [s.kind for s in suspects] == ["noise", "unexplained"]  # jitter is no suspect
 
 
+def test_one_preempted_iteration_makes_no_op_suspect(tmp_path):
+    """The current session's Add took 5 µs in most iterations and milliseconds in one: its mean
+    moved, its median did not, and neither did the p50 latency being explained."""
+    lake = _lake(tmp_path, _session(4, 100_800), OPS)
+    with lake.connect(write=True) as con:
+        con.execute(
+            "UPDATE op_breakdown SET mean_ns = 30000, p50_ns = 5000 "
+            "WHERE session_id = 's4' AND name = 'Add'"
+        )
+    suspects = explain_change(lake, BASELINE, "s4")
+    assert not [s for s in suspects if s.kind == "op_time"], suspects
+
+
 def test_a_slower_op_in_a_new_model_version(tmp_path):
     slower = {**OPS, "MatMul": 95_000.0}
     lake = _lake(tmp_path, _session(4, 135_000, sha="m2"), slower)

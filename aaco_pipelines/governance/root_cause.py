@@ -281,12 +281,12 @@ names AS (
     SELECT DISTINCT name FROM op_breakdown WHERE level = 'op_type'
       AND (session_id = $cur OR session_id IN (SELECT session_id FROM base_sessions))),
 base AS (
-    SELECT n.name, median(coalesce(o.mean_ns, 0)) AS base_ns
+    SELECT n.name, median(coalesce(o.p50_ns, o.mean_ns, 0)) AS base_ns
     FROM base_sessions b CROSS JOIN names n
     LEFT JOIN op_breakdown o ON o.session_id = b.session_id AND o.level = 'op_type'
          AND o.name = n.name
     GROUP BY n.name)
-SELECT base.name, base.base_ns, coalesce(c.mean_ns, 0) AS cur_ns
+SELECT base.name, base.base_ns, coalesce(c.p50_ns, c.mean_ns, 0) AS cur_ns
 FROM base LEFT JOIN op_breakdown c ON c.session_id = $cur AND c.level = 'op_type'
      AND c.name = base.name
 WHERE (SELECT count(*) FROM op_breakdown WHERE session_id = $cur AND level = 'op_type') > 0
@@ -296,7 +296,8 @@ WHERE (SELECT count(*) FROM op_breakdown WHERE session_id = $cur AND level = 'op
 def _op_suspects(
     lake: TraceLake, ids: dict, delta: _Delta, params: RootCauseParams
 ) -> list[Suspect]:
-    """Op types whose mean time per profiled iteration moved (median over the baseline)."""
+    """Op types whose median time per profiled iteration moved (median over the baseline):
+    the median, like the p50 delta it explains, so one preempted iteration makes no suspect."""
     ops = lake.query(OP_SQL, ids)
     base, cur = ops["base_ns"].to_numpy(), ops["cur_ns"].to_numpy()
     change = cur - base
