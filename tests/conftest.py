@@ -49,6 +49,28 @@ def add_model(
     return path
 
 
+@pytest.fixture(scope="session")
+def host_envelopes() -> dict:
+    """Hardware envelopes measured for real in this test run, per (target, providers)."""
+    return {}
+
+
+@pytest.fixture(autouse=True)
+def measure_each_envelope_once(monkeypatch, host_envelopes):
+    """The first analysed session of a TraceLake measures the hardware envelope (about 4 s on
+    this 2-core host), and every test's lake is new: the run measures each target's envelope
+    once and every lake stores that one. tests/test_envelope.py measures its own."""
+    from aaco_pipelines.analysis import envelope, session
+
+    def once(target: str = "cpu", providers=None, **kwargs):
+        key = (target, tuple(providers or ()))
+        if key not in host_envelopes:
+            host_envelopes[key] = envelope.measure_envelope(target, providers, **kwargs)
+        return host_envelopes[key]
+
+    monkeypatch.setattr(session, "measure_envelope", once)
+
+
 @pytest.fixture
 def fast_options() -> MeasureOptions:
     return MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=4096))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import subprocess
@@ -10,7 +9,6 @@ import sys
 from pathlib import Path
 
 import models
-import pytest
 from conftest import add_model
 
 from aaco_pipelines.cli import main
@@ -32,16 +30,7 @@ def test_zoo_build_if_empty_and_registry_list(aaco_paths, capsys):
     assert not aaco_paths.tracelake.exists()
 
 
-@pytest.fixture
-def quick_envelope(monkeypatch):
-    """The first analysed run measures the hardware envelope: a short sweep is enough here."""
-    from aaco_pipelines.analysis import envelope, session
-
-    quick = functools.partial(envelope.measure_envelope, budget_s=0.5, repeats=2)
-    monkeypatch.setattr(session, "measure_envelope", quick)
-
-
-def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys, quick_envelope):
+def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys):
     path = add_model(aaco_paths, "tiny", models.tiny_mlp())
     assert main(["run", "--model", str(path), "--iterations", "7", "--no-profile"]) == 0
     captured = capsys.readouterr()

@@ -4,7 +4,6 @@ whose runs land in the Dagster instance while a broken model fails alone."""
 
 from __future__ import annotations
 
-import functools
 import json
 
 import dagster as dg
@@ -112,10 +111,6 @@ def test_baseline_create_list_show_pin(home, capsys):
 
 
 def test_sweep_records_runs_and_a_broken_model_fails_alone(aaco_paths, capsys, monkeypatch):
-    from aaco_pipelines.analysis import envelope, session
-
-    quick = functools.partial(envelope.measure_envelope, budget_s=0.5, repeats=2)
-    monkeypatch.setattr(session, "measure_envelope", quick)
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
     add_model(aaco_paths, "tiny_a", models.tiny_mlp())
     add_model(aaco_paths, "Tiny-B", models.tiny_mlp(seed=3))
