@@ -114,13 +114,11 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     lake = TraceLake(aaco_paths.tracelake)
     lake.ingest_session(bundle)
     analyze_session(bundle, aaco_paths)
-    nodes = {
-        r["name"]: r["share"]
-        for r in lake.query(
-            "SELECT name, share FROM op_breakdown WHERE session_id = ? AND level = 'node'",
-            [bundle.session_id],
-        ).to_pylist()
-    }
+    rows = lake.query(
+        "SELECT name, share, p50_ns FROM op_breakdown WHERE session_id = ? AND level = 'node'",
+        [bundle.session_id],
+    ).to_pylist()
+    nodes = {r["name"]: r["share"] for r in rows}
     inserted = set(
         lake.query(
             "SELECT runtime_node FROM node_attribution WHERE session_id = ? "
@@ -139,12 +137,6 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     assert any(f"(unmatched) {name}" in nodes for name in inserted)
     # The convolutions carry most of the time, as in the CPU profile the trace came from. Judged
     # on per-iteration medians: one preempted iteration can give a 5 µs node most of the sum.
-    p50 = {
-        r["name"]: r["p50_ns"]
-        for r in lake.query(
-            "SELECT name, p50_ns FROM op_breakdown WHERE session_id = ? AND level = 'node'",
-            [bundle.session_id],
-        ).to_pylist()
-    }
+    p50 = {r["name"]: r["p50_ns"] for r in rows}
     assert p50["conv1"] + p50["conv2"] > 0.5 * sum(p50.values()), p50
     assert {"conv1", "bn1", "relu1", "conv2", "residual_add"} <= set(nodes)
