@@ -49,6 +49,16 @@ def add_model(
     return path
 
 
+@pytest.fixture
+def lake(measured):
+    """The TraceLake of the module's `measured` sessions (its fixture returns the lake first),
+    with no baselines left by an earlier test."""
+    lake = measured[0]
+    with lake.connect(write=True) as con:
+        con.execute("DELETE FROM baselines")
+    return lake
+
+
 @pytest.fixture(scope="session")
 def host_envelopes() -> dict:
     """Hardware envelopes measured for real in this test run, per (target, providers)."""

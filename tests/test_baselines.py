@@ -37,15 +37,6 @@ def measured(tmp_path_factory):
     return TraceLake(paths.tracelake), ids[:3], ids[3]
 
 
-@pytest.fixture
-def lake(measured):
-    """The measured lake with no baselines left by an earlier test."""
-    lake = measured[0]
-    with lake.connect(write=True) as con:
-        con.execute("DELETE FROM baselines")
-    return lake
-
-
 def _baseline_rows(lake: TraceLake) -> list[dict]:
     return lake.query("SELECT * FROM baselines ORDER BY baseline_name").to_pylist()
 

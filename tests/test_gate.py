@@ -44,15 +44,6 @@ def measured(tmp_path_factory):
     return lake, ids
 
 
-@pytest.fixture
-def lake(measured):
-    """The measured lake with no baselines left by an earlier test."""
-    lake = measured[0]
-    with lake.connect(write=True) as con:
-        con.execute("DELETE FROM baselines")
-    return lake
-
-
 def test_a_slower_model_is_a_critical_regression_caused_by_the_model(lake, measured):
     _, (t0, t1, t2, slower, _) = measured
     verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], resamples=500)
