@@ -84,3 +84,38 @@ def measure_each_envelope_once(monkeypatch, host_envelopes):
 @pytest.fixture
 def fast_options() -> MeasureOptions:
     return MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=4096))
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real, small file system (a 2 MiB tmpfs) to fill up: where a write fails with ENOSPC.
+    Needs root (CI and the developers' machines run as root); skipped where mounting is refused."""
+    import subprocess
+
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int = 0) -> None:
+    """Fill a small file system until at most `leave_bytes` are free."""
+    import os
+
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(disk / "filler", "wb") as handle:
+        try:
+            handle.write(b"\0" * max(free - leave_bytes, 0))
+            handle.flush()
+            while os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize > leave_bytes:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+        except OSError:
+            pass
