@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 
@@ -35,3 +36,34 @@ class WorkerFailure(Exception):
         self.evidence_dir = str(evidence_dir) if evidence_dir is not None else None
         suffix = f" (worker output kept in {self.evidence_dir})" if self.evidence_dir else ""
         super().__init__(message + suffix)
+
+
+# Write failures a user fixes on the machine, not in aaco: a full or read-only file system.
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
+def out_of_space(exc: BaseException, where: str | Path) -> AacoInputError | None:
+    """The one-line error for a write that failed because `where` (a folder the user chose, such
+    as AACO_HOME or the TraceLake's) is full or read-only; None for any other error."""
+    if not isinstance(exc, OSError) or exc.errno not in NO_SPACE_ERRNOS:
+        return None
+    problem = "read-only file system" if exc.errno == errno.EROFS else "no space left"
+    return AacoInputError(
+        f"{problem} while writing {exc.filename or 'here'}",
+        path=where,
+        fix="free space on that file system (or make it writable), or point AACO_HOME / "
+        "AACO_TRACELAKE at another one; nothing half-written was kept",
+    )
+
+
+class Interrupted(BaseException):
+    """aaco was told to stop (SIGTERM, SIGINT, SIGHUP).
+
+    A BaseException like KeyboardInterrupt, so every `finally` on the way out runs (the worker's
+    process group is killed, an unfinished session is kept as failed evidence) and no
+    `except Exception` swallows it."""
+
+    def __init__(self, signal_name: str):
+        self.signal_name = signal_name
+        self.evidence_dir: str | None = None
+        super().__init__(f"stopped by {signal_name}")
