@@ -13,7 +13,8 @@ from pathlib import Path
 
 from aaco_pipelines import __version__
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.stopping import exit_code, stop_on_signals
 
 
 def cmd_zoo_build(args, paths: AacoPaths) -> int:
@@ -721,11 +722,37 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    paths = AacoPaths.from_env()
+    stop_on_signals()
     try:
-        return args.func(args, AacoPaths.from_env())
+        return args.func(args, paths)
     except (AacoInputError, WorkerFailure) as exc:
         print(f"aaco: error: {exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
+        print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
+        return exit_code(exc)
+    except MemoryError:
+        print(
+            "aaco: error: out of memory in the aaco process. Fix: raise the memory limit "
+            f"(ulimit -v is {_address_space_limit()}) or measure a smaller model",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:
+        problem = out_of_space(exc, paths.home)
+        if problem is None:
+            raise
+        print(f"aaco: error: {problem}", file=sys.stderr)
+        return 2
+
+
+def _address_space_limit() -> str:
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"
 
 
 if __name__ == "__main__":

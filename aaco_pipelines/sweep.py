@@ -24,11 +24,12 @@ from pathlib import Path
 import dagster as dg
 
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
+from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
 
 REGRESSION_CHECK = "no_performance_regression"
@@ -83,6 +84,8 @@ def sweep(
             results.append(summarize(model.slug, result))
             if on_result:
                 on_result(results[-1])
+            if stopped := stop_requested() or interruption(result):
+                raise Interrupted(stopped)  # Dagster recorded the stop as a failed step
     return control_false_discoveries(paths, results)
 
 
@@ -180,6 +183,24 @@ def summarize(slug: str, result: dg.ExecuteInProcessResult) -> SweepResult:
         else verdicts.get("latency_p50_ns"),
         error=error,
     )
+
+
+# Dagster turns SIGTERM and SIGINT during a step into this error; the sweep stops on it.
+_INTERRUPTIONS = {"DagsterExecutionInterruptedError": "SIGTERM", "KeyboardInterrupt": "SIGINT"}
+
+
+def interruption(result: dg.ExecuteInProcessResult) -> str | None:
+    """The stop signal (by name) that ended a run's step, if one did."""
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            error = event.step_failure_data.error
+            while error is not None:
+                if error.cls_name in _INTERRUPTIONS:
+                    return _INTERRUPTIONS[error.cls_name]
+                if error.cls_name == "Interrupted":
+                    return error.message.rsplit(" ", 1)[-1].strip()
+                error = error.cause
+    return None
 
 
 def failure_message(result: dg.ExecuteInProcessResult) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import errno
 import json
 import os
 import secrets
@@ -27,13 +28,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle, write_json
+from aaco_pipelines.bundle import SessionBundle, record_evidence, write_json
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.execution.gpu_sampler import GpuSampler, request_performance_determinism
 from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
+from aaco_pipelines.execution.lifeline import Lifeline
 from aaco_pipelines.execution.providers import amd_gpu_visible
+from aaco_pipelines.leftovers import hold, release
 from aaco_pipelines.registry.sidecar import InputSpec
 
 Progress = Callable[[str], None]
@@ -92,15 +95,29 @@ def run_benchmark(
     say = on_progress or (lambda message: None)
     staging = paths.sessions / ".staging" / request.session_id
     staging.mkdir(parents=True, exist_ok=False)
+    hold(staging, request.session_id)  # held until the session is complete or abandoned
     started_at = dt.datetime.now(dt.timezone.utc)
-    write_json(
-        staging / "request.json", {**request.to_json(), "limits": dataclasses.asdict(limits)}
-    )
+    final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
     try:
+        write_json(
+            staging / "request.json", {**request.to_json(), "limits": dataclasses.asdict(limits)}
+        )
         outcome = _run_plan(request, staging, limits, say)
+        _publish(request, staging, outcome, started_at, graph_dir, final)
     except BaseException as exc:
-        _keep_failure(staging, paths, request.session_id, exc)
+        # A stop signal can land just after the rename: the published folder is the one kept.
+        _keep_failure(staging if staging.exists() else final, paths, request.session_id, exc)
+        release(request.session_id)
+        problem = out_of_space(exc, paths.home) or _worker_out_of_space(exc, paths)
+        if problem is not None:
+            raise problem from exc
         raise
+    say(f"session {request.session_id} written to {final}")
+    return SessionBundle(final)
+
+
+def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final: Path) -> None:
+    """session.json and the evidence digests written, the folder renamed into sessions/."""
     if graph_dir is not None:
         shutil.copytree(graph_dir, staging / "graph")
     worker = _merge_worker_results(staging, [call.passes for call in outcome["calls"]])
@@ -119,11 +136,23 @@ def run_benchmark(
             **outcome,
         },
     )
-    final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
+    record_evidence(staging)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.replace(staging, final)
-    say(f"session {request.session_id} written to {final}")
-    return SessionBundle(final)
+
+
+def _worker_out_of_space(exc: BaseException, paths: AacoPaths) -> AacoInputError | None:
+    """A worker that failed while the session folder's file system is full failed for that
+    (it may not even have been able to say so in error.json)."""
+    if not isinstance(exc, WorkerFailure):
+        return None
+    try:
+        free = shutil.disk_usage(paths.home).free
+    except OSError:
+        return None
+    if free >= 1 << 20:
+        return None
+    return out_of_space(OSError(errno.ENOSPC, "no space left", str(paths.home)), paths.home)
 
 
 @dataclass(frozen=True)
@@ -234,9 +263,23 @@ def _watch_worker(
     """Run one worker call to completion under the limits; its host samples and what the
     parent observed."""
     log = open(staging / "worker.log", "a")  # noqa: SIM115 - closed below, also on failure
-    process = subprocess.Popen(
-        call.command, stdout=log, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    lifeline = Lifeline()
+    try:
+        process = subprocess.Popen(
+            call.command,
+            stdout=log,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own group: killed whole at a limit or an interruption
+            env={**os.environ, **lifeline.env},
+            pass_fds=lifeline.pass_fds,
+        )
+    except BaseException:
+        lifeline.started()
+        lifeline.close()
+        log.close()
+        raise
+    lifeline.started()
     forwarder = threading.Thread(
         target=_forward_progress, args=(process.stderr, log, say), daemon=True
     )
@@ -256,6 +299,7 @@ def _watch_worker(
     finally:
         if process.poll() is None:
             _kill_group(process)
+        lifeline.close()
         raw_samples = sampler.stop()
         forwarder.join(timeout=5)
         log.close()
@@ -338,11 +382,18 @@ def _raise_worker_failure(request, staging, returncode, killed_for, limits, samp
 
 
 def _keep_failure(staging: Path, paths: AacoPaths, session_id: str, exc: BaseException) -> None:
-    """Move a failed run's folder to failed/ with the reason: evidence kept, never ingested."""
-    write_json(staging / "failure.json", {"type": type(exc).__name__, "message": str(exc)})
+    """Move a failed run's folder to failed/ with the reason: evidence kept, never ingested.
+    Where even that cannot be written (the disk is full) the folder goes, so a failure never
+    leaves a half-written session behind."""
     target = paths.failed_sessions / dt.date.today().isoformat() / session_id
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(staging, target)
-    if isinstance(exc, WorkerFailure):
+    try:
+        write_json(staging / "failure.json", {"type": type(exc).__name__, "message": str(exc)})
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        return
+    if isinstance(exc, (WorkerFailure, Interrupted)):
         exc.evidence_dir = str(target)
+    if isinstance(exc, WorkerFailure):
         exc.args = (f"{exc.args[0]} (worker output kept in {target})",)

@@ -31,6 +31,7 @@ from aaco_pipelines.bundle import write_json
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
+from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.providers import amd_gpu_visible, choose_providers
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import InputSpec
@@ -162,6 +163,7 @@ def _profiled_pass(ort, request: dict, feeds: dict, passes: dict, out: Path) -> 
 
 
 def main(argv: list[str]) -> int:
+    watch_parent()  # die with the runner, however it ends
     request_path = Path(argv[1])
     which = argv[2] if len(argv) > 2 else "all"
     out = request_path.parent
