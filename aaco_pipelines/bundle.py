@@ -12,6 +12,8 @@
       graph/                the graph extraction of the exact model file (nodes, edges, summary)
       rocprof/              rocprofv3's output of the traced pass (GPU hosts; or raw/ for an
                             ingested trace)
+      evidence.json         sha256 and size of every file above, taken when the bundle was
+                            published and checked whenever the bundle is loaded again
       tables/               normalized TraceLake tables, written by collection; a device trace
                             is not copied into them but named by tables/device_trace.json and
                             loaded from its raw file straight into the TraceLake
@@ -23,6 +25,7 @@ progress lives under sessions/.staging/ and failures are moved to failed/ with t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -33,7 +36,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aaco_pipelines.errors import AacoInputError
+
 DEVICE_TRACE = "device_trace.json"
+EVIDENCE = "evidence.json"
+_CHUNK = 8 << 20
+# Derived from the evidence and rebuilt at will, so not part of it.
+_DERIVED = ("tables",)
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,7 @@ class SessionBundle:
     def write_tables(self, tables: dict[str, pa.Table], device_trace: dict | None = None) -> None:
         """Replace tables/ as a whole: written beside it, then swapped in, never half there."""
         staging = Path(tempfile.mkdtemp(prefix=".tables-", dir=self.path))
+        staging.chmod(0o755)  # mkdtemp's 0700 would make tables/ unlike every other folder
         try:
             for name, table in tables.items():
                 pq.write_table(table, staging / f"{name}.parquet", compression="zstd")
@@ -111,6 +121,74 @@ class SessionBundle:
 
     def read_table(self, table: str) -> pa.Table:
         return pq.read_table(self.table_path(table))
+
+    def inside(self, relative: str) -> Path:
+        """A path a bundle file names (device_trace.json's), refused when it leads outside the
+        bundle: a file's content is data, never a way out of its folder."""
+        target = (self.path / relative).resolve()
+        if not target.is_relative_to(self.path.resolve()):
+            raise AacoInputError(
+                f"the bundle names a path outside itself ({relative!r})",
+                path=self.path,
+                fix="the bundle was edited by hand; restore it or re-ingest the trace",
+            )
+        return target
+
+    def verify_evidence(self) -> None:
+        """Every file recorded when the bundle was published still has its size and sha256:
+        raw evidence that changed since (a trace appended to, a profile edited) is refused."""
+        manifest = self.path / EVIDENCE
+        if not manifest.is_file():
+            return  # published before evidence was recorded
+        recorded = json.loads(manifest.read_text())
+        for relative, expected in sorted(recorded.items()):
+            file = self.inside(relative)
+            actual = file_digest(file) if file.is_file() else None
+            if actual != expected:
+                raise AacoInputError(
+                    f"raw evidence {relative} changed since the session was recorded "
+                    f"({'missing' if actual is None else 'different content'})",
+                    path=file,
+                    fix="restore the original file; a changed trace is new evidence: "
+                    "ingest it as a new session",
+                )
+
+
+def record_evidence(folder: Path, known: dict[str, dict] | None = None) -> None:
+    """Write evidence.json: the size and sha256 of every file of a bundle about to be
+    published (`known` digests, taken while copying, are not computed twice); tables/ is
+    derived and left out. Files are made read-only, folders stay usable."""
+    known = known or {}
+    digests = {}
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = file.relative_to(folder).as_posix()
+        if relative == EVIDENCE or relative.split("/")[0] in _DERIVED:
+            continue
+        digests[relative] = known.get(relative) or file_digest(file)
+        file.chmod(0o444)
+    write_json(folder / EVIDENCE, digests)
+
+
+def file_digest(path: Path) -> dict:
+    """{"bytes", "sha256"} of a file, read in large chunks."""
+    digest, size = hashlib.sha256(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def copy_with_digest(source: Path, target: Path) -> dict:
+    """Copy a regular file and hash it in the same pass: the bundle's own copy of a trace, so
+    nothing done to the original later changes the evidence."""
+    digest, size = hashlib.sha256(), 0
+    with open(source, "rb") as reader, open(target, "xb") as writer:
+        while chunk := reader.read(_CHUNK):
+            digest.update(chunk)
+            writer.write(chunk)
+            size += len(chunk)
+    return {"bytes": size, "sha256": digest.hexdigest()}
 
 
 def write_json(path: Path, data: dict) -> None:

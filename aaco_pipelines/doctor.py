@@ -158,6 +158,28 @@ def check_tracelake(paths: AacoPaths) -> Check:
     return Check("TraceLake", OK, detail, "sessions are stored and queryable")
 
 
+def check_interrupted(paths: AacoPaths) -> Check:
+    """What killed or failed runs left behind (aaco_pipelines.leftovers)."""
+    from aaco_pipelines.leftovers import find_leftovers, grace_s, lake_states
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    states = lake_states(TraceLake(paths.tracelake, lock_timeout_s=5))
+    found = find_leftovers(paths, states, grace=0)
+    if not found:
+        unread = "; TraceLake unreadable: only staging checked" if states is None else ""
+        return Check("Interrupted runs", OK, f"none{unread}", "nothing half-written is left")
+    kinds = sorted({o.kind for o in found})
+    counts = ", ".join(f"{sum(o.kind == k for o in found)} {k}" for k in kinds)
+    oldest = max(found, key=lambda o: o.age_s)
+    return Check(
+        "Interrupted runs",
+        WARNING,
+        f"{counts}; oldest: {oldest.line()}",
+        "invisible to reports; moved to failed/ at the next run's start (sessions once "
+        f"{grace_s():.0f} s old, AACO_ORPHAN_GRACE_S)",
+    )
+
+
 CHECKS: tuple[tuple[str, Callable], ...] = (
     ("Python", check_python),
     ("ONNX Runtime", check_onnxruntime),
@@ -178,6 +200,7 @@ def run_checks(paths: AacoPaths) -> list[Check]:
     """Every check, in order; a probe that fails becomes a `missing` check with its reason."""
     checks = [*CHECKS, ("Dagster instance", lambda: check_dagster_home(paths))]
     checks.append(("TraceLake", lambda: check_tracelake(paths)))
+    checks.append(("Interrupted runs", lambda: check_interrupted(paths)))
     return [_guarded(name, probe) for name, probe in checks]
 
 

@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aaco_pipelines.bundle import SessionBundle, write_json
+from aaco_pipelines.bundle import SessionBundle, copy_with_digest, record_evidence, write_json
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.session import latency_summary
 from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
 from aaco_pipelines.graph.store import prepare_model_version
+from aaco_pipelines.leftovers import clean_leftovers, hold, release
 from aaco_pipelines.registry.scan import model_slug, registered_model
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
@@ -35,10 +36,17 @@ ORT_PROFILE_GLOBS = ("*onnxruntime_profile*.json", "ort_profile*.json")
 
 
 def ingest_trace(
-    trace: Path, paths: AacoPaths, *, model: Path | None = None, name: str | None = None
+    trace: Path,
+    paths: AacoPaths,
+    *,
+    model: Path | None = None,
+    name: str | None = None,
+    complete: bool = True,
 ) -> SessionBundle:
     """Build and publish the session bundle of an external trace and load it into the
-    TraceLake, all or nothing: on any error neither the bundle nor any row remains."""
+    TraceLake, all or nothing: on any error neither the bundle nor any row remains.
+    `complete=False` leaves the session invisible to readers until its analysis is committed
+    (the caller analyses it next, and holds it until then)."""
     trace = trace.absolute()
     if not trace.exists():
         raise AacoInputError(
@@ -49,26 +57,41 @@ def ingest_trace(
     session_id = new_session_id(slug)
     staging = paths.sessions / ".staging" / session_id
     final = paths.sessions / dt.date.today().isoformat() / session_id
+    clean_leftovers(paths, TraceLake(paths.tracelake))
     staging.mkdir(parents=True)
+    hold(staging, session_id)
     try:
-        version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
+        version, digests = _build(
+            staging, trace, trace_format, paths, model, slug, name, session_id
+        )
+        record_evidence(staging, known=digests)
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, final)
         bundle = SessionBundle(final)
         TraceLake(paths.tracelake).ingest_session(
-            bundle, derive=lambda con: _span_tables(con, bundle, trace, version, trace_format)
+            bundle,
+            derive=lambda con: _span_tables(con, bundle, trace, version, trace_format),
+            verify=False,  # hashed while copying, a moment ago
+            complete=complete,
         )
-    except BaseException:
+    except BaseException as exc:
+        release(session_id)
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
+        problem = out_of_space(exc, paths.home)
+        if problem is not None:
+            raise problem from exc
         raise
+    if complete:
+        release(session_id)
     return bundle
 
 
 def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     """The bundle in staging: the raw trace, the model's graph, the JSON records, and tables
-    holding ONNX Runtime's host events; the trace itself is named for loading, not copied."""
-    _link_or_copy_tree(trace, staging / "raw")
+    holding ONNX Runtime's host events (the trace is named for loading, not copied into
+    them); also the digests of the copied trace files."""
+    digests = _copy_evidence(trace, staging / "raw")
     version = None
     if model is not None:
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
@@ -102,25 +125,21 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
             "iteration": None if host is not None else 0,  # no runs: the trace is one iteration
         },
     )
-    return version
+    return version, digests
 
 
-def _link_or_copy_tree(trace: Path, raw: Path) -> None:
-    """The trace as the bundle's raw evidence: hard links where the file system allows (a
-    multi-GB trace is not written twice; profilers write new files, they do not edit old
-    ones), copies elsewhere."""
-    if trace.is_dir():
-        shutil.copytree(trace, raw, copy_function=_link_or_copy)
-    else:
-        raw.mkdir()
-        _link_or_copy(trace, raw / trace.name)
-
-
-def _link_or_copy(source, target) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copy2(source, target)
+def _copy_evidence(trace: Path, raw: Path) -> dict[str, dict]:
+    """The trace copied into the bundle as its raw evidence, hashed while copying:
+    {bundle-relative path: digest}. A copy, not a hard link: appending to or editing the
+    original later must not change what this session was measured from."""
+    sources = sorted(p for p in trace.rglob("*") if p.is_file()) if trace.is_dir() else [trace]
+    base = trace if trace.is_dir() else trace.parent
+    digests = {}
+    for source in sources:
+        target = raw / source.relative_to(base)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        digests[target.relative_to(raw.parent).as_posix()] = copy_with_digest(source, target)
+    return digests
 
 
 def _span_tables(con, bundle: SessionBundle, trace, version, trace_format) -> dict[str, pa.Table]:

@@ -23,6 +23,7 @@ from aaco_pipelines.execution.runner import (
 )
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
+from aaco_pipelines.leftovers import abandon, clean_leftovers, release
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
@@ -57,7 +58,9 @@ def benchmark_version(
     options: MeasureOptions = MeasureOptions(),
     on_progress: Callable[[str], None] | None = None,
 ) -> SessionBundle:
-    """Run one isolated, measured session of a model version; returns its published bundle."""
+    """Run one isolated, measured session of a model version; returns its published bundle.
+    What earlier interrupted runs left behind is quarantined first."""
+    clean_leftovers(paths, TraceLake(paths.tracelake))
     sidecar = iteration_counts(version.sidecar, options)
     request = BenchmarkRequest(
         session_id=new_session_id(version.slug),
@@ -96,7 +99,7 @@ def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu"
         lake, bundle.session_id, analysis.metrics_of(tables), envelope_id, envelope
     )
     verdicts = drift_rows(lake, bundle.session["model_slug"], bundle.session_id)
-    lake.replace_session_rows(bundle.session_id, {"drift_verdicts": verdicts})
+    lake.replace_session_rows(bundle.session_id, {"drift_verdicts": verdicts}, complete=True)
     return {
         "bottleneck": report.bottleneck,
         "confidence": report.confidence,
@@ -117,14 +120,23 @@ def measure_model(
     analyze: bool = False,
 ) -> SessionBundle:
     """Every measurement stage for one registered model, ending with the session in the
-    TraceLake; `analyze=True` also runs the analysis stages on it."""
+    TraceLake; `analyze=True` also runs the analysis stages on it. The session becomes visible
+    to readers only when every stage asked for is done; a failure or a stop signal on the way
+    moves the bundle to failed/ and removes its rows."""
     say = on_progress or (lambda message: None)
     version, _graph = prepare_model_version(model, paths)
     bundle = benchmark_version(version, paths, options, on_progress)
-    say("collecting the session's tables and loading them into the TraceLake")
-    collect_bundle(bundle)
-    TraceLake(paths.tracelake).ingest_session(bundle)
-    if analyze:
-        say("analysing (a new runtime first measures its hardware envelope)")
-        analyze_session(bundle, paths, options.target)
+    lake = TraceLake(paths.tracelake)
+    try:
+        say("collecting the session's tables and loading them into the TraceLake")
+        collect_bundle(bundle)
+        lake.ingest_session(bundle, complete=not analyze)
+        if analyze:
+            say("analysing (a new runtime first measures its hardware envelope)")
+            analyze_session(bundle, paths, options.target)
+    except BaseException as exc:
+        abandon(bundle.path, paths, lake, exc)
+        raise
+    finally:
+        release(bundle.session_id)
     return bundle

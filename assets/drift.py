@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
+from aaco_pipelines.leftovers import release
 from aaco_pipelines.report.markdown import markdown_table, num
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from assets.partitions import models_partitions
@@ -40,7 +41,9 @@ def performance_drift(
     lake, session_id = tracelake.lake, bottleneck_report["session_id"]
     slug = context.partition_key
     rows = drift_rows(lake, slug, session_id)
-    lake.replace_session_rows(session_id, {"drift_verdicts": rows})
+    # The last stage: its verdicts and the session's completion commit together.
+    lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
+    release(session_id)
     verdicts = rows.to_pylist()
     p50_row = next(v for v in verdicts if v["metric"] == "latency_p50_ns")
     gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))

@@ -119,3 +119,13 @@ def fill(disk: Path, leave_bytes: int = 0) -> None:
                 handle.flush()
         except OSError:
             pass
+
+
+def store_sessions(lake, rows) -> None:
+    """Add session rows (an Arrow table or a list of dicts) as complete sessions, the way a
+    finished analysis leaves them: visible to history, reports, baselines and the gate."""
+    import pyarrow as pa
+
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
+    lake.append_rows("sessions", table)
+    lake.append_rows("completed_sessions", table.select(["session_id"]))

@@ -6,9 +6,8 @@ from __future__ import annotations
 import datetime as dt
 
 import models
-import pyarrow as pa
 import pytest
-from conftest import STEADY_SIDECAR, add_model
+from conftest import STEADY_SIDECAR, add_model, store_sessions
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -94,10 +93,7 @@ def test_compare_detects_the_swap_to_a_slower_model(lake, measured):
 def test_bad_input_is_refused_and_leaves_the_lake_unchanged(lake, measured):
     _, tiny, slower = measured
     create_baseline(lake, "release", session_ids=tiny[:2], pin=True)
-    lake.append_rows(
-        "sessions",
-        pa.Table.from_pylist([{"session_id": "other-1", "model_slug": "other", "target": "cpu"}]),
-    )
+    store_sessions(lake, [{"session_id": "other-1", "model_slug": "other", "target": "cpu"}])
     before = _baseline_rows(lake)
     future = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
     attempts = {

@@ -19,6 +19,7 @@ NAMES = [
     "CPU pinning",
     "Dagster instance",
     "TraceLake",
+    "Interrupted runs",
 ]
 
 
@@ -34,6 +35,7 @@ def test_every_check_is_reported_with_a_meaning(aaco_paths):
     if not amd_gpu_visible():  # this CI host: no ROCm GPU, reported as such
         assert checks["AMD GPUs"].status == MISSING and "CPU" in checks["AMD GPUs"].meaning
     assert checks["TraceLake"].status == MISSING
+    assert checks["Interrupted runs"].status == OK
     assert not aaco_paths.tracelake.exists()  # the doctor looked without creating it
 
 

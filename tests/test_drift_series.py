@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import store_sessions
 
 from aaco_pipelines.governance.series import judge_series, metric_policy
 
@@ -165,7 +166,7 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
         for i, p in enumerate(p50)
     ]  # fmt: skip
     lake = TraceLake(aaco_paths.tracelake)
-    lake.append_rows("sessions", conform(pa.Table.from_pylist(sessions), SESSIONS))
+    store_sessions(lake, conform(pa.Table.from_pylist(sessions), SESSIONS))
     samples = [{"session_id": "s13", "pass": "measured", "iteration": i,
                 "latency_ns": int(p50[-1] * (1 + 0.01 * rng.standard_normal()))}
                for i in range(50)]  # fmt: skip

@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 
 import models
-import pyarrow as pa
 import pytest
-from conftest import STEADY_SIDECAR, add_model
+from conftest import STEADY_SIDECAR, add_model, store_sessions
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -40,7 +39,7 @@ def measured(tmp_path_factory):
         )
     lake = TraceLake(paths.tracelake)
     other = {"session_id": "other-1", "model_slug": "other", "target": "cpu"}
-    lake.append_rows("sessions", pa.Table.from_pylist([other]))
+    store_sessions(lake, [other])
     return lake, ids
 
 
@@ -68,16 +67,14 @@ def replayed(lake, measured):
     tiny sessions on a shared box differ by tens of percent, which a gate rightly flags)."""
     t2 = measured[1][2]
     with lake.connect(write=True) as con:
-        for table in ("sessions", "iterations"):
+        for table in ("session_records", "iterations", "completed_sessions"):
             con.execute(
                 f"INSERT INTO {table} SELECT * REPLACE ('replay' AS session_id) FROM {table} "
                 "WHERE session_id = ?",
                 [t2],
             )
     yield "replay"
-    with lake.connect(write=True) as con:
-        for table in ("sessions", "iterations"):
-            con.execute(f"DELETE FROM {table} WHERE session_id = 'replay'")
+    lake.delete_sessions(["replay"])
 
 
 def test_the_same_model_and_a_faster_one_pass(lake, measured, replayed):

@@ -9,7 +9,7 @@ import json
 import models
 import pyarrow as pa
 import pytest
-from conftest import add_model
+from conftest import add_model, store_sessions
 
 from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.config import AacoPaths
@@ -55,7 +55,7 @@ def _lake(tmp_path, current: dict, current_ops: dict, telemetry=None) -> TraceLa
         for s in sessions
         for op, ns in (current_ops if s is current else OPS).items()
     ]
-    lake.append_rows("sessions", pa.Table.from_pylist(sessions))
+    store_sessions(lake, sessions)
     lake.append_rows("op_breakdown", pa.Table.from_pylist(ops))
     if telemetry:
         rows = [

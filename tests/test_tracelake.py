@@ -36,7 +36,7 @@ def _counts(lake: TraceLake, session_id: str) -> dict:
         t: lake.query(f"SELECT count(*) AS n FROM {t} WHERE session_id = ?", [session_id])["n"][
             0
         ].as_py()
-        for t in ("sessions", "iterations", "kernel_events", "telemetry")
+        for t in ("session_records", "iterations", "kernel_events", "telemetry")
     }
 
 
@@ -61,6 +61,12 @@ def test_reingesting_replaces_never_doubles(measured):
     lake.ingest_session(bundle)
     assert _counts(lake, bundle.session_id) == before
     assert lake.query("SELECT count(*) AS n FROM graph_nodes")["n"][0].as_py() == 4
+    # Loaded again, it is hidden until analysed again: its old analysis no longer matches.
+    assert lake.session_states()[bundle.session_id] is False
+    visible = "SELECT count(*) AS n FROM sessions WHERE session_id = ?"
+    assert lake.query(visible, [bundle.session_id])["n"][0].as_py() == 0
+    lake.ingest_session(bundle, complete=True)
+    assert lake.query(visible, [bundle.session_id])["n"][0].as_py() == 1
 
 
 def test_failed_ingest_leaves_nothing_half_written(measured, tmp_path):
@@ -111,4 +117,4 @@ def test_concurrent_writers_from_processes_do_not_fail_on_the_file_lock(measured
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_ingest_in_process, [(lake_path, bundle.path)] * 8)
     assert all(results)
-    assert _counts(TraceLake(lake_path), bundle.session_id)["sessions"] == 1
+    assert _counts(TraceLake(lake_path), bundle.session_id)["session_records"] == 1

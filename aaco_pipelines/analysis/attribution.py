@@ -371,7 +371,9 @@ ORDER BY level, mean_ns DESC
 
 def session_model_sha(lake, session_id: str) -> str | None:
     """The measured model's content hash (None for a trace ingested without its model)."""
-    rows = lake.query("SELECT model_sha256 FROM sessions WHERE session_id = ?", [session_id])
+    rows = lake.query(
+        "SELECT model_sha256 FROM session_records WHERE session_id = ?", [session_id]
+    )
     if rows.num_rows == 0:
         raise KeyError(f"session {session_id} is not in the TraceLake")
     return rows["model_sha256"][0].as_py()

@@ -26,7 +26,7 @@ def session_utilization(
     """How close the session's kernels came to the measured envelope (per iteration); None
     when the model's graph (its FLOPs and bytes) is unknown, e.g. a trace ingested alone."""
     rows = lake.query(
-        "SELECT m.total_flops, m.total_bytes_moved FROM models m JOIN sessions s "
+        "SELECT m.total_flops, m.total_bytes_moved FROM models m JOIN session_records s "
         "USING (model_sha256) WHERE s.session_id = $sid",
         {"sid": session_id},
     ).to_pylist()

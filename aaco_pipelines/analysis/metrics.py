@@ -115,7 +115,7 @@ def session_metrics(lake, session_id: str, kernels: pa.Table) -> pa.Table:
     params = {"sid": session_id}
     runs = lake.query(RUNS_SQL, params)
     node_count = lake.query(
-        "SELECT m.node_count FROM models m JOIN sessions s USING (model_sha256) "
+        "SELECT m.node_count FROM models m JOIN session_records s USING (model_sha256) "
         "WHERE s.session_id = $sid",
         params,
     )["node_count"].to_pylist()

@@ -46,18 +46,21 @@ SESSION_METRICS = {  # metric -> (sessions column, higher is worse)
     "throughput_per_s": ("throughput_per_s", False),
 }
 
+# A model's history: its completed sessions, and the session being judged (not complete yet).
 SESSIONS_SQL = """
 SELECT session_id, started_at, model_sha256, runtime_fingerprint,
        latency_p50_ns, latency_p99_ns, throughput_per_s
-FROM sessions WHERE model_slug = $slug AND started_at <= (
-    SELECT started_at FROM sessions WHERE session_id = $sid)
+FROM session_records WHERE model_slug = $slug AND started_at <= (
+    SELECT started_at FROM session_records WHERE session_id = $sid)
+  AND (session_id = $sid OR session_id IN (SELECT session_id FROM completed_sessions))
 ORDER BY started_at, session_id
 """
 
 OP_SERIES_SQL = """
 SELECT s.session_id, b.name AS op_type, b.mean_ns
-FROM sessions s JOIN op_breakdown b ON b.session_id = s.session_id AND b.level = 'op_type'
+FROM session_records s JOIN op_breakdown b ON b.session_id = s.session_id AND b.level = 'op_type'
 WHERE s.model_slug = $slug AND b.name IN (SELECT unnest($ops))
+  AND (s.session_id = $sid OR s.session_id IN (SELECT session_id FROM completed_sessions))
 """
 
 
@@ -79,7 +82,7 @@ def model_series(lake, model_slug: str, session_id: str) -> dict[str, dict]:
         {"sid": session_id, "n": TOP_OPS},
     )["name"].to_pylist()
     if top:
-        ops = lake.query(OP_SERIES_SQL, {"slug": model_slug, "ops": top})
+        ops = lake.query(OP_SERIES_SQL, {"slug": model_slug, "ops": top, "sid": session_id})
         position = {sid: i for i, sid in enumerate(ids)}
         for op in top:
             values = np.full(len(ids), np.nan)

@@ -6,9 +6,9 @@ from aaco_pipelines.tracelake.store import TraceLake
 
 SESSION_QUALITY_SQL = """
 SELECT
-    (SELECT count(*) FROM sessions WHERE session_id = $sid) AS session_rows,
-    (SELECT any_value(measured_iterations) FROM sessions WHERE session_id = $sid) AS measured_requested,
-    (SELECT any_value(profiled_iterations) FROM sessions WHERE session_id = $sid) AS profiled_requested,
+    (SELECT count(*) FROM session_records WHERE session_id = $sid) AS session_rows,
+    (SELECT any_value(measured_iterations) FROM session_records WHERE session_id = $sid) AS measured_requested,
+    (SELECT any_value(profiled_iterations) FROM session_records WHERE session_id = $sid) AS profiled_requested,
     (SELECT count(*) FROM iterations WHERE session_id = $sid AND pass = 'measured') AS measured_rows,
     (SELECT count(*) FROM iterations WHERE session_id = $sid AND pass = 'profiled') AS profiled_rows,
     (SELECT count(DISTINCT iteration) FROM kernel_events
@@ -23,7 +23,7 @@ SELECT
 
 
 def session_quality(lake: TraceLake, session_id: str) -> dict:
-    """Row counts that tell whether a session landed whole."""
+    """Row counts that tell whether a session landed whole (read before it is complete)."""
     table = lake.query(SESSION_QUALITY_SQL, params={"sid": session_id})
     return {name: table.column(name)[0].as_py() for name in table.column_names}
 

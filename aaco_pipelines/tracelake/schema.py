@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -356,6 +356,10 @@ KERNEL_SYMBOLS = pa.schema(
     ]
 )
 
+# A session is complete once its analysis is committed: the last write of a session, in the
+# transaction of its drift verdicts. Until then its rows are invisible to readers.
+COMPLETED_SESSIONS = pa.schema([("session_id", _str), ("completed_at", _ts)])
+
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,
     "graph_nodes": GRAPH_NODES,
@@ -377,7 +381,13 @@ TABLES: dict[str, pa.Schema] = {
     "drift_verdicts": DRIFT_VERDICTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
+    "completed_sessions": COMPLETED_SESSIONS,
 }
+# Tables stored under another name: every session row lives in session_records, and `sessions`
+# is the view of the completed ones, so reports, the gate, baselines and drift history never see
+# a session that a kill, a full disk or a lock timeout left half-loaded or half-analysed. The
+# stages that load and analyse a session read session_records.
+STORED_AS = {"sessions": "session_records"}
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
@@ -414,6 +424,7 @@ def duckdb_type(arrow_type: pa.DataType) -> str:
 # kernel_events with every kernel's family: the one given by the source row (ONNX Runtime),
 # else the one of its name in kernel_symbols. Readers that need families read this view.
 VIEWS = {
+    "sessions": "SELECT r.* FROM session_records r SEMI JOIN completed_sessions USING (session_id)",
     "kernel_events_with_family": """
         SELECT e.* REPLACE (coalesce(e.kernel_family, s.kernel_family) AS kernel_family)
         FROM kernel_events e LEFT JOIN kernel_symbols s
@@ -424,9 +435,14 @@ VIEWS = {
 
 def schema_ddl() -> list[str]:
     """Statements creating every table (if missing) and view of the TraceLake schema."""
-    tables = [create_table_sql(name, schema) for name, schema in TABLES.items()]
+    tables = [create_table_sql(stored(name), schema) for name, schema in TABLES.items()]
     views = [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
     return tables + views
+
+
+def stored(table: str) -> str:
+    """The name a table of TABLES is stored under in the TraceLake."""
+    return STORED_AS.get(table, table)
 
 
 def create_table_sql(name: str, schema: pa.Schema) -> str:

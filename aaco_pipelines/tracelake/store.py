@@ -29,6 +29,7 @@ from aaco_pipelines.tracelake.schema import (
     TABLES,
     conform,
     schema_ddl,
+    stored,
 )
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
@@ -57,6 +58,13 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     4: [],  # the baselines table, created with every missing table
     5: ["ALTER TABLE drift_verdicts ADD COLUMN IF NOT EXISTS p_value DOUBLE"],  # + kernel_symbols
+    # Session rows move under the `sessions` view of completed sessions; every session stored
+    # before was visible, so each counts as complete.
+    6: [
+        "ALTER TABLE sessions RENAME TO session_records",
+        "CREATE TABLE IF NOT EXISTS completed_sessions (session_id VARCHAR, completed_at TIMESTAMPTZ)",
+        "INSERT INTO completed_sessions SELECT session_id, finished_at FROM session_records",
+    ],
 }
 
 
@@ -97,19 +105,26 @@ class TraceLake:
         self,
         bundle: SessionBundle,
         derive: Callable[[duckdb.DuckDBPyConnection], dict[str, pa.Table]] | None = None,
+        *,
+        verify: bool = True,
+        complete: bool = False,
     ) -> dict[str, int]:
         """Load one session and its model graph in a single transaction, replacing any earlier
         load of the same session: re-ingesting never doubles rows. `derive` returns rows to add
-        that depend on the loaded ones (an ingested trace's span becomes its latency)."""
+        that depend on the loaded ones (an ingested trace's span becomes its latency). The
+        bundle's raw evidence is checked against its recorded digests first (`verify=False`
+        only right after the bundle was written and hashed). The session is loaded, not
+        complete: readers see it once its analysis is committed (`replace_session_rows`), or
+        at once with `complete=True` (a caller that runs no analysis)."""
         graph = read_graph_dir(bundle.graph_dir)
         with self.connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
-                self._replace_session(con, bundle)
+                self._replace_session(con, bundle, verify)
+                if complete:
+                    _mark_complete(con, bundle.session_id)
                 for name, table in (derive(con) if derive else {}).items():
-                    con.register("incoming", conform(table, TABLES[name]))
-                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
-                    con.unregister("incoming")
+                    _insert(con, name, table)
                 counts = self._session_counts(con, bundle.session_id)
                 if graph is not None:
                     counts.update(self._replace_graph(con, graph))
@@ -119,16 +134,19 @@ class TraceLake:
                 raise
         return counts
 
-    def replace_session_rows(self, session_id: str, tables: dict[str, pa.Table]) -> None:
-        """Replace one session's rows in several analysis tables, in one transaction."""
+    def replace_session_rows(
+        self, session_id: str, tables: dict[str, pa.Table], *, complete: bool = False
+    ) -> None:
+        """Replace one session's rows in several analysis tables, in one transaction;
+        `complete=True` (the last analysis stage) also makes the session visible to readers."""
         with self.connect(write=True) as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 for name, table in tables.items():
-                    con.execute(f"DELETE FROM {name} WHERE session_id = ?", [session_id])
-                    con.register("incoming", conform(table, TABLES[name]))
-                    con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
-                    con.unregister("incoming")
+                    con.execute(f"DELETE FROM {stored(name)} WHERE session_id = ?", [session_id])
+                    _insert(con, name, table)
+                if complete:
+                    _mark_complete(con, session_id)
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -137,15 +155,37 @@ class TraceLake:
     def append_rows(self, name: str, table: pa.Table) -> None:
         """Append rows (for tables keyed by their own id, such as hardware_envelopes)."""
         with self.connect(write=True) as con:
-            con.register("incoming", conform(table, TABLES[name]))
-            con.execute(f"INSERT INTO {name} BY NAME SELECT * FROM incoming")
-            con.unregister("incoming")
+            _insert(con, name, table)
+
+    def session_states(self) -> dict[str, bool]:
+        """{session_id: complete} of every session the TraceLake has rows of."""
+        rows = self.query(
+            "SELECT r.session_id, c.session_id IS NOT NULL AS complete FROM session_records r "
+            "LEFT JOIN completed_sessions c USING (session_id)"
+        )
+        return dict(zip(rows["session_id"].to_pylist(), rows["complete"].to_pylist(), strict=True))
+
+    def delete_sessions(self, session_ids: list[str]) -> None:
+        """Remove every row of these sessions, from every table, in one transaction."""
+        tables = [name for name, schema in TABLES.items() if "session_id" in schema.names]
+        with self.connect(write=True) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                for name in tables:
+                    con.execute(
+                        f"DELETE FROM {stored(name)} WHERE session_id IN (SELECT unnest(?))",
+                        [session_ids],
+                    )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
 
     def schema_version(self) -> int | None:
         with self.connect() as con:
             return _stored_version(con)
 
-    def _replace_session(self, con, bundle: SessionBundle) -> None:
+    def _replace_session(self, con, bundle: SessionBundle, verify: bool) -> None:
         """The bundle's Parquet tables, then its device trace straight from the raw file."""
         if not bundle.has_tables():
             raise AacoInputError(
@@ -153,17 +193,22 @@ class TraceLake:
                 path=bundle.path,
                 fix="materialize collected_traces for this session first",
             )
+        if verify:
+            bundle.verify_evidence()
+        # A session loaded again is not complete until it is analysed again.
+        con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            con.execute(f"DELETE FROM {table} WHERE session_id = ?", [bundle.session_id])
+            con.execute(f"DELETE FROM {stored(table)} WHERE session_id = ?", [bundle.session_id])
             source = bundle.table_path(table)
             if source.exists():
                 con.execute(
-                    f"INSERT INTO {table} BY NAME SELECT * FROM read_parquet(?)", [str(source)]
+                    f"INSERT INTO {stored(table)} BY NAME SELECT * FROM read_parquet(?)",
+                    [str(source)],
                 ).fetchall()
         trace = bundle.device_trace
         if trace is not None:
             load_trace(
-                con, bundle.path / trace["path"], bundle.session_id, iteration=trace["iteration"]
+                con, bundle.inside(trace["path"]), bundle.session_id, iteration=trace["iteration"]
             )
         label_kernels(con, bundle.session_id)
 
@@ -171,7 +216,7 @@ class TraceLake:
         counts = {}
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
             rows = con.execute(
-                f"SELECT count(*) FROM {table} WHERE session_id = ?", [session_id]
+                f"SELECT count(*) FROM {stored(table)} WHERE session_id = ?", [session_id]
             ).fetchall()[0][0]
             if rows or table in SESSION_TABLES:
                 counts[table] = rows
@@ -234,6 +279,21 @@ class TraceLake:
             [SCHEMA_VERSION, dt.datetime.now(dt.timezone.utc)],
         )
         con.execute("COMMIT")
+
+
+def _insert(con, name: str, table: pa.Table) -> None:
+    """Append Arrow rows to a TraceLake table, conformed to its schema."""
+    con.register("incoming", conform(table, TABLES[name]))
+    con.execute(f"INSERT INTO {stored(name)} BY NAME SELECT * FROM incoming")
+    con.unregister("incoming")
+
+
+def _mark_complete(con, session_id: str) -> None:
+    con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [session_id])
+    con.execute(
+        "INSERT INTO completed_sessions VALUES (?, ?)",
+        [session_id, dt.datetime.now(dt.timezone.utc)],
+    )
 
 
 def _stored_version(con) -> int | None:

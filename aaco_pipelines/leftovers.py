@@ -1,0 +1,231 @@
+"""What an interrupted run leaves behind: found on the next start, quarantined, reported.
+
+A run that is killed (`kill -9`, a full disk, a lock timeout, a Dagster run terminated between
+steps) can leave
+- a staging folder under sessions/.staging/ (the worker's output, never published),
+- a published bundle whose session never reached the TraceLake, or was loaded but never
+  analysed (its rows stay invisible: readers only see completed sessions),
+- temp files (`.*.tmp`, `.tables-*`) inside a bundle.
+
+Whoever works on a session holds a shared flock on its folder (`hold`), from staging to
+completion; the lock goes with the process, however it ends. So a folder nobody holds is an
+orphan: staging at once (a few seconds of age rule out a run that has just created it), a
+published but incomplete session once AACO_ORPHAN_GRACE_S have passed since its last change
+(Dagster runs each step in its own process, so between steps nobody holds a live run's bundle;
+the grace, an hour by default, also keeps a failed run's bundle for re-execution from failure).
+
+`clean_leftovers` moves orphans to failed/<date>/<session_id>/ with a failure.json saying what
+was found (evidence is kept, never ingested) and deletes the rows of incomplete sessions; it
+runs at the start of every new session. `find_leftovers` lists them for `aaco doctor`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from aaco_pipelines.bundle import write_json
+from aaco_pipelines.config import AacoPaths
+
+GRACE_VARIABLE = "AACO_ORPHAN_GRACE_S"
+DEFAULT_GRACE_S = 3600.0
+STAGING_MIN_AGE_S = 5.0
+_held: dict[str, int] = {}  # session id -> descriptor of its locked folder, in this process
+
+
+@dataclass(frozen=True)
+class Leftover:
+    session_id: str
+    kind: str  # staging | not_loaded | not_analysed | temp_file
+    path: Path
+    age_s: float
+
+    def line(self) -> str:
+        what = {
+            "staging": "an unfinished run's staging folder",
+            "not_loaded": "a bundle whose session never reached the TraceLake",
+            "not_analysed": "a session loaded but never analysed (invisible to readers)",
+            "temp_file": "a temp file of an interrupted write",
+        }[self.kind]
+        return f"{what}: {self.path} ({self.age_s / 60:.0f} min old)"
+
+
+def hold(folder: Path, session_id: str) -> None:
+    """Mark a session folder as worked on by this process until `release` or exit (the lock
+    follows the folder when it is renamed from staging into sessions/)."""
+    if session_id in _held:
+        return
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _held[session_id] = fd
+
+
+def release(session_id: str) -> None:
+    fd = _held.pop(session_id, None)
+    if fd is not None:
+        os.close(fd)
+
+
+def is_held(folder: Path) -> bool:
+    """Whether a live process holds the folder (this one included: a lock held through
+    another descriptor conflicts too)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # also drops the lock just taken
+    return False
+
+
+def grace_s() -> float:
+    try:
+        return float(os.environ.get(GRACE_VARIABLE, DEFAULT_GRACE_S))
+    except ValueError:
+        return DEFAULT_GRACE_S
+
+
+def find_leftovers(
+    paths: AacoPaths, lake_sessions: dict[str, bool] | None, grace: float | None = None
+) -> list[Leftover]:
+    """Orphans under AACO_HOME. `lake_sessions` is {session_id: completed} from the TraceLake,
+    None when it cannot be read (then only staging folders are judged); `grace` overrides
+    AACO_ORPHAN_GRACE_S (the doctor lists every unfinished session nobody holds)."""
+    now, grace = time.time(), grace_s() if grace is None else grace
+    found = []
+    for folder in _children(paths.sessions / ".staging"):
+        age = now - folder.stat().st_mtime
+        if age >= STAGING_MIN_AGE_S and not is_held(folder):
+            found.append(Leftover(folder.name, "staging", folder, age))
+    for folder in _bundles(paths.sessions):
+        age = now - _last_change(folder)
+        if age < grace or is_held(folder):
+            continue
+        found += [Leftover(folder.name, "temp_file", temp, age) for temp in _temp_files(folder)]
+        if lake_sessions is None or lake_sessions.get(folder.name):
+            continue
+        kind = "not_loaded" if folder.name not in lake_sessions else "not_analysed"
+        found.append(Leftover(folder.name, kind, folder, age))
+    return found
+
+
+def clean_leftovers(paths: AacoPaths, lake) -> list[Leftover]:
+    """Quarantine every orphan (see the module docstring); what was done, one per orphan."""
+    states = lake_states(lake)
+    found = find_leftovers(paths, states)
+    abandoned = [o.session_id for o in found if o.kind in ("staging", "not_analysed")]
+    for orphan in found:
+        if orphan.kind == "temp_file":
+            _remove(orphan.path)
+        else:
+            quarantine(orphan.path, paths, f"found by clean-up: {orphan.line()}")
+    if states is not None:
+        incomplete = [sid for sid, done in states.items() if not done and sid in abandoned]
+        incomplete += _rows_without_bundle(paths, states)
+        if incomplete:
+            lake.delete_sessions(incomplete)
+    return found
+
+
+def quarantine(folder: Path, paths: AacoPaths, reason: str, kind: str = "Interrupted") -> Path:
+    """Move a session folder to failed/<date>/<id>/ with failure.json: kept, never ingested."""
+    target = paths.failed_sessions / dt.date.today().isoformat() / folder.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(folder, target)
+    for temp in _temp_files(target):
+        _remove(temp)
+    write_json(target / "failure.json", {"type": kind, "message": reason})
+    return target
+
+
+def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | None:
+    """A session that failed after its bundle was published (a kill, a full disk, a lock
+    timeout, bad data in analysis): its rows go (where the lake can be written now; else they
+    stay invisible and the next clean-up removes them) and the bundle moves to failed/ with
+    the reason. Returns where the evidence went, None where it could not be moved."""
+    release(folder.name)
+    try:
+        lake.delete_sessions([folder.name])
+    except Exception:  # noqa: BLE001 - incomplete rows are invisible; clean-up retries
+        pass
+    try:
+        target = quarantine(folder, paths, str(exc) or type(exc).__name__, type(exc).__name__)
+    except OSError:
+        return None
+    if hasattr(exc, "evidence_dir"):
+        exc.evidence_dir = str(target)
+    return target
+
+
+def lake_states(lake) -> dict[str, bool] | None:
+    """{session_id: completed} of every session row in the TraceLake; None when unreadable."""
+    if not lake.path.exists():
+        return {}
+    try:
+        return lake.session_states()
+    except Exception:  # noqa: BLE001 - a lake that cannot be read now is judged next time
+        return None
+
+
+def _rows_without_bundle(paths: AacoPaths, states: dict[str, bool]) -> list[str]:
+    """Incomplete sessions whose bundle is gone (quarantined or deleted by hand)."""
+    published = {folder.name for folder in _bundles(paths.sessions)}
+    return [sid for sid, done in states.items() if not done and sid not in published]
+
+
+def _children(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink())
+    except FileNotFoundError:
+        return []
+
+
+def _bundles(sessions: Path) -> list[Path]:
+    """sessions/<date>/<session_id>/ folders."""
+    return [
+        bundle
+        for day in _children(sessions)
+        if not day.name.startswith(".")
+        for bundle in _children(day)
+    ]
+
+
+def _temp_files(bundle: Path) -> list[Path]:
+    """What an interrupted atomic write leaves: `.name.tmp` files and `.tables-*` folders."""
+    found = []
+    for folder in (bundle, bundle / "tables"):
+        if folder.is_dir():
+            found += [
+                p
+                for p in folder.iterdir()
+                if (p.name.startswith(".") and p.name.endswith(".tmp"))
+                or p.name.startswith(".tables-")
+            ]
+    return sorted(found)
+
+
+def _last_change(folder: Path) -> float:
+    """The newest mtime of the folder, its tables/ and their direct entries."""
+    times = [folder.stat().st_mtime]
+    for sub in (folder, folder / "tables"):
+        if sub.is_dir():
+            times += [entry.stat().st_mtime for entry in os.scandir(sub)]
+    return max(times)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
