@@ -157,9 +157,12 @@ class SessionBundle:
 def record_evidence(folder: Path, known: dict[str, dict] | None = None) -> None:
     """Write evidence.json: the size and sha256 of every file of a bundle about to be
     published (`known` digests, taken while copying, are not computed twice); tables/ is
-    derived and left out. Files are made read-only, folders stay usable."""
+    derived and left out. Files are made read-only and folders 0755, whatever mode the
+    tools that wrote them chose (mkdtemp's 0700, a snapshot's 0600)."""
     known = known or {}
     digests = {}
+    for sub in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
+        sub.chmod(0o755)
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         relative = file.relative_to(folder).as_posix()
         if relative == EVIDENCE or relative.split("/")[0] in _DERIVED:

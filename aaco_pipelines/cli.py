@@ -194,12 +194,19 @@ def cmd_run(args, paths: AacoPaths) -> int:
 def cmd_ingest(args, paths: AacoPaths) -> int:
     """A trace collected elsewhere becomes a session, analysed like a measured one."""
     from aaco_pipelines.ingest import ingest_trace
+    from aaco_pipelines.leftovers import finishing
     from aaco_pipelines.pipeline import analyze_session
+    from aaco_pipelines.tracelake.store import TraceLake
 
     bundle = ingest_trace(
-        Path(args.path), paths, model=Path(args.model) if args.model else None, name=args.name
+        Path(args.path),
+        paths,
+        model=Path(args.model) if args.model else None,
+        name=args.name,
+        complete=False,  # visible once analysed, below
     )
-    summary = analyze_session(bundle, paths)
+    with finishing(bundle.path, paths, TraceLake(paths.tracelake)):
+        summary = analyze_session(bundle, paths)
     print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
     print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
     return 0

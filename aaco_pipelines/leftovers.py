@@ -21,11 +21,13 @@ runs at the start of every new session. `find_leftovers` lists them for `aaco do
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,6 +166,19 @@ def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | 
     if hasattr(exc, "evidence_dir"):
         exc.evidence_dir = str(target)
     return target
+
+
+@contextlib.contextmanager
+def finishing(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
+    """The stages that take a published session to complete, in this process: on any failure
+    or stop signal the session is abandoned; either way the folder is released at the end."""
+    try:
+        yield
+    except BaseException as exc:
+        abandon(folder, paths, lake, exc)
+        raise
+    finally:
+        release(folder.name)
 
 
 def lake_states(lake) -> dict[str, bool] | None:

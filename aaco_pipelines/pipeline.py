@@ -23,7 +23,7 @@ from aaco_pipelines.execution.runner import (
 )
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
-from aaco_pipelines.leftovers import abandon, clean_leftovers, release
+from aaco_pipelines.leftovers import clean_leftovers, finishing
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
@@ -127,16 +127,11 @@ def measure_model(
     version, _graph = prepare_model_version(model, paths)
     bundle = benchmark_version(version, paths, options, on_progress)
     lake = TraceLake(paths.tracelake)
-    try:
+    with finishing(bundle.path, paths, lake):
         say("collecting the session's tables and loading them into the TraceLake")
         collect_bundle(bundle)
         lake.ingest_session(bundle, complete=not analyze)
         if analyze:
             say("analysing (a new runtime first measures its hardware envelope)")
             analyze_session(bundle, paths, options.target)
-    except BaseException as exc:
-        abandon(bundle.path, paths, lake, exc)
-        raise
-    finally:
-        release(bundle.session_id)
     return bundle

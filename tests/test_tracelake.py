@@ -118,3 +118,25 @@ def test_concurrent_writers_from_processes_do_not_fail_on_the_file_lock(measured
         results = pool.map(_ingest_in_process, [(lake_path, bundle.path)] * 8)
     assert all(results)
     assert _counts(TraceLake(lake_path), bundle.session_id)["session_records"] == 1
+
+
+def test_a_v5_lake_migrates_with_every_stored_session_visible(measured, tmp_path):
+    """Before v6 every session row was visible: after the migration each one still is, now as
+    a completed session, and new loads start invisible."""
+    paths, bundle = measured
+    old = tmp_path / "v5.duckdb"
+    lake = TraceLake(old)
+    lake.ingest_session(bundle, complete=True)
+    with duckdb.connect(str(old)) as con:  # back to v5's shape: a plain sessions table
+        con.execute("DROP VIEW sessions")
+        con.execute("DROP TABLE completed_sessions")
+        con.execute("ALTER TABLE session_records RENAME TO sessions")
+        con.execute("DELETE FROM schema_info")
+        con.execute("INSERT INTO schema_info VALUES (5, now())")
+    with lake.connect(write=True):
+        pass  # the next write migrates
+    assert lake.schema_version() == SCHEMA_VERSION
+    assert lake.session_states() == {bundle.session_id: True}
+    assert lake.query("SELECT session_id FROM sessions")["session_id"].to_pylist() == [
+        bundle.session_id
+    ]
