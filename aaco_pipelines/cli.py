@@ -740,7 +740,9 @@ def main(argv: list[str] | None = None) -> int:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
         print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
         return exit_code(exc)
-    except MemoryError:
+    except (MemoryError, ImportError) as exc:
+        if isinstance(exc, ImportError) and not _out_of_address_space(exc):
+            raise
         print(
             "aaco: error: out of memory in the aaco process. Fix: raise the memory limit "
             f"(ulimit -v is {_address_space_limit()}) or measure a smaller model",
@@ -753,6 +755,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"aaco: error: {problem}", file=sys.stderr)
         return 2
+
+
+def _out_of_address_space(exc: ImportError) -> bool:
+    """A native library that could not be mapped: the address-space limit, not a missing
+    package."""
+    message = str(exc).lower()
+    return "failed to map segment" in message or "cannot allocate memory" in message
 
 
 def _address_space_limit() -> str:
