@@ -26,6 +26,7 @@ from ui_support import (
     run_chromium,
 )
 
+from aaco_pipelines.registry.sidecar import ModelSidecar
 from sensors.jobs import run_tags
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
@@ -42,6 +43,7 @@ MODEL_ASSET_KEYS = [  # what the measure_model job materializes per partition
 ]
 ASSET_KEYS = [*MODEL_ASSET_KEYS, "hardware_envelope", "nightly_review"]
 MODEL = "tiny_mlp"
+ENDLESS_SIDECAR = ModelSidecar(warmup_iterations=1, measured_iterations=100_000)
 WINDOW = (1600, 1000)
 
 WORKSPACE = """{ workspaceOrError { __typename
@@ -74,6 +76,14 @@ RUN_ERRORS = """query($runId: ID!) { logsForRun(runId: $runId) {
     ... on ErrorEvent { error { message causes { message } } } } } } }"""
 
 ASSET_GROUPS = """{ assetNodes { assetKey { path } groupName } }"""
+
+TERMINATE_RUN = """mutation($runId: String!) { terminateRun(runId: $runId) { __typename
+  ... on TerminateRunFailure { message } ... on PythonError { message } } }"""
+
+PARTITION_RUNS = """query($model: String!) { runsOrError(filter: {tags: [
+  {key: "dagster/partition", value: $model}]}) { ... on Runs { results { runId status } } } }"""
+ENDLESS = "endless"  # a model whose measurement runs for minutes: stopped from the UI
+WORKER_MODULE = "aaco_pipelines.execution.worker"
 
 
 @pytest.fixture
@@ -168,7 +178,43 @@ def _wait_for_run(ui: DagsterUI, run_id: str, timeout: float) -> dict:
     return ui.wait_for(f"run {run_id} to succeed", finished, timeout=timeout, interval=1.0)
 
 
-def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path):
+def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
+    add_model(aaco_paths, ENDLESS, models.slow_model(), ENDLESS_SIDECAR)
+    run_id = ui.wait_for(
+        "the model_registry_sensor to start the endless model's run",
+        lambda: next(
+            (r["runId"] for r in ui.graphql(PARTITION_RUNS, {"model": ENDLESS})["runsOrError"][
+                "results"] if r["status"] == "STARTED"),
+            None,
+        ),
+        timeout=90,
+    )
+    workers = ui.wait_for(
+        "its benchmark worker",
+        lambda: [
+            pid for pid in processes_with_env("AACO_HOME", str(aaco_paths.home))
+            if WORKER_MODULE in describe([pid])
+        ],
+        timeout=90,
+    )
+    result = ui.graphql(TERMINATE_RUN, {"runId": run_id})["terminateRun"]
+    assert result["__typename"] == "TerminateRunSuccess", result
+    ui.wait_for(
+        "the terminated run to be CANCELED",
+        lambda: _run(ui, run_id)["status"] == "CANCELED",
+        timeout=60,
+    )
+    ui.wait_for(
+        "the worker to be gone",
+        lambda: not [pid for pid in workers if os.path.exists(f"/proc/{pid}")],
+        timeout=30,
+    )
+    (failed,) = aaco_paths.failed_sessions.glob(f"*/*-{ENDLESS}-*")
+    assert (failed / "failure.json").is_file()
+    assert not list(aaco_paths.sessions.glob(f"2*/*-{ENDLESS}-*"))
+
+
+def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path, aaco_paths):
     started = time.monotonic()
 
     # 1. The code location loads (webserver up, code server serving definitions.py).
@@ -219,6 +265,10 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path)
     first, second = sorted([sensor_run, run], key=lambda r: r["startTime"])
     assert first["endTime"] <= second["startTime"], "two runs on one device overlapped"
     measured = time.monotonic()
+
+    # 3b. A run terminated from the UI takes its benchmark worker with it and keeps the
+    # unfinished session as failed evidence, visible nowhere.
+    _terminate_a_measurement(ui, aaco_paths)
 
     # 4. The global asset graph (Lineage) with every group expanded, in headless Chromium.
     # The community sign-up dialog would cover the graph: mark it seen, as its Skip button does.
