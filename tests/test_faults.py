@@ -271,3 +271,27 @@ def test_full_disk_under_aaco_home_is_one_line_and_leaves_nothing_half_written(
     assert _staging_empty(paths) and not list(paths.sessions.glob("2*/*"))
     assert not [p for p in home.rglob("*") if p.name.endswith((".tmp", ".partial"))]
     assert _visible_sessions(paths) == []
+
+
+@pytest.mark.timeout(60)
+def test_full_disk_while_ingesting_a_trace_is_one_line_and_leaves_nothing(
+    full_disk, monkeypatch, capsys
+):
+    """The trace copy into the bundle runs out of space: one line, no bundle, no rows."""
+    from conftest import SHARED
+
+    from aaco_pipelines.cli import main
+
+    home = full_disk / "aaco"
+    monkeypatch.setenv("AACO_HOME", str(home))
+    monkeypatch.delenv("AACO_TRACELAKE", raising=False)
+    trace = SHARED / "samples" / "profilers" / "hpctraining_mi250_laplacian_rocprofv1_results.csv"
+    home.mkdir()
+    fill(full_disk, leave_bytes=trace.stat().st_size // 2)
+    assert main(["ingest", str(trace), "--name", "laplacian"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("aaco: error: ") and "no space left" in err[0]
+    assert str(home) in err[0]
+    paths = AacoPaths.from_env()
+    assert _staging_empty(paths) and not list(paths.sessions.glob("2*/*"))
+    assert _visible_sessions(paths) == []
