@@ -132,7 +132,7 @@ def clean_leftovers(paths: AacoPaths, lake) -> list[Leftover]:
             quarantine(orphan.path, paths, f"found by clean-up: {orphan.line()}")
     if states is not None:
         incomplete = [sid for sid, done in states.items() if not done and sid in abandoned]
-        incomplete += _rows_without_bundle(paths, states)
+        incomplete += _rows_without_bundle(paths, lake)
         if incomplete:
             lake.delete_sessions(incomplete)
     return found
@@ -191,10 +191,20 @@ def lake_states(lake) -> dict[str, bool] | None:
         return None
 
 
-def _rows_without_bundle(paths: AacoPaths, states: dict[str, bool]) -> list[str]:
-    """Incomplete sessions whose bundle is gone (quarantined or deleted by hand)."""
-    published = {folder.name for folder in _bundles(paths.sessions)}
-    return [sid for sid, done in states.items() if not done and sid not in published]
+def _rows_without_bundle(paths: AacoPaths, lake) -> list[str]:
+    """Incomplete sessions of this AACO_HOME whose bundle is gone (quarantined, deleted by
+    hand). A lake shared by several homes keeps the others' sessions: their runs are theirs."""
+    rows = lake.query(
+        "SELECT session_id, bundle_path FROM session_records "
+        "WHERE session_id NOT IN (SELECT session_id FROM completed_sessions)"
+    ).to_pylist()
+    return [
+        row["session_id"]
+        for row in rows
+        if row["bundle_path"]
+        and Path(row["bundle_path"]).is_relative_to(paths.sessions)
+        and not Path(row["bundle_path"]).is_dir()
+    ]
 
 
 def _children(folder: Path) -> list[Path]:
