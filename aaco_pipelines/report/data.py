@@ -84,7 +84,7 @@ class ReportData:
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
-    """The TraceLake, refusing a missing file (a query would otherwise create an empty one)."""
+    """The TraceLake, refusing a missing file (a query would otherwise read an empty lake)."""
     lake = lake if isinstance(lake, TraceLake) else TraceLake(lake)
     if not lake.path.is_file():
         raise AacoInputError(

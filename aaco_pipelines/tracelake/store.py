@@ -1,18 +1,17 @@
 """The TraceLake file: versioned schema, serialized writers, one transaction per session.
 
-DuckDB allows one writing process per file and fails other processes with "Could not set lock"
-while it is held. So writers here take an exclusive advisory lock on `<file>.lock` first (which
-serializes the CLI, the Dagster run workers and the webserver's readers on one host), connections
-are short, and opening retries with back-off while another process holds the file.
+DuckDB allows one read-write process per file and fails every other process, read-only ones
+included, with "Could not set lock" while it is held; read-only processes share the file. So
+readers open read-only, writers take an exclusive advisory lock on `<file>.lock` first (which
+serializes the CLI and the Dagster run workers), connections are short, and every wait for a lock
+is bounded and names the process it waits for (tracelake.locking).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -23,6 +22,15 @@ import pyarrow.parquet as pq
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.locking import (
+    LockWait,
+    Notice,
+    damaged_or_same,
+    lock_timeout,
+    open_duckdb,
+    write_failure,
+    writer_lock,
+)
 from aaco_pipelines.tracelake.schema import (
     MODELS,
     SCHEMA_VERSION,
@@ -71,32 +79,51 @@ MIGRATIONS: dict[int, list[str]] = {
 class TraceLake:
     """One DuckDB TraceLake file."""
 
-    def __init__(self, path: Path | str, lock_timeout_s: float = 300.0):
+    def __init__(
+        self,
+        path: Path | str,
+        lock_timeout_s: float | None = None,
+        on_wait: Notice | None = None,
+    ):
+        """`lock_timeout_s`: the longest wait for a lake another process holds (default
+        AACO_LOCK_TIMEOUT_S, else 60 s); `on_wait` gets a line every few seconds of such a wait
+        (default: stderr; the Dagster resource logs it)."""
         self.path = Path(path)
-        self.lock_timeout_s = lock_timeout_s
+        self.lock_timeout_s = lock_timeout(lock_timeout_s)
+        self.on_wait = on_wait
 
     @contextlib.contextmanager
     def connect(self, *, write: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A short-lived connection; `write=True` also holds the writer lock for its duration."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._writer_lock() if write else contextlib.nullcontext():
-            con = self._open()
-            try:
-                if write:
-                    # Rows carry their own keys and times: letting DuckDB insert in parallel
-                    # without keeping file order halves the load of 10^7-row traces.
-                    con.execute("SET preserve_insertion_order = false")
-                    self._ensure_schema(con)
+        """A short-lived connection: read-only (shared with other readers), or with `write=True`
+        read-write under the writer lock. Reading a lake not created yet reads an empty one in
+        memory: a read never creates the file. A damaged file, a busy lake past the timeout and
+        a full disk end in one AacoInputError."""
+        if not write and not self.path.exists():
+            with self._empty() as con:
                 yield con
-            finally:
-                con.close()
+            return
+        wait = LockWait(self.path, self.lock_timeout_s, self.on_wait)
+        with self._one_line_errors(write):
+            if write:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            with writer_lock(self.path, wait) if write else contextlib.nullcontext():
+                con = open_duckdb(self.path, read_only=not write, wait=wait)
+                try:
+                    if write:
+                        # Rows carry their own keys and times: letting DuckDB insert in parallel
+                        # without keeping file order halves the load of 10^7-row traces.
+                        con.execute("SET preserve_insertion_order = false")
+                        self._ensure_schema(con)
+                    yield con
+                finally:
+                    con.close()
 
     def query(
         self, sql: str, params: list | dict | None = None, tables: dict[str, pa.Table] | None = None
     ) -> pa.Table:
         """Run a read query and return Arrow. `tables` are Arrow tables visible to the query by
         name (joined against TraceLake tables without writing them)."""
-        with self.connect(write=not self.path.exists()) as con:
+        with self.connect() as con:
             for name, table in (tables or {}).items():
                 con.register(name, table)
             return con.sql(sql, params=params).to_arrow_table()
@@ -117,21 +144,15 @@ class TraceLake:
         complete: readers see it once its analysis is committed (`replace_session_rows`), or
         at once with `complete=True` (a caller that runs no analysis)."""
         graph = read_graph_dir(bundle.graph_dir)
-        with self.connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                self._replace_session(con, bundle, verify)
-                if complete:
-                    _mark_complete(con, bundle.session_id)
-                for name, table in (derive(con) if derive else {}).items():
-                    _insert(con, name, table)
-                counts = self._session_counts(con, bundle.session_id)
-                if graph is not None:
-                    counts.update(self._replace_graph(con, graph))
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self.connect(write=True) as con, _transaction(con):
+            self._replace_session(con, bundle, verify)
+            if complete:
+                _mark_complete(con, bundle.session_id)
+            for name, table in (derive(con) if derive else {}).items():
+                _insert(con, name, table)
+            counts = self._session_counts(con, bundle.session_id)
+            if graph is not None:
+                counts.update(self._replace_graph(con, graph))
         return counts
 
     def replace_session_rows(
@@ -139,18 +160,12 @@ class TraceLake:
     ) -> None:
         """Replace one session's rows in several analysis tables, in one transaction;
         `complete=True` (the last analysis stage) also makes the session visible to readers."""
-        with self.connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for name, table in tables.items():
-                    con.execute(f"DELETE FROM {stored(name)} WHERE session_id = ?", [session_id])
-                    _insert(con, name, table)
-                if complete:
-                    _mark_complete(con, session_id)
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self.connect(write=True) as con, _transaction(con):
+            for name, table in tables.items():
+                con.execute(f"DELETE FROM {stored(name)} WHERE session_id = ?", [session_id])
+                _insert(con, name, table)
+            if complete:
+                _mark_complete(con, session_id)
 
     def append_rows(self, name: str, table: pa.Table) -> None:
         """Append rows (for tables keyed by their own id, such as hardware_envelopes)."""
@@ -182,6 +197,9 @@ class TraceLake:
                 raise
 
     def schema_version(self) -> int | None:
+        """The stored schema version; None for a lake not created yet."""
+        if not self.path.exists():
+            return None
         with self.connect() as con:
             return _stored_version(con)
 
@@ -233,26 +251,31 @@ class TraceLake:
             counts[table] = graph[table].num_rows
         return counts
 
-    def _open(self) -> duckdb.DuckDBPyConnection:
-        deadline = time.monotonic() + self.lock_timeout_s
-        delay = 0.05
-        while True:
-            try:
-                return duckdb.connect(str(self.path))
-            except duckdb.IOException as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
+    @contextlib.contextmanager
+    def _empty(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """An empty lake of the current schema, in memory: what reading a missing lake sees."""
+        con = duckdb.connect()
+        try:
+            self._ensure_schema(con)
+            yield con
+        finally:
+            con.close()
 
     @contextlib.contextmanager
-    def _writer_lock(self) -> Iterator[None]:
-        with open(f"{self.path}.lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+    def _one_line_errors(self, write: bool) -> Iterator[None]:
+        """A damaged lake file, or a write the disk refused, as one AacoInputError."""
+        try:
+            yield
+        except (duckdb.Error, OSError) as exc:
+            if write:
+                error = write_failure(exc, self.path)
+            elif isinstance(exc, duckdb.Error):
+                error = damaged_or_same(exc, self.path)
+            else:
+                error = exc
+            if error is exc:
+                raise
+            raise error from exc
 
     def _ensure_schema(self, con) -> None:
         version = _stored_version(con)
@@ -264,21 +287,34 @@ class TraceLake:
                 path=self.path,
                 fix="upgrade aaco-pipelines, or point AACO_TRACELAKE at another file",
             )
-        con.execute("BEGIN TRANSACTION")
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER, applied_at TIMESTAMPTZ)"
-        )
-        if version is not None:  # an existing lake: bring its tables up to date first
-            for step in range(version + 1, SCHEMA_VERSION + 1):
-                for statement in MIGRATIONS.get(step, []):
-                    con.execute(statement)
-        for statement in schema_ddl():
-            con.execute(statement)
-        con.execute(
-            "INSERT INTO schema_info VALUES (?, ?)",
-            [SCHEMA_VERSION, dt.datetime.now(dt.timezone.utc)],
-        )
+        with _transaction(con):
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER, applied_at TIMESTAMPTZ)"
+            )
+            if version is not None:  # an existing lake: bring its tables up to date first
+                for step in range(version + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS.get(step, []):
+                        con.execute(statement)
+            for statement in schema_ddl():
+                con.execute(statement)
+            con.execute(
+                "INSERT INTO schema_info VALUES (?, ?)",
+                [SCHEMA_VERSION, dt.datetime.now(dt.timezone.utc)],
+            )
+
+
+@contextlib.contextmanager
+def _transaction(con) -> Iterator[None]:
+    """BEGIN ... COMMIT. On an error the error that stopped the write is the one raised: a
+    rollback that fails (a failed COMMIT has already ended the transaction) never replaces it."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
         con.execute("COMMIT")
+    except BaseException:
+        with contextlib.suppress(duckdb.Error):
+            con.execute("ROLLBACK")
+        raise
 
 
 def _insert(con, name: str, table: pa.Table) -> None:
