@@ -16,12 +16,13 @@ from pathlib import Path
 from aaco_pipelines.config import AacoPaths
 
 OK, MISSING, WARNING = "OK", "missing", "warning"
+PROBLEM = "problem"  # present but broken: nothing that needs it works until it is fixed
 
 
 @dataclass(frozen=True)
 class Check:
     name: str
-    status: str  # OK | missing | warning
+    status: str  # OK | missing | warning | problem
     detail: str
     meaning: str  # what the status means for measurements
 
@@ -139,6 +140,7 @@ def check_dagster_home(paths: AacoPaths) -> Check:
 
 
 def check_tracelake(paths: AacoPaths) -> Check:
+    from aaco_pipelines.tracelake.locking import TraceLakeBusy, TraceLakeDamaged
     from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -149,7 +151,14 @@ def check_tracelake(paths: AacoPaths) -> Check:
             f"{paths.tracelake} (not created yet)",
             "created by the first measured or ingested session",
         )
-    version = TraceLake(paths.tracelake, lock_timeout_s=5).schema_version()
+    try:
+        version = TraceLake(paths.tracelake, lock_timeout_s=5).schema_version(check_blocks=True)
+    except TraceLakeDamaged as exc:
+        detail = f"{paths.tracelake}: {exc.problem}"
+        return Check("TraceLake", PROBLEM, detail, f"no session can be stored or read: {exc.fix}")
+    except TraceLakeBusy as exc:
+        detail = f"{paths.tracelake}: {exc.problem}"
+        return Check("TraceLake", WARNING, detail, f"aaco commands wait, then fail: {exc.fix}")
     detail = f"{paths.tracelake}; schema v{version} (this aaco: v{SCHEMA_VERSION})"
     if version is None or version < SCHEMA_VERSION:
         return Check("TraceLake", WARNING, detail, "migrated on the next write")

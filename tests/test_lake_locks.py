@@ -88,7 +88,10 @@ def test_a_read_only_viewer_blocks_no_reader(lake, tmp_path, capsys):
         started = time.monotonic()
         assert lake.query("SELECT session_id FROM sessions")["session_id"].to_pylist() == ["s1"]
         report = tmp_path / "report.json"
-        assert main(["report", "--session", "latest", "--format", "json", "--output", str(report)]) == 0
+        assert (
+            main(["report", "--session", "latest", "--format", "json", "--output", str(report)])
+            == 0
+        )
         assert time.monotonic() - started < TIMEOUT_S and '"s1"' in report.read_text()
     assert "waiting" not in capsys.readouterr().err
 

@@ -72,7 +72,8 @@ def lock_timeout(given: float | None = None) -> float:
     if value < 0:
         raise AacoInputError(
             f"AACO_LOCK_TIMEOUT_S={text!r} is not a number of seconds",
-            fix=f"set it to seconds to wait for a busy TraceLake (default {DEFAULT_LOCK_TIMEOUT_S:.0f})",
+            fix="set it to the seconds to wait for a busy TraceLake "
+            f"(default {DEFAULT_LOCK_TIMEOUT_S:.0f})",
         )
     return value
 

@@ -28,6 +28,7 @@ from aaco_pipelines.tracelake.locking import (
     damaged_or_same,
     lock_timeout,
     open_duckdb,
+    refuse_missing_blocks,
     write_failure,
     writer_lock,
 )
@@ -196,11 +197,14 @@ class TraceLake:
                 con.execute("ROLLBACK")
                 raise
 
-    def schema_version(self) -> int | None:
-        """The stored schema version; None for a lake not created yet."""
+    def schema_version(self, *, check_blocks: bool = False) -> int | None:
+        """The stored schema version; None for a lake not created yet. `check_blocks` first
+        checks that every block the lake uses is in its file (aaco doctor's thorough look)."""
         if not self.path.exists():
             return None
         with self.connect() as con:
+            if check_blocks:
+                refuse_missing_blocks(con, self.path)
             return _stored_version(con)
 
     def _replace_session(self, con, bundle: SessionBundle, verify: bool) -> None:
