@@ -20,9 +20,10 @@ from aaco_pipelines.tracelake.store import TraceLake
 
 TIMEOUT_S = 2.0
 # A holder of the lake in another process: a duckdb viewer (read-only or not), or an aaco
-# writer inside its write connection (both locks), optionally stopped with SIGSTOP.
+# writer inside its write connection (both locks), optionally stopped with SIGSTOP. Run with
+# `python -c`: a command line of several lines, which the one-line error must flatten.
 HOLDER = """
-import os, signal, sys, time
+import contextlib, os, signal, sys, time
 import duckdb
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -52,9 +53,7 @@ def lake(aaco_paths, monkeypatch) -> TraceLake:
 @contextlib.contextmanager
 def holding(path: Path, mode: str, *, stop: bool = False):
     """A process holding the lake until the block ends (killed then, stopped or not)."""
-    script = path.parent / "hold_lake.py"
-    script.write_text("import contextlib\n" + HOLDER)
-    command = [sys.executable, str(script), mode, str(path), *(["--stop"] if stop else [])]
+    command = [sys.executable, "-c", HOLDER, mode, str(path), *(["--stop"] if stop else [])]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout.readline().strip() == "ready"
@@ -74,7 +73,7 @@ def fails_within_timeout(lake: TraceLake, holder: subprocess.Popen):
     message = str(raised.value)
     assert TIMEOUT_S - 0.1 <= waited < TIMEOUT_S + 2, waited
     assert "\n" not in message and str(lake.path) in message
-    assert f"pid {holder.pid} (" in message and "hold_lake.py" in message  # pid and command line
+    assert f"pid {holder.pid} ({sys.executable} -c import contextlib" in message  # + command
     assert "AACO_LOCK_TIMEOUT_S" in message
 
 

@@ -89,7 +89,7 @@ def holder_text(pid: int | None) -> str:
         return "another process (pid unknown)"
     try:
         process = psutil.Process(pid)
-        command = " ".join(process.cmdline()) or process.name()
+        command = " ".join(" ".join(process.cmdline()).split()) or process.name()  # one line
         stopped = process.status() in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
     except (psutil.Error, OSError):
         return f"pid {pid}"
