@@ -140,10 +140,11 @@ def writer_lock(lake: Path, wait: LockWait) -> Iterator[None]:
         while not _try_lock(handle):
             wait.tick(f"the writer lock {handle.name}", _recorded_pid(handle))
         try:
-            handle.seek(0)
-            handle.truncate()
-            handle.write(f"{os.getpid()}\n")
-            handle.flush()
+            with contextlib.suppress(OSError):  # only a name for waiters: never stops a write
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"{os.getpid()}\n")
+                handle.flush()
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
