@@ -141,10 +141,8 @@ def writer_lock(lake: Path, wait: LockWait) -> Iterator[None]:
             wait.tick(f"the writer lock {handle.name}", _recorded_pid(handle))
         try:
             with contextlib.suppress(OSError):  # only a name for waiters: never stops a write
-                handle.seek(0)
-                handle.truncate()
-                handle.write(f"{os.getpid()}\n")
-                handle.flush()
+                os.ftruncate(handle.fileno(), 0)  # unbuffered: nothing left to fail at close
+                os.write(handle.fileno(), f"{os.getpid()}\n".encode())
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
