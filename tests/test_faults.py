@@ -22,7 +22,7 @@ import pytest
 from conftest import add_model, fill
 
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.doctor import check_interrupted
+from aaco_pipelines.doctor import check_interrupted, check_tracelake
 from aaco_pipelines.leftovers import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
@@ -165,6 +165,7 @@ def test_kill_9_while_loading_or_analysing_leaves_no_visible_session(aaco_paths,
         aaco.kill()
     assert _staging_empty(aaco_paths)
     assert _visible_sessions(aaco_paths) == []  # the lake opens; nothing half-done shows
+    assert check_tracelake(aaco_paths).status != "problem"  # a killed writer is not damage
     (bundle,) = aaco_paths.sessions.glob("2*/*")
     lake = TraceLake(aaco_paths.tracelake)
     # Inside the grace a bundle nobody holds may be a Dagster run between two steps: kept,
