@@ -57,7 +57,7 @@ def ingest_trace(
     session_id = new_session_id(slug)
     staging = paths.sessions / ".staging" / session_id
     final = paths.sessions / dt.date.today().isoformat() / session_id
-    clean_leftovers(paths, TraceLake(paths.tracelake))
+    clean_leftovers(paths)
     staging.mkdir(parents=True)
     hold(staging, session_id)
     try:

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from aaco_pipelines.bundle import write_json
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.store import TraceLake
 
 GRACE_VARIABLE = "AACO_ORPHAN_GRACE_S"
 DEFAULT_GRACE_S = 3600.0
@@ -120,8 +122,13 @@ def find_leftovers(
     return found
 
 
-def clean_leftovers(paths: AacoPaths, lake) -> list[Leftover]:
-    """Quarantine every orphan (see the module docstring); what was done, one per orphan."""
+CLEANUP_LOCK_WAIT_S = 2.0
+
+
+def clean_leftovers(paths: AacoPaths) -> list[Leftover]:
+    """Quarantine every orphan (see the module docstring); what was done, one per orphan.
+    Hygiene never stops a run: a TraceLake busy for more than a moment is judged next time."""
+    lake = TraceLake(paths.tracelake, CLEANUP_LOCK_WAIT_S, on_wait=lambda *_: None)
     states = lake_states(lake)
     found = find_leftovers(paths, states)
     abandoned = [o.session_id for o in found if o.kind in ("staging", "not_analysed")]
@@ -132,9 +139,12 @@ def clean_leftovers(paths: AacoPaths, lake) -> list[Leftover]:
             quarantine(orphan.path, paths, f"found by clean-up: {orphan.line()}")
     if states is not None:
         incomplete = [sid for sid, done in states.items() if not done and sid in abandoned]
-        incomplete += _rows_without_bundle(paths, lake)
-        if incomplete:
-            lake.delete_sessions(incomplete)
+        try:
+            incomplete += _rows_without_bundle(paths, lake)
+            if incomplete:
+                lake.delete_sessions(incomplete)
+        except AacoInputError:  # busy: the rows stay invisible until the next clean-up
+            pass
     return found
 
 

@@ -60,7 +60,7 @@ def benchmark_version(
 ) -> SessionBundle:
     """Run one isolated, measured session of a model version; returns its published bundle.
     What earlier interrupted runs left behind is quarantined first."""
-    clean_leftovers(paths, TraceLake(paths.tracelake))
+    clean_leftovers(paths)
     sidecar = iteration_counts(version.sidecar, options)
     request = BenchmarkRequest(
         session_id=new_session_id(version.slug),

@@ -121,7 +121,7 @@ def test_kill_9_of_aaco_run_takes_the_worker_with_it(aaco_paths, endless_model):
     assert [o.kind for o in found] == ["staging"]
     doctor = check_interrupted(aaco_paths)
     assert doctor.status == "warning" and doctor.detail.startswith("1 staging")
-    clean_leftovers(aaco_paths, TraceLake(aaco_paths.tracelake))
+    clean_leftovers(aaco_paths)
     assert _staging_empty(aaco_paths) and _visible_sessions(aaco_paths) == []
     assert _failure(aaco_paths)["type"] == "Interrupted"
     assert check_interrupted(aaco_paths).status == "OK"
@@ -170,11 +170,11 @@ def test_kill_9_while_loading_or_analysing_leaves_no_visible_session(aaco_paths,
     lake = TraceLake(aaco_paths.tracelake)
     # Inside the grace a bundle nobody holds may be a Dagster run between two steps: kept,
     # and the doctor shows it.
-    assert clean_leftovers(aaco_paths, lake) == [] and bundle.is_dir()
+    assert clean_leftovers(aaco_paths) == [] and bundle.is_dir()
     assert "not_" in check_interrupted(aaco_paths).detail
     os.environ["AACO_ORPHAN_GRACE_S"] = "0"
     try:
-        found = clean_leftovers(aaco_paths, lake)
+        found = clean_leftovers(aaco_paths)
     finally:
         del os.environ["AACO_ORPHAN_GRACE_S"]
     assert [o.kind for o in found if o.kind != "temp_file"] in (["not_loaded"], ["not_analysed"])

@@ -10,10 +10,9 @@ baseline's session-to-session spread is part of the interval, not only its itera
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import duckdb
@@ -154,7 +153,7 @@ def create_baseline(
             fix="choose sessions of one model on one target",
         )
     row = _row(name, summary, window, pin, note)
-    with _transaction(lake) as con:
+    with lake.transaction() as con:
         existing = con.execute(
             "SELECT pinned FROM baselines WHERE baseline_name = ?", [name]
         ).fetchall()
@@ -176,7 +175,7 @@ def create_baseline(
 def pin_baseline(lake: TraceLake, name: str) -> Baseline:
     """Make `name` the pinned baseline of its model+target, unpinning any other."""
     baseline = get_baseline(lake, name)
-    with _transaction(lake) as con:
+    with lake.transaction() as con:
         _pin(con, name, baseline.model_slug, baseline.target)
     return get_baseline(lake, name)
 
@@ -478,13 +477,3 @@ def _pin(con, name: str, model_slug: str, target: str) -> None:
     )
 
 
-@contextlib.contextmanager
-def _transaction(lake: TraceLake) -> Iterator:
-    with lake.connect(write=True) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            yield con
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise

@@ -145,7 +145,7 @@ class TraceLake:
         complete: readers see it once its analysis is committed (`replace_session_rows`), or
         at once with `complete=True` (a caller that runs no analysis)."""
         graph = read_graph_dir(bundle.graph_dir)
-        with self.connect(write=True) as con, _transaction(con):
+        with self.transaction() as con:
             self._replace_session(con, bundle, verify)
             if complete:
                 _mark_complete(con, bundle.session_id)
@@ -161,7 +161,7 @@ class TraceLake:
     ) -> None:
         """Replace one session's rows in several analysis tables, in one transaction;
         `complete=True` (the last analysis stage) also makes the session visible to readers."""
-        with self.connect(write=True) as con, _transaction(con):
+        with self.transaction() as con:
             for name, table in tables.items():
                 con.execute(f"DELETE FROM {stored(name)} WHERE session_id = ?", [session_id])
                 _insert(con, name, table)
@@ -184,18 +184,18 @@ class TraceLake:
     def delete_sessions(self, session_ids: list[str]) -> None:
         """Remove every row of these sessions, from every table, in one transaction."""
         tables = [name for name, schema in TABLES.items() if "session_id" in schema.names]
-        with self.connect(write=True) as con:
-            con.execute("BEGIN TRANSACTION")
-            try:
-                for name in tables:
-                    con.execute(
-                        f"DELETE FROM {stored(name)} WHERE session_id IN (SELECT unnest(?))",
-                        [session_ids],
-                    )
-                con.execute("COMMIT")
-            except BaseException:
-                con.execute("ROLLBACK")
-                raise
+        with self.transaction() as con:
+            for name in tables:
+                con.execute(
+                    f"DELETE FROM {stored(name)} WHERE session_id IN (SELECT unnest(?))",
+                    [session_ids],
+                )
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A write connection inside one transaction, committed when the block ends."""
+        with self.connect(write=True) as con, _transaction(con):
+            yield con
 
     def schema_version(self, *, check_blocks: bool = False) -> int | None:
         """The stored schema version; None for a lake not created yet. `check_blocks` first
