@@ -61,7 +61,7 @@ def registry_history(lake_path: Path) -> tuple[dict[str, dict], str | None]:
 
 
 def cmd_registry_list(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.registry.scan import scan_registry
+    from aaco_pipelines.registry.scan import scan_registry, slug_conflicts
 
     models = scan_registry(paths.registry)
     history, note = registry_history(paths.tracelake)
@@ -84,6 +84,8 @@ def cmd_registry_list(args, paths: AacoPaths) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for conflict in slug_conflicts(paths.registry).values():
+        print(f"not measured: {conflict}")
     if note:
         print(note)
     return 0

@@ -28,6 +28,7 @@ from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.leftovers import clean_leftovers, hold, release
+from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
@@ -53,7 +54,7 @@ def ingest_trace(
             "trace not found", path=trace, fix="give a rocprofv3 output directory or a trace file"
         )
     trace_format = detect_format(trace)
-    slug = model_slug(name or (model.stem if model else trace.stem))
+    slug = claim_series(paths.tracelake, name or (model.stem if model else model_slug(trace.stem)), model or trace)
     session_id = new_session_id(slug)
     staging = paths.sessions / ".staging" / session_id
     final = paths.sessions / dt.date.today().isoformat() / session_id

@@ -24,6 +24,7 @@ from aaco_pipelines.execution.runner import (
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
 from aaco_pipelines.leftovers import clean_leftovers, finishing
+from aaco_pipelines.registry.identity import check_series_owner
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.tracelake.store import TraceLake
@@ -60,6 +61,7 @@ def benchmark_version(
 ) -> SessionBundle:
     """Run one isolated, measured session of a model version; returns its published bundle.
     What earlier interrupted runs left behind is quarantined first."""
+    check_series_owner(paths.tracelake, version.slug, version.name, version.registry_path)
     clean_leftovers(paths)
     sidecar = iteration_counts(version.sidecar, options)
     request = BenchmarkRequest(

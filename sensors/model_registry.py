@@ -3,14 +3,15 @@
 The cursor maps each model's slug to the content key it was last requested for. The run key is
 `<slug>:<sha256>` (plus the sidecar's hash when there is one), so a file overwritten with new content
 runs again while an unchanged one never does. Deleted models are left alone: their partition and
-history stay.
+history stay. Files whose names give one slug (see registry.scan) are not requested; the
+sensor logs why on every tick until one is renamed.
 """
 
 import json
 
 import dagster as dg
 
-from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
+from aaco_pipelines.registry.scan import RegisteredModel, file_sha256, slug_conflicts
 from assets.partitions import models_partitions
 from resources import ModelRegistryResource
 from sensors.jobs import measure_model_job, run_tags
@@ -34,9 +35,16 @@ def content_key(model: RegisteredModel) -> str:
 def model_registry_sensor(context: dg.SensorEvaluationContext, registry: ModelRegistryResource):
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
     models = registry.models()
+    conflicts = [str(error) for error in slug_conflicts(registry.paths.registry).values()]
+    for conflict in conflicts:
+        context.log.warning(conflict)
     changed = [m for m in models if seen.get(m.slug) != content_key(m)]
     if not changed:
-        return dg.SkipReason(f"{len(models)} models in {registry.registry}, none new or changed")
+        return dg.SkipReason(
+            " ".join(
+                [f"{len(models)} models in {registry.registry}, none new or changed.", *conflicts]
+            )
+        )
     existing = set(context.instance.get_dynamic_partitions(models_partitions.name))
     new_slugs = [m.slug for m in changed if m.slug not in existing]
     return dg.SensorResult(

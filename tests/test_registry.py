@@ -25,14 +25,14 @@ def test_slugs_are_safe_partition_keys(name, slug):
 
 def test_scan_finds_only_onnx_files_with_hash_and_sidecar(tmp_path):
     models.save(models.tiny_mlp(), tmp_path / "MLP-A.onnx")
-    models.save(models.tiny_mlp(seed=1), tmp_path / "mlp_a.onnx")  # same slug: suffixed
-    ModelSidecar(measured_iterations=7).save(tmp_path / "mlp_a.json")
+    models.save(models.tiny_mlp(seed=1), tmp_path / "mlp_b.onnx")
+    ModelSidecar(measured_iterations=7).save(tmp_path / "mlp_b.json")
     (tmp_path / "notes.txt").write_text("not a model")
     (tmp_path / "sub").mkdir()
     found = scan_registry(tmp_path)
-    assert [m.slug for m in found] == ["mlp_a", "mlp_a_2"]
+    assert [m.slug for m in found] == ["mlp_a", "mlp_b"]
     assert found[0].sha256 != found[1].sha256
-    assert {m.sidecar.name if m.sidecar else None for m in found} == {None, "mlp_a.json"}
+    assert {m.sidecar.name if m.sidecar else None for m in found} == {None, "mlp_b.json"}
 
 
 def test_sidecar_round_trip_yaml_and_json(tmp_path):

@@ -1,9 +1,28 @@
-"""Scanning the registry folder: which models exist, their partition slugs and content hashes."""
+"""Scanning the registry folder: which models exist, their partition slugs and content hashes.
+
+A model's identity is its name (the file stem), and its slug is the key of its Dagster partition
+and of its drift series in the TraceLake, so the slug must depend on the name alone and never on
+which other files exist (otherwise adding a file could rename another model's partition and hand
+it that model's history). The rule:
+
+- a name in ASCII keeps the slug it always had: lowercase, every run of characters outside
+  [a-z0-9_] becomes `_` (`ResNet-50` -> `resnet_50`), so every existing series keeps its key;
+- a name with any other character (`模型`, `Café`, `net🚀`) would lose what tells it apart, so
+  its slug ends in the first 8 hex digits of the sha256 of its NFC form, after what is left of
+  it in ASCII (`模型` -> `model_1a2b3c4d`, `Café` -> `cafe_5e6f7a8b`);
+- a name longer than MAX_SLUG_CHARS keeps a prefix and the same hash, so a slug always fits in
+  a file name (session ids and folders are built from it).
+
+Two registry files whose names still give one slug (`Foo-Bar.onnx` and `foo_bar.onnx`) are
+ambiguous: neither is measured and both are reported (`slug_conflicts`) until one is renamed;
+neither takes the other's key.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +30,8 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.registry.sidecar import sidecar_path_for
 
 _UNSAFE = re.compile(r"[^a-z0-9_]+")
+MAX_SLUG_CHARS = 100
+NAME_HASH_CHARS = 8
 
 
 @dataclass(frozen=True)
@@ -23,13 +44,24 @@ class RegisteredModel:
 
 
 def model_slug(name: str) -> str:
-    """A safe Dagster partition key for a model name: lowercase [a-z0-9_], never empty.
+    """A safe Dagster partition key for a model name: lowercase [a-z0-9_], never empty, the same
+    for the same name wherever it is used (see the module's rule).
 
     Dynamic partition keys are never validated and `|`, `,` or `/` break multi-partition parsing,
     so everything outside [a-z0-9_] collapses to `_`.
     """
-    slug = _UNSAFE.sub("_", name.lower()).strip("_")
-    return slug or "model"
+    name = unicodedata.normalize("NFC", name)
+    if name.isascii():
+        slug = _safe(name)
+        if len(slug) <= MAX_SLUG_CHARS:
+            return slug
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    prefix = _safe(ascii_name)[: MAX_SLUG_CHARS - NAME_HASH_CHARS - 1].rstrip("_")
+    return f"{prefix}_{hashlib.sha256(name.encode()).hexdigest()[:NAME_HASH_CHARS]}"
+
+
+def _safe(name: str) -> str:
+    return _UNSAFE.sub("_", name.lower()).strip("_") or "model"
 
 
 def file_sha256(path: Path, chunk_bytes: int = 1 << 20) -> str:
@@ -55,25 +87,40 @@ def registered_model(path: Path, slug: str | None = None) -> RegisteredModel:
 def scan_registry(registry: Path) -> list[RegisteredModel]:
     """Every `*.onnx` file in the registry folder (not recursive), sorted by slug.
 
-    Other files (sidecars, notes, partial downloads) are ignored. Two files whose names collapse to
-    the same slug get a numeric suffix in name order, so each keeps its own partition.
+    Other files (sidecars, notes, partial downloads) are ignored, and so are files whose names
+    give one slug: `slug_conflicts` reports those.
     """
-    if not registry.is_dir():
-        return []
-    models: list[RegisteredModel] = []
-    seen: dict[str, int] = {}
-    for path in sorted(registry.glob("*.onnx")):
-        if not path.is_file():
-            continue
-        slug = model_slug(path.stem)
-        seen[slug] = seen.get(slug, 0) + 1
-        if seen[slug] > 1:
-            slug = f"{slug}_{seen[slug]}"
-        models.append(registered_model(path, slug))
-    return sorted(models, key=lambda m: m.slug)
+    groups = _files_by_slug(registry)
+    return [registered_model(files[0]) for _, files in sorted(groups.items()) if len(files) == 1]
+
+
+def slug_conflicts(registry: Path) -> dict[str, AacoInputError]:
+    """{slug: the error naming every file that claims it} for slugs several files claim."""
+    return {
+        slug: AacoInputError(
+            f"{' and '.join(f.name for f in files)} are both model '{slug}', so neither is "
+            "measured",
+            path=registry,
+            fix="rename all but one of them (the file name is the model's identity)",
+        )
+        for slug, files in sorted(_files_by_slug(registry).items())
+        if len(files) > 1
+    }
+
+
+def _files_by_slug(registry: Path) -> dict[str, list[Path]]:
+    groups: dict[str, list[Path]] = {}
+    if registry.is_dir():
+        for path in sorted(registry.glob("*.onnx")):
+            if path.is_file():
+                groups.setdefault(model_slug(path.stem), []).append(path)
+    return groups
 
 
 def find_model(registry: Path, slug: str) -> RegisteredModel:
+    conflict = slug_conflicts(registry).get(slug)
+    if conflict is not None:
+        raise conflict
     for model in scan_registry(registry):
         if model.slug == slug:
             return model
