@@ -52,7 +52,7 @@ def test_sidecar_round_trip_yaml_and_json(tmp_path):
     ("text", "fragment"),
     [
         ("inputs: {x: {dtype: float32}}", "needs a shape"),
-        ("inputs: {x: {shape: [batch, 3]}}", "non-negative integers"),
+        ("inputs: {x: {shape: [batch, 3]}}", "positive integers"),
         ("measured_iterations: 0", "positive integer"),
         ("warmup: 3", "unknown sidecar keys"),
         ("inputs: [", "cannot be parsed"),

@@ -18,6 +18,7 @@ or standard normal when neither is given).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,12 @@ KNOWN_KEYS = {
     "execution_providers",
     "tags",
 }
+INPUT_KEYS = {"shape", "dtype", "low", "high"}
+# What a sidecar may give as an input's dtype: the numeric tensor types test data is made for.
+SIDECAR_DTYPES = (
+    "float32", "float16", "float64", "bfloat16", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "bool",
+)  # fmt: skip
 SIDECAR_HELP = "see the sidecar format in README (inputs: NAME: {shape: [...], dtype: ...})"
 
 
@@ -92,27 +99,26 @@ def load_sidecar(model_path: Path) -> ModelSidecar:
         text = path.read_text()
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise AacoInputError(
-            f"sidecar cannot be parsed ({exc})", path=path, fix=SIDECAR_HELP
-        ) from exc
-    return parse_sidecar(data or {}, path)
+        problem = " ".join(f"sidecar cannot be parsed ({exc})".split())  # YAML's are multi-line
+        raise AacoInputError(problem, path=path, fix=SIDECAR_HELP) from exc
+    return parse_sidecar({} if data is None else data, path)
 
 
 def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
+    """The sidecar checked in full when it is read: a value the worker would choke on (a list
+    for `inputs`, `true` or NaN as a count, text as a bound) is an error naming this file and
+    the key, not a failure later in the worker, which knows neither."""
     if not isinstance(data, dict):
         raise AacoInputError("sidecar must be a mapping", path=path, fix=SIDECAR_HELP)
-    unknown = set(data) - KNOWN_KEYS
+    unknown = set(map(str, data)) - KNOWN_KEYS
     if unknown:
         raise AacoInputError(
             f"unknown sidecar keys {sorted(unknown)}",
             path=path,
             fix=f"use only {sorted(KNOWN_KEYS)}",
         )
-    inputs = {
-        name: _parse_input(name, spec, path) for name, spec in (data.get("inputs") or {}).items()
-    }
     counts = {
-        key: _positive_int(data, key, path, default)
+        key: _count(data, key, path, default)
         for key, default in (
             ("warmup_iterations", 5),
             ("measured_iterations", 50),
@@ -120,23 +126,24 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         )
     }
     min_seconds = data.get("min_measured_seconds", 1.0)
-    if not isinstance(min_seconds, int | float) or min_seconds < 0:
-        raise AacoInputError(
-            f"min_measured_seconds must be a number >= 0, not {min_seconds!r}",
-            path=path,
-            fix="set min_measured_seconds: 1.0",
-        )
-    providers = data.get("execution_providers") or []
-    if isinstance(providers, str):
-        providers = [providers]
-    tags = {str(k): str(v) for k, v in (data.get("tags") or {}).items()}
+    if not _is_number(min_seconds) or min_seconds < 0:
+        raise _wrong("min_measured_seconds", min_seconds, "a number >= 0", path, "1.0")
     return ModelSidecar(
-        inputs=inputs,
-        execution_providers=tuple(providers),
-        tags=tags,
+        inputs=_inputs(data.get("inputs"), path),
+        execution_providers=_providers(data.get("execution_providers"), path),
+        tags=_tags(data.get("tags"), path),
         min_measured_seconds=float(min_seconds),
         **counts,
     )
+
+
+def _inputs(inputs, path: Path) -> dict[str, InputSpec]:
+    if inputs is None:
+        return {}
+    if not isinstance(inputs, dict):
+        raise _wrong("inputs", inputs, "a mapping of input names", path, "{x: {shape: [1, 8]}}")
+    _names_are_text(inputs, "input", path)
+    return {name: _parse_input(name, spec, path) for name, spec in inputs.items()}
 
 
 def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
@@ -146,27 +153,106 @@ def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
             path=path,
             fix=f"write inputs: {name}: {{shape: [...]}}",
         )
-    shape = spec["shape"]
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    unknown = set(map(str, spec)) - INPUT_KEYS
+    if unknown:
         raise AacoInputError(
-            f"input '{name}' shape {shape!r} is not a list of non-negative integers",
+            f"unknown keys {sorted(unknown)} in input '{name}'",
+            path=path,
+            fix=f"use only {sorted(INPUT_KEYS)}",
+        )
+    shape = spec["shape"]
+    if not isinstance(shape, list) or not all(_is_count(d) and d > 0 for d in shape):
+        raise AacoInputError(
+            f"input '{name}' shape {_shown(shape)} is not a list of positive integers",
             path=path,
             fix="give every dimension as a number, e.g. shape: [1, 3, 224, 224]",
         )
-    low, high = spec.get("low"), spec.get("high")
+    dtype = spec.get("dtype", "float32")
+    if dtype not in SIDECAR_DTYPES:
+        raise _wrong(
+            f"inputs.{name}.dtype", dtype, "a tensor type", path, "float32", SIDECAR_DTYPES
+        )
+    low, high = (_bound(name, key, spec.get(key), path) for key in ("low", "high"))
     if low is not None and high is not None and not low < high:
         raise AacoInputError(f"input '{name}' has low >= high", path=path, fix="make low < high")
-    return InputSpec(
-        shape=tuple(shape), dtype=str(spec.get("dtype", "float32")), low=low, high=high
+    return InputSpec(shape=tuple(shape), dtype=dtype, low=low, high=high)
+
+
+def _bound(name: str, key: str, value, path: Path) -> float | None:
+    if value is not None and not _is_number(value):
+        example = "0" if key == "low" else "1"
+        raise _wrong(f"inputs.{name}.{key}", value, "a finite number", path, example)
+    return value
+
+
+def _count(data: dict, key: str, path: Path, default: int) -> int:
+    value = data.get(key, default)
+    least = 0 if key == "warmup_iterations" else 1
+    if not _is_count(value) or value < least:
+        wanted = "a positive integer" if least else "an integer >= 0"
+        raise _wrong(key, value, wanted, path, str(default))
+    return value
+
+
+def _providers(providers, path: Path) -> tuple[str, ...]:
+    if providers is None:
+        return ()
+    if isinstance(providers, str):
+        providers = [providers]
+    if not isinstance(providers, list) or not all(isinstance(p, str) and p for p in providers):
+        raise _wrong(
+            "execution_providers",
+            providers,
+            "a list of provider names",
+            path,
+            "[CPUExecutionProvider]",
+        )
+    return tuple(providers)
+
+
+def _tags(tags, path: Path) -> dict[str, str]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, dict):
+        raise _wrong("tags", tags, "a mapping of names to text", path, "{family: bert}")
+    _names_are_text(tags, "tag", path)
+    for key, value in tags.items():
+        if not isinstance(value, str):
+            # YAML reads `1.10` as 1.1 and `no` as False: only quoted text is kept as written.
+            raise _wrong(f"tags.{key}", value, "text", path, "'...' (in quotes)")
+    return dict(tags)
+
+
+def _names_are_text(mapping: dict, what: str, path: Path) -> None:
+    for name in mapping:
+        if not isinstance(name, str):
+            raise AacoInputError(
+                f"{what} name {_shown(name)} is not text", path=path, fix=f"quote it: '{name}'"
+            )
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    """A real, finite number: YAML's `true`, `.nan` and `.inf` are not."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _wrong(
+    key: str, value, wanted: str, path: Path, example: str, choices: tuple[str, ...] = ()
+) -> AacoInputError:
+    """The one-line error for a sidecar value of the wrong kind, with an example of a right one."""
+    among = f" (one of {', '.join(choices)})" if choices else ""
+    return AacoInputError(
+        f"{key} must be {wanted}{among}, not {_shown(value)}",
+        path=path,
+        fix=f"write {key.rsplit('.', 1)[-1]}: {example}",
     )
 
 
-def _positive_int(data: dict, key: str, path: Path, default: int) -> int:
-    value = data.get(key, default)
-    if not isinstance(value, int) or value < (0 if key == "warmup_iterations" else 1):
-        raise AacoInputError(
-            f"{key} must be a positive integer, not {value!r}",
-            path=path,
-            fix=f"set {key}: {default}",
-        )
-    return value
+def _shown(value) -> str:
+    """The value as the user would recognise it, on one short line."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
