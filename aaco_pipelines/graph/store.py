@@ -8,19 +8,24 @@ shared by every session of that version.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, resolve_input_specs
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, load_sidecar, parse_sidecar
+
+SNAPSHOT_TEMP_PREFIX = ".incoming-"  # models/.incoming-*.tmp: a snapshot being copied
 
 
 @dataclass(frozen=True)
@@ -77,25 +82,19 @@ def prepare_model_version(
     """Snapshot the model file, resolve its inputs and extract (or reuse) its graph.
 
     Raises AacoInputError (naming the registry file) for a corrupt file or dynamic inputs
-    without a sidecar, and then leaves no snapshot behind.
+    without a sidecar, and then leaves no snapshot behind; and (naming AACO_HOME) when the disk
+    is full or read-only, leaving only complete files.
     """
     sidecar = load_sidecar(model.path)
-    snapshot, sha = snapshot_model_file(model.path, paths.home / "models")
-    try:
-        onnx_model = load_model(snapshot)
-        specs = resolve_input_specs(onnx_model, sidecar.inputs, model.path)
-    except AacoInputError as exc:
-        if not (paths.graphs / sha).exists():  # no earlier session uses this snapshot
-            snapshot.unlink(missing_ok=True)
-        if exc.path == str(snapshot):  # name the user's file, not our copy of it
-            raise AacoInputError(exc.problem, path=model.path, fix=exc.fix) from None
-        raise
-    graph_dir = paths.graphs / sha
-    if (graph_dir / "graph.json").is_file():
-        graph = GraphExtract.load(graph_dir)
-    else:
-        graph = extract_graph(snapshot, specs, model_name=model.name)
-        graph.save(graph_dir)
+    with writing_store(paths, model):
+        snapshot, sha = snapshot_model_file(model.path, paths.home / "models")
+        specs = _input_specs(snapshot, sha, sidecar, model, paths)
+        graph_dir = paths.graphs / sha
+        if (graph_dir / "graph.json").is_file():
+            graph = GraphExtract.load(graph_dir)
+        else:
+            graph = extract_graph(snapshot, specs, model_name=model.name)
+            graph.save(graph_dir)
     version = ModelVersion(
         name=model.name,
         slug=model.slug,
@@ -110,17 +109,78 @@ def prepare_model_version(
     return version, graph
 
 
+def _input_specs(
+    snapshot: Path, sha: str, sidecar: ModelSidecar, model: RegisteredModel, paths: AacoPaths
+) -> dict[str, InputSpec]:
+    """Every input's shape and dtype; a model that cannot be fed loses its new snapshot."""
+    try:
+        return resolve_input_specs(load_model(snapshot), sidecar.inputs, model.path)
+    except AacoInputError as exc:
+        if not (paths.graphs / sha).exists():  # no earlier session uses this snapshot
+            snapshot.unlink(missing_ok=True)
+        if exc.path == str(snapshot):  # name the user's file, not our copy of it
+            raise AacoInputError(exc.problem, path=model.path, fix=exc.fix) from None
+        raise
+
+
+@contextlib.contextmanager
+def writing_store(paths: AacoPaths, model: RegisteredModel) -> Iterator[None]:
+    """Writes into models/ and graphs/, under a shared lock on models/ held until they are done.
+
+    Every write goes to a temp file or folder beside its target and is renamed into place, so a
+    target is complete or absent. A process killed mid-write leaves its temp behind and its lock
+    goes with it: whoever finds the lock free of other writers removes those temps first. A full
+    or read-only disk becomes one line naming AACO_HOME.
+    """
+    try:
+        store = paths.home / "models"
+        store.mkdir(parents=True, exist_ok=True)
+        fd = os.open(store, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if _alone(fd):
+                _remove_partial_writes(paths)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        where = OSError(exc.errno, exc.strerror, f"the measured copy of {model.path.name}")
+        problem = out_of_space(where, paths.home)
+        if problem is None:
+            raise
+        raise problem from exc
+
+
+def _alone(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _remove_partial_writes(paths: AacoPaths) -> None:
+    """Temp files of model snapshots and temp folders of graphs (GraphExtract.save's)."""
+    for temp in (paths.home / "models").glob(f"{SNAPSHOT_TEMP_PREFIX}*"):
+        temp.unlink(missing_ok=True)
+    for temp in paths.graphs.glob(".*"):
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def snapshot_model_file(source: Path, store: Path) -> tuple[Path, str]:
-    """Copy `source` into the content-addressed store; returns (snapshot path, sha256)."""
+    """Copy `source` into the content-addressed store; returns (snapshot path, sha256).
+
+    An existing snapshot of another size is a partial copy (from a writer that did not rename
+    into place) and is replaced."""
     store.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".incoming-", suffix=".onnx", dir=store)
+    fd, tmp_name = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".tmp", dir=store)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         shutil.copyfile(source, tmp)
         sha = file_sha256(tmp)
         target = store / f"{sha}.onnx"
-        if target.exists():
+        if target.is_file() and target.stat().st_size == tmp.stat().st_size:
             tmp.unlink()
         else:
             os.replace(tmp, target)
