@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import models
 import pytest
+from onnx import TensorProto, helper
 
 from aaco_pipelines.cli import main
 
@@ -58,6 +59,27 @@ def test_a_hostile_sidecar_is_one_line_naming_it_and_no_worker_starts(
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and err.startswith("aaco: error: "), err
     assert f"{tmp_path / sidecar}: " in err and says in err and "Fix: " in err
-    assert "Traceback" not in err
-    started = [aaco_paths.sessions, aaco_paths.failed_sessions]
-    assert not [p for folder in started if folder.exists() for p in folder.rglob("*")]
+    assert "Traceback" not in err and _nothing_started(aaco_paths)
+
+
+def _nothing_started(paths) -> bool:
+    started = [paths.sessions, paths.failed_sessions, paths.home / "models"]
+    return not [p for folder in started if folder.exists() for p in folder.rglob("*")]
+
+
+def test_a_model_input_no_data_can_be_made_for_is_refused_before_the_worker(
+    aaco_paths, tmp_path, capsys
+):
+    """A string input: the worker used to find out, in an error naming no file."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["text"], ["same"])],
+        "strings",
+        [helper.make_tensor_value_info("text", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("same", TensorProto.STRING, [2])],
+    )
+    model = helper.make_model(graph, opset_imports=models.OPSET, ir_version=9)
+    path = models.save(model, tmp_path / "strings.onnx")
+    assert main(["run", "--model", str(path), "--iterations", "5", "--no-profile"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith(f"aaco: error: {path}: input 'text'")
+    assert _nothing_started(aaco_paths)

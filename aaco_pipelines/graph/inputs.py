@@ -85,7 +85,11 @@ def resolve_input_specs(
             path=sidecar_path_for(path) or path,
             fix="rename or remove those entries under inputs:",
         )
-    return {vi.name: _resolve(vi, sidecar_inputs.get(vi.name), path) for vi in inputs}
+    specs = {vi.name: _resolve(vi, sidecar_inputs.get(vi.name), path) for vi in inputs}
+    for name, spec in specs.items():  # refused here, naming the file, not in the worker
+        if _kind(spec.dtype) is None:
+            raise _no_test_data(name, spec.dtype, path)
+    return specs
 
 
 def _resolve(value_info: onnx.ValueInfoProto, given: InputSpec | None, path: Path) -> InputSpec:
@@ -168,8 +172,13 @@ def _make_array(rng: np.random.Generator, name: str, spec: InputSpec) -> np.ndar
         lo = (high - 1.0) if low is None else float(low)
         hi = (lo + 1.0) if high is None else float(high)
         return rng.uniform(lo, hi, size=shape).astype(spec.dtype)
-    raise AacoInputError(
-        f"input '{name}' has dtype {spec.dtype}, for which no test data can be generated",
+    raise _no_test_data(name, spec.dtype)
+
+
+def _no_test_data(name: str, dtype: str, path: Path | None = None) -> AacoInputError:
+    return AacoInputError(
+        f"input '{name}' has dtype {dtype}, for which no test data can be generated",
+        path=path,
         fix="feed this model from your own harness, or export it with numeric inputs",
     )
 
