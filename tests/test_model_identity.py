@@ -142,3 +142,13 @@ def test_registry_sensor_keeps_each_models_partition(aaco_paths):
         assert sorted(instance.get_dynamic_partitions(models_partitions.name)) == sorted(
             [network, model]
         )
+
+
+def test_registry_list_names_the_files_that_share_a_slug(aaco_paths, capsys):
+    models.save(models.tiny_mlp(seed=1), aaco_paths.registry / "Foo-Bar.onnx")
+    models.save(models.tiny_mlp(seed=2), aaco_paths.registry / "foo_bar.onnx")
+    models.save(models.tiny_mlp(seed=3), aaco_paths.registry / "模型.onnx")
+    assert main(["registry", "list"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 models") and model_slug("模型") in out
+    assert "not measured: " in out and "Foo-Bar.onnx and foo_bar.onnx" in out
