@@ -9,7 +9,7 @@ it that model's history). The rule:
   [a-z0-9_] becomes `_` (`ResNet-50` -> `resnet_50`), so every existing series keeps its key;
 - a name with any other character (`模型`, `Café`, `net🚀`) would lose what tells it apart, so
   its slug ends in the first 8 hex digits of the sha256 of its NFC form, after what is left of
-  it in ASCII (`模型` -> `model_1a2b3c4d`, `Café` -> `cafe_5e6f7a8b`);
+  it in ASCII (`模型` -> `model_c98e118e`, `网络` -> `model_97b31b5d`, `Café` -> `cafe_73473dcc`);
 - a name longer than MAX_SLUG_CHARS keeps a prefix and the same hash, so a slug always fits in
   a file name (session ids and folders are built from it).
 
