@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from aaco_pipelines.sql import sql_identifier, sql_literal
+
 SOURCE = "rocpd"
 
 Plan = tuple[str, dict[str, str]]
@@ -62,13 +64,13 @@ def object_names(db: sqlite3.Connection) -> set[str]:
 
 
 def columns_of(db: sqlite3.Connection, view: str) -> set[str]:
-    return {row[1].lower() for row in db.execute(f'PRAGMA table_info("{view}")').fetchall()}
+    return {row[1].lower() for row in db.execute(f"PRAGMA table_info({sql_identifier(view)})")}
 
 
 def pick(columns: set[str], *names: str, alias: str = "") -> str | None:
     """The first of `names` the view has, quoted (and qualified by `alias`)."""
     prefix = f"{alias}." if alias else ""
-    return next((f'{prefix}"{name}"' for name in names if name in columns), None)
+    return next((prefix + sql_identifier(name) for name in names if name in columns), None)
 
 
 def present(expressions: dict[str, str | None]) -> dict[str, str]:
@@ -121,7 +123,7 @@ def _kernel_events(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
 def _with_registers(db: sqlite3.Connection, view: str, c: set[str], names: set[str]):
     """The kernels FROM clause and where register counts come from: the view itself (later
     revisions) or, joined in, its kernel symbol (ROCm 7.0's view does not carry them)."""
-    source = f'"{view}" K'
+    source = f"{sql_identifier(view)} K"
     if "sgpr_count" in c or "rocpd_info_kernel_symbol" not in names:
         return source, lambda name: pick(c, name, alias="K")
     symbols = columns_of(db, "rocpd_info_kernel_symbol")
@@ -132,7 +134,7 @@ def _with_registers(db: sqlite3.Connection, view: str, c: set[str], names: set[s
 
 def _api_calls(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
     c = columns_of(db, view)
-    return f'"{view}"', present(
+    return sql_identifier(view), present(
         {
             "source": f"'{SOURCE}'",
             "domain": pick(c, "category"),
@@ -150,7 +152,7 @@ def _memory_copies(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
     c = columns_of(db, view)
     src = pick(c, *(f"src_{name}" for name in _AGENT_INDEX))
     dst = pick(c, *(f"dst_{name}" for name in _AGENT_INDEX))
-    return f'"{view}"', present(
+    return sql_identifier(view), present(
         {
             "source": f"'{SOURCE}'",
             "direction": pick(c, "name"),
@@ -168,7 +170,7 @@ def _memory_copies(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
 def _counters(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
     c = columns_of(db, view)
     index = pick(c, *_AGENT_INDEX)
-    return f'"{view}"', present(
+    return sql_identifier(view), present(
         {
             "source": f"'{SOURCE}'",
             "dispatch_id": pick(c, "dispatch_id"),
@@ -188,10 +190,11 @@ def _agents(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
     def extra(key: str) -> str | None:
         return (
             extdata
-            and f"CASE WHEN json_valid({extdata}) THEN json_extract({extdata}, '$.{key}') END"
+            and f"CASE WHEN json_valid({extdata}) THEN json_extract({extdata}, "
+            f"{sql_literal('$.' + key)}) END"
         )
 
-    return f'"{view}"', present(
+    return sql_identifier(view), present(
         {
             "source": f"'{SOURCE}'",
             "agent_id": _agent_name(pick(c, "logical_index", "absolute_index")),

@@ -54,6 +54,7 @@ from pathlib import Path
 import duckdb
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.sql import sql_identifier, sql_literal, sql_path
 
 SOURCE = "rocprofv3_csv"
 
@@ -148,8 +149,9 @@ def register_csv(con: duckdb.DuckDBPyConnection, view: str, files: list[Path]) -
         header = csv_header(file)
         columns |= set(header)
         selects.append(f"SELECT * FROM {read_csv_sql(file, header)}")
-    con.execute(f'CREATE OR REPLACE TEMP VIEW "{view}" AS ' + " UNION ALL BY NAME ".join(selects))
-    return f'"{view}"', columns
+    view = sql_identifier(view)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS " + " UNION ALL BY NAME ".join(selects))
+    return view, columns
 
 
 # Columns rocprofv3 always writes as integers: parsed as BIGINT straight away (parsing text
@@ -174,18 +176,14 @@ def read_csv_sql(file: Path, header: list[str]) -> str:
         for name in header
     )
     return (
-        f"read_csv({sql_literal(str(file))}, header = true, auto_detect = false, delim = ',', "
+        f"read_csv({sql_path(file)}, header = true, auto_detect = false, delim = ',', "
         f"quote = '\"', escape = '\"', strict_mode = true, columns = {{{columns}}})"
     )
 
 
-def sql_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def column(columns: set, *names: str) -> str | None:
     """The first of `names` the file has, as a quoted identifier."""
-    return next((f'"{name}"' for name in names if name in columns), None)
+    return next((sql_identifier(name) for name in names if name in columns), None)
 
 
 def product(columns: set, prefix: str) -> str | None:
@@ -195,7 +193,7 @@ def product(columns: set, prefix: str) -> str | None:
 
 
 def duration(start: str, end: str) -> str:
-    return f'CAST("{end}" AS BIGINT) - CAST("{start}" AS BIGINT)'
+    return f"CAST({sql_identifier(end)} AS BIGINT) - CAST({sql_identifier(start)} AS BIGINT)"
 
 
 def present(expressions: dict[str, str | None]) -> dict[str, str]:
@@ -306,10 +304,7 @@ def _agents(c: set) -> dict[str, str]:
     default index); every column not mapped is kept, typed, in details_json."""
     mapped = {name for names in _AGENT_COLUMNS.values() for name in names} | {"logical_node_id"}
     index = column(c, "logical_node_id", "node_id")
-    details = ", ".join(
-        f'{sql_literal(name)}: coalesce(TRY_CAST("{name}" AS JSON), to_json("{name}"))'
-        for name in sorted(c - mapped)
-    )
+    details = ", ".join(f"{sql_literal(name)}: {_as_json(name)}" for name in sorted(c - mapped))
     return present(
         {
             "source": f"'{SOURCE}'",
@@ -318,3 +313,10 @@ def _agents(c: set) -> dict[str, str]:
             "details_json": f"to_json({{{details}}})" if details else None,
         }
     )
+
+
+def _as_json(column_name: str) -> str:
+    """A column as JSON: the value itself when it parses as JSON, else a JSON string. The
+    name is the file's own, so it is only ever a quoted identifier here."""
+    value = sql_identifier(column_name)
+    return f"coalesce(TRY_CAST({value} AS JSON), to_json({value}))"

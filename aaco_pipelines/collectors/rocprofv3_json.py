@@ -27,11 +27,12 @@ device_id is that index. Counter collection records are not read yet (no sample 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
 
-from aaco_pipelines.collectors.rocprofv3_csv import sql_literal
+from aaco_pipelines.sql import sql_literal, sql_path
 
 SOURCE = "rocprofv3_json"
 
@@ -103,7 +104,7 @@ def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
         "CREATE OR REPLACE TEMP TABLE json_tool AS "
         "SELECT row_number() OVER () AS entry, tool FROM ("
         'SELECT unnest("rocprofiler-sdk-tool") AS tool '
-        f"FROM read_json({sql_literal(str(path))}, format = 'auto', columns = {columns}, "
+        f"FROM read_json({sql_path(path)}, format = 'auto', columns = {columns}, "
         "maximum_object_size = 4294967295))"
     ).fetchall()
 
@@ -210,7 +211,7 @@ def _memory_copies() -> dict[str, str]:
 
 
 def _agents() -> dict[str, str]:
-    removed = "{" + ", ".join(f'"{field}": null' for field in _AGENT_FIELDS) + "}"
+    removed = json.dumps(dict.fromkeys(_AGENT_FIELDS))
     kind = "agent->>'type'"
     return {
         "source": f"'{SOURCE}'",

@@ -35,8 +35,8 @@ import pyarrow as pa
 
 from aaco_pipelines.analysis.fingerprints import kernel_families
 from aaco_pipelines.collectors import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json, rpd
-from aaco_pipelines.collectors.rocprofv3_csv import sql_literal
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.sql import sql_identifier, sql_literal
 from aaco_pipelines.tracelake.schema import TABLES, schema_ddl, sql_projection
 
 FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
@@ -294,7 +294,7 @@ def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | Non
 def _insert_batches(con, table: str, batches, iteration: int | None) -> int:
     """INSERT of Arrow batches of exactly the table's schema (from sqlite3)."""
     schema = TABLES[table]
-    expressions = {f.name: f'"{f.name}"' for f in schema}
+    expressions = {f.name: sql_identifier(f.name) for f in schema}
     if table == "kernel_events":
         expressions.update(_stamped_iteration(iteration))
     reader = pa.RecordBatchReader.from_batches(schema, batches)
@@ -357,7 +357,8 @@ def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):
 def _sqlite_projection(fields: list[pa.Field], expressions: dict[str, str]) -> str:
     """A SQLite SELECT list of `fields` in order, each cast to its column's storage type."""
     return ", ".join(
-        f'CAST({expressions[f.name]} AS {_SQLITE_TYPES.get(f.type, "TEXT")}) AS "{f.name}"'
+        f"CAST({expressions[f.name]} AS {_SQLITE_TYPES.get(f.type, 'TEXT')}) "
+        f"AS {sql_identifier(f.name)}"
         for f in fields
     )
 
