@@ -194,16 +194,26 @@ def cmd_run(args, paths: AacoPaths) -> int:
 
 
 def cmd_ingest(args, paths: AacoPaths) -> int:
-    """A trace collected elsewhere becomes a session, analysed like a measured one."""
+    """A trace collected elsewhere becomes a session, analysed like a measured one. Both paths
+    are checked before any work: a FIFO or device would block or never end once opened."""
+    from aaco_pipelines.collectors.trace_paths import check_trace
     from aaco_pipelines.ingest import ingest_trace
     from aaco_pipelines.leftovers import finishing
     from aaco_pipelines.pipeline import analyze_session
     from aaco_pipelines.tracelake.store import TraceLake
 
+    check_trace(Path(args.path))
+    model = Path(args.model) if args.model else None
+    if model is not None and not model.is_file():
+        raise AacoInputError(
+            "the model is not a regular file" if model.exists() else "model file not found",
+            path=model,
+            fix="give the .onnx file itself",
+        )
     bundle = ingest_trace(
         Path(args.path),
         paths,
-        model=Path(args.model) if args.model else None,
+        model=model,
         name=args.name,
         complete=False,  # visible once analysed, below
     )

@@ -3,6 +3,8 @@
 Every trace here is a real profiler sample (../shared/samples/profilers) with hostile text put
 in its headers, kernel names, values, JSON keys, SQLite table and column names, and its own file
 and folder names; each is loaded for real into a real TraceLake file, and through `aaco ingest`.
+The second part gives `aaco ingest` what hangs or escapes: FIFOs, devices, dangling links, link
+loops and links out of the trace's folder, which must be refused, in one line, before any work.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import shutil
 import sqlite3
+import stat
 from pathlib import Path
 
 import duckdb
@@ -381,3 +385,102 @@ def test_aaco_ingest_of_a_hostile_trace_keeps_every_session(aaco_paths, workdir,
     details = lake.query("SELECT details_json FROM agents")["details_json"].to_pylist()
     assert len(details) == 4 and all(EXPLOIT.lower() in json.loads(d) for d in details)
     assert list(workdir.iterdir()) == []
+
+
+# --- trace inputs that would hang, crash or leave their folder ------------------------------------
+
+
+def _fifo(path: Path) -> Path:
+    os.mkfifo(path)
+    return path
+
+
+def _device(path: Path) -> Path:
+    """A character device like /dev/zero (reading it never ends), made where the test owns it."""
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 5))
+    except PermissionError:
+        pytest.skip("cannot make a device file here (needs CAP_MKNOD)")
+    return path
+
+
+def _folder_with(tmp_path: Path, name: str, make) -> tuple[Path, Path]:
+    """A real rocprofv3 kernel trace folder with one more entry `name` made by `make`; (the
+    folder, the entry)."""
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    shutil.copy(KERNEL_CSV, folder / "1_kernel_trace.csv")
+    return folder, make(folder / name)
+
+
+def _link(target):
+    def make(path: Path) -> Path:
+        path.symlink_to(target(path) if callable(target) else target)
+        return path
+
+    return make
+
+
+STUCK_TRACES = {
+    # name: (how to make it, given tmp_path) → (the path to ingest, the path the error names)
+    "fifo as the trace": lambda tmp: 2 * (_fifo(tmp / "1_kernel_trace.csv"),),
+    "device as the trace": lambda tmp: 2 * (_device(tmp / "1_kernel_trace.csv"),),
+    "fifo in the folder": lambda tmp: _folder_with(tmp, "1_hip_api_trace.csv", _fifo),
+    "fifo by another name": lambda tmp: _folder_with(tmp, "notes", _fifo),
+    "device in the folder": lambda tmp: _folder_with(tmp, "1_agent_info.csv", _device),
+    "dangling link in the folder": lambda tmp: _folder_with(
+        tmp, "1_agent_info.csv", _link("missing.csv")
+    ),
+    "link loop in the folder": lambda tmp: _folder_with(
+        tmp, "1_agent_info.csv", _link(lambda p: p)
+    ),
+    "link out of the folder": lambda tmp: _folder_with(tmp, "1_agent_info.csv", _link(AGENT_CSV)),
+    "link to a secret": lambda tmp: _folder_with(tmp, "passwd.csv", _link(Path("/etc/passwd"))),
+    "folder link out of the folder": lambda tmp: _folder_with(tmp, "pmc_1", _link(SAMPLES)),
+    "link loop as the trace": lambda tmp: 2 * (_link(lambda p: p)(tmp / "loop.csv"),),
+}
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("case", STUCK_TRACES)
+def test_traces_that_hang_or_escape_are_refused_in_one_line(aaco_paths, tmp_path, capsys, case):
+    trace, culprit = STUCK_TRACES[case](tmp_path)
+    assert main(["ingest", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aaco: error: ") and err.count("\n") == 1, err
+    assert str(culprit) in err and "Fix:" in err and "Traceback" not in err
+    left = [p for p in aaco_paths.sessions.rglob("*") if not p.is_dir()]
+    assert left == []
+    if "link" in case:
+        assert "link" in err  # says what is wrong with the path
+
+
+def test_a_link_inside_the_folder_to_a_file_inside_it_is_fine(aaco_paths, tmp_path):
+    folder, _ = _folder_with(tmp_path, "2_kernel_trace.csv", _link(Path("1_kernel_trace.csv")))
+    assert main(["ingest", str(folder), "--name", "linked"]) == 0
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("model", ["missing", "folder", "fifo"])
+def test_ingest_refuses_a_model_that_is_not_a_file_before_any_work(
+    aaco_paths, tmp_path, capsys, model
+):
+    path = tmp_path / "model.onnx"
+    if model == "folder":
+        path.mkdir()
+    elif model == "fifo":
+        os.mkfifo(path)
+    assert main(["ingest", str(KERNEL_CSV), "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aaco: error: ") and err.count("\n") == 1, err
+    assert str(path) in err and "Fix:" in err
+    assert not aaco_paths.sessions.exists() or not any(aaco_paths.sessions.rglob("*.json"))
+    assert not aaco_paths.tracelake.exists()
+
+
+@pytest.mark.timeout(20)
+def test_load_trace_refuses_a_fifo_named_like_a_trace_without_opening_it(lake, tmp_path):
+    fifo = _fifo(tmp_path / "1_kernel_trace.csv")
+    with pytest.raises(AacoInputError, match="not a regular file") as err:
+        load_trace(lake, fifo, "s1")
+    assert str(fifo) in str(err.value)

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import duckdb
 
+from aaco_pipelines.collectors import trace_paths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal, sql_path
 
@@ -105,8 +106,9 @@ def classify(header: list[str]) -> str | None:
 def trace_files(path: Path) -> dict[str, list[Path]]:
     """The rocprofv3 CSV files of a folder (searched recursively: `--pmc` runs write pmc_N/
     subfolders) or of a single file, by kind. A file named like a rocprofv3 output whose header
-    does not match is truncated or corrupt, and stops the read rather than being skipped."""
-    candidates = sorted(path.rglob("*.csv")) if path.is_dir() else [path]
+    does not match is truncated or corrupt, and stops the read rather than being skipped.
+    FIFOs, devices and links out of the folder are refused before any file is opened."""
+    candidates = trace_paths.trace_files(path, "*.csv")
     found: dict[str, list[Path]] = {}
     for candidate in candidates:
         kind = _kind_of(candidate)

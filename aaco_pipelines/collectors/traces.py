@@ -34,7 +34,14 @@ import duckdb
 import pyarrow as pa
 
 from aaco_pipelines.analysis.fingerprints import kernel_families
-from aaco_pipelines.collectors import rocpd, rocprof_v1, rocprofv3_csv, rocprofv3_json, rpd
+from aaco_pipelines.collectors import (
+    rocpd,
+    rocprof_v1,
+    rocprofv3_csv,
+    rocprofv3_json,
+    rpd,
+    trace_paths,
+)
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal
 from aaco_pipelines.tracelake.schema import TABLES, schema_ddl, sql_projection
@@ -137,10 +144,9 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
 
 def _resolve(path: Path) -> tuple[str, Path]:
     """(format, the file or folder to read). A folder is a rocprofv3 CSV output, or holds
-    exactly one trace file of another format (a rocpd database, a JSON results file)."""
-    if not path.exists():
-        raise AacoInputError("trace not found", path=path, fix="give an existing file or folder")
-    if path.is_file():
+    exactly one trace file of another format (a rocpd database, a JSON results file). What
+    would hang or lead out of the folder (a FIFO, a device, a bad link) is refused first."""
+    if trace_paths.check_trace(path) == "file":
         return _detect_file(path), path
     if rocprofv3_csv.trace_files(path):
         return "rocprofv3_csv", path
@@ -153,7 +159,8 @@ def _resolve(path: Path) -> tuple[str, Path]:
 
 
 def _visible_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
+    files = trace_paths.trace_files(folder, recursive=False)
+    return [p for p in files if not p.name.startswith(".")]
 
 
 def _try_detect(file: Path) -> str | None:
