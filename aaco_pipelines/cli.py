@@ -226,20 +226,13 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
 
 def cmd_export(args, paths: AacoPaths) -> int:
     """One session as a trace file for ui.perfetto.dev (streamed: big traces stay cheap)."""
+    from aaco_pipelines.report.output_file import check_output
     from aaco_pipelines.report.perfetto import FORMATS, write_perfetto
     from aaco_pipelines.tracelake.store import TraceLake
 
     if args.format not in FORMATS:
         raise AacoInputError(f"unknown export format {args.format!r}", fix="use --format perfetto")
-    output = Path(args.output)
-    if not output.parent.is_dir():
-        raise AacoInputError(
-            "the output folder does not exist", path=output.parent, fix="create it first"
-        )
-    if output.is_dir():
-        raise AacoInputError(
-            "--output is a folder", path=output, fix="name a file, e.g. trace.json"
-        )
+    output = check_output(Path(args.output))  # before the lake is read
     count = write_perfetto(TraceLake(paths.tracelake), args.session, output)
     print(f"wrote {count} events to {output} (open it in https://ui.perfetto.dev)")
     return 0
@@ -257,25 +250,24 @@ REPORT_FORMATS = ("html", "json", "md")
 
 
 def cmd_report(args, paths: AacoPaths) -> int:
-    """One session's report: a self-contained HTML page, JSON data or Markdown."""
+    """One session's report: a self-contained HTML page, JSON data or Markdown. The output is
+    opened (beside its path, renamed at the end) before the report is rendered."""
     import json
 
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.html import render_html
     from aaco_pipelines.report.markdown_report import render_markdown
+    from aaco_pipelines.report.output_file import replacing
 
     output = Path(args.output)
-    if not output.parent.is_dir():
-        raise AacoInputError(
-            "the output folder does not exist", path=output.parent, fix="create it first"
-        )
-    if args.format == "html":
-        text = render_html(paths.tracelake, args.session)
-    elif args.format == "md":
-        text = render_markdown(paths.tracelake, args.session)
-    else:
-        text = json.dumps(render_json(paths.tracelake, args.session), indent=2, default=str)
-    output.write_text(text, encoding="utf-8")
+    with replacing(output) as handle:
+        if args.format == "html":
+            text = render_html(paths.tracelake, args.session)
+        elif args.format == "md":
+            text = render_markdown(paths.tracelake, args.session)
+        else:
+            text = json.dumps(render_json(paths.tracelake, args.session), indent=2, default=str)
+        handle.write(text)
     print(f"wrote {args.format} report ({len(text.encode()) // 1024} KB) to {output}")
     return 0
 

@@ -12,11 +12,11 @@ simple subtraction.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.report.output_file import replacing
 from aaco_pipelines.tracelake.store import TraceLake
 
 FORMATS = ("perfetto",)
@@ -161,21 +161,17 @@ def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> str:
 
 def write_perfetto(lake: TraceLake, session_id: str, output: Path) -> int:
     """Stream the session's trace to `output`; returns the number of events written. The file
-    appears whole or not at all: it is written beside `output` and renamed at the end."""
+    appears whole or not at all, and only a new path or a regular file is replaced
+    (`output_file.replacing`)."""
     session_id = resolve_session(lake, session_id)
-    partial = output.with_name(f".{output.name}.partial")
     count = 0
-    try:
-        with open(partial, "w") as out:
-            out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
-            for chunk in iter_event_chunks(lake, session_id):
-                if chunk:
-                    out.write((",\n" if count else "") + ",\n".join(chunk))
-                    count += len(chunk)
-            out.write("\n]}\n")
-        os.replace(partial, output)
-    finally:
-        partial.unlink(missing_ok=True)
+    with replacing(output) as out:
+        out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
+        for chunk in iter_event_chunks(lake, session_id):
+            if chunk:
+                out.write((",\n" if count else "") + ",\n".join(chunk))
+                count += len(chunk)
+        out.write("\n]}\n")
     return count
 
 
