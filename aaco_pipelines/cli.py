@@ -12,6 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aaco_pipelines import __version__
+from aaco_pipelines.address_space import (
+    address_space_limit,
+    describe_limit,
+    fit_address_space,
+    require_headroom,
+)
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.stopping import exit_code, stop_on_signals
@@ -736,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = AacoPaths.from_env()
     stop_on_signals()
     try:
+        fit_address_space()  # before any thread starts
+        require_headroom()
         return args.func(args, paths)
     except (AacoInputError, WorkerFailure) as exc:
         print(f"aaco: error: {exc}", file=sys.stderr)
@@ -744,12 +752,12 @@ def main(argv: list[str] | None = None) -> int:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
         print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
         return exit_code(exc)
-    except (MemoryError, ImportError) as exc:
-        if isinstance(exc, ImportError) and not _out_of_address_space(exc):
+    except (MemoryError, ImportError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and not _out_of_address_space(exc):
             raise
         print(
             "aaco: error: out of memory in the aaco process. Fix: raise the memory limit "
-            f"(ulimit -v is {_address_space_limit()}) or measure a smaller model",
+            f"(ulimit -v is {describe_limit()}) or measure a smaller model",
             file=sys.stderr,
         )
         return 2
@@ -761,18 +769,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _out_of_address_space(exc: ImportError) -> bool:
-    """A native library that could not be mapped: the address-space limit, not a missing
-    package."""
+def _out_of_address_space(exc: ImportError | RuntimeError) -> bool:
+    """A native library that could not be mapped, or a thread whose stack could not be: the
+    address-space limit, not a missing package or a bug."""
     message = str(exc).lower()
+    if isinstance(exc, RuntimeError):
+        return "can't start new thread" in message and address_space_limit() is not None
     return "failed to map segment" in message or "cannot allocate memory" in message
-
-
-def _address_space_limit() -> str:
-    import resource
-
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"
 
 
 if __name__ == "__main__":

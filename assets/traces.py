@@ -3,10 +3,10 @@
 from pathlib import Path
 
 import dagster as dg
-import duckdb
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.pipeline import collect_bundle
+from aaco_pipelines.tracelake import engine
 from assets.partitions import models_partitions
 
 
@@ -34,7 +34,7 @@ def collected_traces(context: dg.AssetExecutionContext, benchmark_run: dict) -> 
 
 def event_counts(kernel_events: Path) -> dict:
     """Host node events, device kernels and distinct ops, counted by DuckDB from the Parquet."""
-    with duckdb.connect() as con:
+    with engine.connect() as con:
         row = con.sql(
             "SELECT count(*) FILTER (WHERE category = 'Node') AS node_events, "
             "count(*) FILTER (WHERE category = 'Kernel') AS device_kernels, "

@@ -296,3 +296,37 @@ def test_full_disk_while_ingesting_a_trace_is_one_line_and_leaves_nothing(
     paths = AacoPaths.from_env()
     assert _staging_empty(paths) and not list(paths.sessions.glob("2*/*"))
     assert _visible_sessions(paths) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("limit_mib", [300, 800, 1536])
+def test_a_low_address_space_limit_is_one_line_or_fits(aaco_paths, limit_mib):
+    """`ulimit -v`: too low to load the native libraries (300 MiB), or too little left once they
+    are loaded (800 MiB: a Parquet read hung for ever there, with no thread for Arrow's pool): one
+    line naming the limit, exit 2, nothing left behind. 1.5 GiB is enough for the tiny model, its
+    envelope and its profile: DuckDB, sized to the limit, fits (unsized, DuckDB 2.0 segfaulted)."""
+    import resource
+
+    model = add_model(aaco_paths, "mlp", models.tiny_mlp())
+    limit = limit_mib << 20
+
+    def ulimit_v():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "aaco_pipelines.cli", "run", "--model", str(model)],
+        env=_env(aaco_paths),
+        capture_output=True,
+        text=True,
+        preexec_fn=ulimit_v,
+        timeout=100,
+    )
+    assert _staging_empty(aaco_paths)
+    if limit_mib > 1024:
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert len(_visible_sessions(aaco_paths)) == 1
+        return
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("  [")]
+    assert done.returncode == 2 and len(errors) == 1, done.stderr[-3000:]
+    assert errors[0].startswith("aaco: error: out of memory") and f"{limit >> 10} KiB" in errors[0]
+    assert _visible_sessions(aaco_paths) == []

@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from aaco_pipelines.address_space import address_space_left
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 
@@ -336,9 +337,12 @@ def _cache_size_bytes(text: str) -> int:
 
 
 def _available_host_bytes() -> int:
+    """Available host memory, or what this process may still map under `ulimit -v` if less."""
     import psutil
 
-    return int(psutil.virtual_memory().available)
+    available = int(psutil.virtual_memory().available)
+    left = address_space_left()
+    return available if left is None else min(available, left)
 
 
 def _peak(resource: str, unit: str, sweep: list[dict]) -> ResourcePeak:

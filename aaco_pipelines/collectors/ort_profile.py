@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import KERNEL_EVENTS, conform
 
 SOURCE = "ort_profile"
@@ -78,10 +79,12 @@ def read_ort_profile(
             path=path,
             fix="re-run the benchmark with profiling on",
         )
-    with duckdb.connect() as con:
+    with engine.connect() as con:
         try:
             params = [str(path), warmup_runs, session_id, profiling_start_ns]
             table = con.sql(_EVENTS_SQL, params=params).to_arrow_table()
+        except duckdb.OutOfMemoryException as exc:
+            raise MemoryError(str(exc)) from exc  # the process's limit, not the file
         except duckdb.Error as exc:
             raise AacoInputError(
                 f"ONNX Runtime profile is not a readable JSON event array ({exc})",

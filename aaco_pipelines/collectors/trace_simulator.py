@@ -29,13 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import KERNEL_EVENTS, conform
 
 KERNEL_TRACE_HEADER = (
@@ -676,6 +676,6 @@ def attribution_accuracy(assigned: pa.Table, truth: SimulatedTruth, by_iteration
         LEFT JOIN (SELECT correlation_id, runtime_node, iteration FROM assigned) a
         USING (correlation_id)
     """
-    with duckdb.connect() as con:
+    with engine.connect() as con:
         con.register("assigned", assigned.select(["correlation_id", "runtime_node", "iteration"]))
         return float(con.execute(query, [str(truth.truth)]).fetchall()[0][0] or 0.0)

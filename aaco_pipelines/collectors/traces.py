@@ -44,6 +44,7 @@ from aaco_pipelines.collectors import (
 )
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal
+from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import TABLES, schema_ddl, sql_projection
 
 FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
@@ -104,6 +105,8 @@ def load_trace(
         )
     try:
         counts = _insert_tables(con, trace_format, source, sql_literal(session_id), iteration)
+    except duckdb.OutOfMemoryException as exc:
+        raise MemoryError(str(exc)) from exc  # the process's limit, not the trace
     except _READ_ERRORS as exc:
         raise AacoInputError(
             f"could not read this {trace_format} trace ({_reason(exc)})",
@@ -123,7 +126,7 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".trace-", dir=out_dir))
     try:
-        with duckdb.connect() as con:
+        with engine.connect() as con:
             for statement in schema_ddl():
                 con.execute(statement)
             counts = load_trace(con, path, session_id)

@@ -25,6 +25,7 @@ import duckdb
 import psutil
 
 from aaco_pipelines.errors import NO_SPACE_ERRNOS, AacoInputError
+from aaco_pipelines.tracelake import engine
 
 # Long enough to sit out another aaco writer's commit (seconds, or tens of seconds for a 10^7-
 # kernel GPU trace) and a reader's short query; short enough that a holder which never lets go is
@@ -154,7 +155,7 @@ def open_duckdb(lake: Path, *, read_only: bool, wait: LockWait) -> duckdb.DuckDB
     refuse_damaged(lake)
     while True:
         try:
-            con = duckdb.connect(str(lake), read_only=read_only)
+            con = engine.connect(lake, read_only=read_only)
         except duckdb.IOException as exc:
             if DUCKDB_LOCKED not in str(exc):
                 error = damaged_or_same(exc, lake)
@@ -169,7 +170,7 @@ def open_duckdb(lake: Path, *, read_only: bool, wait: LockWait) -> duckdb.DuckDB
                 raise
             # This process already holds the lake read-write (a reader inside a writer's
             # connection): share that instance, known whole; DuckDB refuses a second one.
-            return duckdb.connect(str(lake))
+            return engine.connect(lake)
         try:  # checked under DuckDB's lock: no other process is rewriting the file now
             refuse_truncated(con, lake)
         except BaseException:

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.locking import (
     LockWait,
     Notice,
@@ -258,7 +259,7 @@ class TraceLake:
     @contextlib.contextmanager
     def _empty(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """An empty lake of the current schema, in memory: what reading a missing lake sees."""
-        con = duckdb.connect()
+        con = engine.connect()
         try:
             self._ensure_schema(con)
             yield con
