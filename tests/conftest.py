@@ -26,6 +26,11 @@ FAST_SIDECAR = ModelSidecar(
 # For tests that judge a mean (throughput is 1 / mean latency): among 20 iterations of a 20 µs
 # model, one preempted for milliseconds moves the mean more than a 2x slower model does.
 STEADY_SIDECAR = dataclasses.replace(FAST_SIDECAR, measured_iterations=200)
+# The slower MLP of the baseline and gate tests: about 5x the tiny one (40 layers made it 1.8x,
+# and one 4 ms preemption among a baseline session's 200 iterations of 28 us then put the
+# throughput interval across zero on CI). Throughput is 1e9 / mean, so it takes a stall of
+# about 20 ms to do that now.
+SLOWER_LAYERS = 200
 
 
 @pytest.fixture

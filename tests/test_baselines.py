@@ -7,7 +7,7 @@ import datetime as dt
 
 import models
 import pytest
-from conftest import STEADY_SIDECAR, add_model, store_sessions
+from conftest import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -30,7 +30,12 @@ def measured(tmp_path_factory):
     home = tmp_path_factory.mktemp("baselines")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
     ids = []
-    for model in (models.tiny_mlp(), models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp()):
+    for model in (
+        models.tiny_mlp(),
+        models.tiny_mlp(),
+        models.tiny_mlp(),
+        models.slower_mlp(SLOWER_LAYERS),
+    ):
         path = add_model(paths, "mlp", model, STEADY_SIDECAR)
         ids.append(measure_model(registered_model(path), paths).session_id)
     return TraceLake(paths.tracelake), ids[:3], ids[3]

@@ -8,7 +8,7 @@ import json
 
 import models
 import pytest
-from conftest import STEADY_SIDECAR, add_model, store_sessions
+from conftest import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -29,7 +29,7 @@ def measured(tmp_path_factory):
         models.tiny_mlp(),
         models.tiny_mlp(),
         models.tiny_mlp(),
-        models.slower_mlp(),
+        models.slower_mlp(SLOWER_LAYERS),
         models.tiny_mlp(),
     ):
         ids.append(
