@@ -88,6 +88,9 @@ _SAMPLE = 4096  # launches scored per candidate offset
 _FINE_NS = 100  # the last level's step
 _SHRINK = 8  # step ratio between levels
 _KEEP = 0.01  # a level keeps the offsets scoring within 1% of its best
+# ...or within this many launches: at coarse steps windows are widened by half the step, and a
+# few stray launches (from outside the profiled runs) can lift a wrong offset that much.
+_KEEP_LAUNCHES = 3
 _BUDGET = 32_768  # most candidate offsets per level: a wide plateau takes a coarser step
 _WORK = 20_000_000  # launch-in-window tests per level: big grids score a thinner sample
 _LONG_WINDOW = 4  # windows over 4x the median length are not scored
@@ -151,7 +154,7 @@ def _refine(sample, runs, step, scored) -> int:
         scores = _scores(thin, offsets, *_union(scored[0] - reach, scored[1] + reach))
         if step == _FINE_NS:
             return _plateau_centre(offsets, scores)
-        keep = scores >= scores.max() - max(_KEEP * len(thin), 1)
+        keep = scores >= scores.max() - max(_KEEP * len(thin), _KEEP_LAUNCHES)
         runs = _runs(offsets, scores, keep, step)
         width = sum(hi - lo for lo, hi, _ in runs)
         step = max(min(max(step // _SHRINK, -(-width // _BUDGET)), step // 2), _FINE_NS)
