@@ -76,6 +76,8 @@ def benchmark_version(
         min_measured_seconds=sidecar.min_measured_seconds,
         profiled_iterations=sidecar.profiled_iterations,
         providers=tuple(options.providers or sidecar.execution_providers),
+        graph_optimization_level=sidecar.graph_optimization_level,
+        disabled_optimizers=sidecar.disabled_optimizers,
         target=options.target,
         laboratory=laboratory_settings(options.laboratory_cores) if options.laboratory else None,
         seed=options.seed,

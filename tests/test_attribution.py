@@ -73,14 +73,36 @@ def test_conv_bn_relu_and_residual_fusions_map_back_and_layout_nodes_are_reporte
     assert owner["conv2"] == owner["bn2"]
     assert owner["residual_add"] == owner["relu2"] == owner["conv2"]  # folded into the Conv
     assert owner["pool"] != owner["conv2"] and owner["global_pool"] != owner["relu2"]
-    # Every original node is accounted for; runtime-only nodes are kept as unmatched.
+    # Every original node is accounted for. Layout nodes the runtime inserted are reported under
+    # their own names, as helpers of the NCHWc node they convert for: with its originals and
+    # shares, at confidence 0.5.
     assert {r["onnx_node"] for r in mapping if r["onnx_node"]} == {
         n.name for n in models.conv_block_model().graph.node
     }
-    inserted = [r for r in mapping if r["method"] == "runtime_inserted"]
+    helpers = [r for r in mapping if r["method"] == "inserted_helper"]
     runtime_only = {n.name for n in optimized.graph.node if n.op_type.startswith("Reorder")}
-    assert {r["runtime_node"] for r in inserted} == runtime_only
-    assert all(r["onnx_node"] is None and r["confidence"] == 0.0 for r in inserted)
+    assert runtime_only and {r["runtime_node"] for r in helpers} == runtime_only
+    assert all(r["confidence"] == 0.5 for r in helpers)
+    for helper in runtime_only:
+        node = next(n for n in optimized.graph.node if n.name == helper)
+        neighbours = {
+            n.name
+            for n in optimized.graph.node
+            if set(n.output) & set(node.input) or set(n.input) & set(node.output)
+        }
+        served = {
+            runtime
+            for runtime in neighbours
+            if groups[runtime] and runtime.endswith("_nchwc") and groups[runtime] == groups[helper]
+        }
+        assert len(served) == 1, (helper, neighbours)
+        (served_node,) = served
+        helper_shares = {r["onnx_node"]: r["share"] for r in helpers if r["runtime_node"] == helper}
+        served_shares = {
+            r["onnx_node"]: r["share"] for r in mapping if r["runtime_node"] == served_node
+        }
+        assert helper_shares == pytest.approx(served_shares)
+    assert not [r for r in mapping if r["method"] == "runtime_inserted"]
 
 
 def test_erf_gelu_folds_into_one_gelu_and_bias_into_the_gemm(tmp_path):

@@ -12,8 +12,13 @@ saved for the session:
   fused_absorbed    an original node whose output tensors no longer exist in the
                     optimized graph, joined to the nearest anchor through those
                     vanished tensors (multi-source BFS over the original graph)     0.8
-  runtime_inserted  a runtime node with no original counterpart (its time is kept
-                    and reported as unmatched, never dropped)                      0.0
+  runtime_copy      a runtime node of the same op as an original node already
+                    anchored, named after it (".../DequantizeLinear/duplicated")     0.9
+  inserted_helper   a runtime node with no original counterpart (ReorderInput,
+                    gemm_input_reshape, a layout Transpose) next to the rewritten node
+                    it serves: it takes that node's originals and shares             0.5
+  runtime_inserted  a runtime node with no original counterpart and no mapped
+                    neighbour (its time is kept and reported as unmatched)         0.0
   eliminated        an original node that no longer runs (folded or removed)       share 0
 
 A runtime node's time is split across the original nodes it covers by their FLOP share from the
@@ -30,11 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
+from aaco_pipelines.graph.extract import all_nodes, subgraphs
 
 CONFIDENCE = {
     "exact_name": 1.0,
     "fused_anchor": 0.9,
     "fused_absorbed": 0.8,
+    "runtime_copy": 0.9,
+    "inserted_helper": 0.5,
     "runtime_inserted": 0.0,
     "eliminated": 1.0,
 }
@@ -83,25 +91,34 @@ def original_nodes(graph_nodes: pa.Table) -> list[OriginalNode]:
 
 
 def map_runtime_nodes(originals: list[OriginalNode], optimized: onnx.GraphProto) -> pa.Table:
-    """One row per (runtime node, original node) pair, plus inserted and eliminated nodes."""
+    """One row per (runtime node, original node) pair, plus inserted and eliminated nodes.
+    Nodes inside control-flow subgraphs are mapped like top-level ones."""
+    optimized = flattened(optimized)
     by_name = {node.name: node for node in originals}
-    anchors, methods = _anchors(optimized, by_name)
+    anchors, methods, copies = _anchors(optimized, by_name)
     owner = _absorb(originals, optimized, anchors)
     groups: dict[str, list[str]] = {}
     for original, runtime in owner.items():
         groups.setdefault(runtime, []).append(original)
+    served = _served_nodes(optimized, groups, methods)
 
     rows = []
     for runtime in optimized.node:
-        members = groups.get(runtime.name, [])
+        if runtime.name in copies:
+            rows.append(_row(runtime, by_name[copies[runtime.name]], "runtime_copy", 1.0, "copy"))
+            continue
+        members = groups.get(served.get(runtime.name, runtime.name), [])
         if not members:
             rows.append(_row(runtime, None, "runtime_inserted", 1.0, "unmatched"))
             continue
         shares, rule = _split(by_name[m] for m in members)
         for member, share in zip(members, shares, strict=True):
-            method = (
-                methods[runtime.name] if member == anchors.get(runtime.name) else "fused_absorbed"
-            )
+            if runtime.name in served:
+                method = "inserted_helper"
+            elif member == anchors.get(runtime.name):
+                method = methods[runtime.name]
+            else:
+                method = "fused_absorbed"
             rows.append(_row(runtime, by_name[member], method, share, rule))
     for node in originals:
         if node.name not in owner:
@@ -120,6 +137,66 @@ def map_runtime_nodes(originals: list[OriginalNode], optimized: onnx.GraphProto)
     return pa.Table.from_pylist(rows, schema=NODE_MAPPING)
 
 
+def flattened(graph: onnx.GraphProto) -> onnx.GraphProto:
+    """The graph's nodes and those of its control-flow subgraphs in one graph, without weights
+    or attributes: the names, op types and tensor names that mapping needs. Every input, output
+    and weight of any level is a graph input, so none of those tensors looks vanished."""
+    placed = all_nodes(graph)
+    if len(placed) == len(graph.node):
+        return graph
+    flat = onnx.GraphProto(name=graph.name)
+    flat.node.extend(
+        onnx.helper.make_node(n.op_type, n.input, n.output, name=n.name, domain=n.domain)
+        for n, _ in placed
+    )
+    levels = [graph, *(g for n, _ in placed for g in subgraphs(n))]
+    names = dict.fromkeys(
+        t
+        for level in levels
+        for t in (
+            *(v.name for v in level.input),
+            *(v.name for v in level.output),
+            *(w.name for w in level.initializer),
+        )
+    )
+    flat.input.extend(onnx.helper.make_empty_tensor_value_info(name) for name in names)
+    return flat
+
+
+def _served_nodes(
+    optimized: onnx.GraphProto, groups: dict[str, list[str]], methods: dict[str, str]
+) -> dict[str, str]:
+    """Runtime node with no original counterpart -> the mapped runtime node it works for.
+
+    ONNX Runtime inserts such nodes to adapt data to a node it rewrote: ReorderInput before an
+    NCHWc Conv and ReorderOutput after it, gemm_input/output_reshape around a MatMulAddFusion
+    Gemm, a Transpose before an NHWC QLinearConv. So among its neighbours in the optimized
+    graph the one it serves is a rewritten node (not running under an original name), consumer
+    first; else any mapped neighbour. Chains of helpers resolve step by step."""
+    producer = {t: n.name for n in optimized.node for t in n.output if t}
+    consumers: dict[str, list[str]] = {}
+    for node in optimized.node:
+        for tensor in node.input:
+            consumers.setdefault(tensor, []).append(node.name)
+    served: dict[str, str] = {}
+    unmapped = [n for n in optimized.node if n.name not in groups]
+    changed = True
+    while changed:
+        changed = False
+        for node in unmapped:
+            if node.name in served:
+                continue
+            after = [c for t in node.output for c in consumers.get(t, ())]
+            before = [producer[t] for t in node.input if t in producer]
+            neighbours = [served.get(n, n) for n in (*after, *before)]
+            mapped = [n for n in neighbours if n in groups]
+            rewritten = [n for n in mapped if methods.get(n) != "exact_name"]
+            if rewritten or mapped:
+                served[node.name] = (rewritten or mapped)[0]
+                changed = True
+    return served
+
+
 def _row(runtime, original: OriginalNode | None, method: str, share: float, rule: str) -> dict:
     return {
         "runtime_node": runtime.name,
@@ -136,11 +213,13 @@ def _row(runtime, original: OriginalNode | None, method: str, share: float, rule
 def _anchors(optimized: onnx.GraphProto, by_name: dict[str, OriginalNode]):
     """Each runtime node's anchor original node, best evidence first: the same name; the original
     producer of a tensor the runtime node still outputs; an original node name, or an original
-    tensor name (NCHWc nodes are named `<output tensor>_nchwc`), embedded in its name."""
+    tensor name (NCHWc nodes are named `<output tensor>_nchwc`), embedded in its name. A runtime
+    node whose anchor another one already holds is a copy when it runs the same op."""
     producers = {t: node.name for node in by_name.values() for t in node.outputs}
     known_names = {**producers, **{name: name for name in by_name}}
     anchors: dict[str, str] = {}
     methods: dict[str, str] = {}
+    copies: dict[str, str] = {}
     for runtime in optimized.node:
         if runtime.name in by_name:
             anchors[runtime.name], methods[runtime.name] = runtime.name, "exact_name"
@@ -153,21 +232,30 @@ def _anchors(optimized: onnx.GraphProto, by_name: dict[str, OriginalNode]):
         embedded = _embedded_name(runtime.name, known_names)
         if not fusable and embedded and can_fuse(runtime.op_type, by_name[embedded].op_type):
             fusable = [embedded]
-        if fusable and fusable[0] not in anchors.values():
+        if not fusable:
+            continue
+        if fusable[0] not in anchors.values():
             anchors[runtime.name], methods[runtime.name] = fusable[0], "fused_anchor"
-    return anchors, methods
+        elif by_name[fusable[0]].op_type == runtime.op_type:
+            copies[runtime.name] = fusable[0]
+    return anchors, methods, copies
 
 
 def _embedded_name(runtime_name: str, known_names: dict[str, str]) -> str | None:
     """The original node whose name (or output tensor's name) is the longest piece of
-    `runtime_name` between separators."""
-    cuts = [0, *(m.start() for m in _SEPARATORS.finditer(runtime_name)), len(runtime_name)]
+    `runtime_name` that starts and ends at separators: a piece may keep a separator at its start,
+    as the TorchScript exporter's names do (`/encoder/layer.0/MatMul` inside
+    `/encoder/layer.0/MatMul/MatMulAddFusion`)."""
+    separators = list(_SEPARATORS.finditer(runtime_name))
+    starts = {0, *(m.start() for m in separators), *(m.end() for m in separators)}
+    ends = {len(runtime_name), *(m.start() for m in separators)}
     best = None
-    for i, start in enumerate(cuts):
-        for end in cuts[i + 1 :]:
-            candidate = runtime_name[start:end].strip(" /_:.-")
-            if candidate in known_names and (best is None or len(candidate) > len(best)):
-                best = candidate
+    for start in starts:
+        for end in ends:
+            if end > start and (best is None or end - start > len(best)):
+                candidate = runtime_name[start:end]
+                if candidate in known_names:
+                    best = candidate
     return known_names[best] if best is not None else None
 
 
@@ -228,6 +316,7 @@ def _vanished_tensors(originals: list[OriginalNode], optimized: onnx.GraphProto)
 
 _ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid", "Elu", "Selu"}
 _ELEMENTWISE = {"Add", "Sub", "Mul", "Div", "Sum", "Erf", "Pow", "Sqrt", "Cast"}
+_QDQ = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 # Which original ops a fused runtime op can contain (ONNX Runtime's CPU and GPU fusions).
 FUSES = {
     "Conv": {"Conv", "BatchNormalization", *_ACTIVATIONS, "Add", "Sum"},
@@ -244,6 +333,21 @@ FUSES = {
     "SimplifiedLayerNormalization": {"ReduceMean", *_ELEMENTWISE},
     "Attention": {"MatMul", "Add", "Reshape", "Transpose", "Softmax", "Mul", "Div"},
     "MultiHeadAttention": {"MatMul", "Add", "Reshape", "Transpose", "Softmax", "Mul", "Div"},
+    "Upsample": {"Resize", "Upsample"},  # an NCHWc Resize runs as Upsample
+    # Quantized kernels: QDQ groups (DequantizeLinear -> op -> QuantizeLinear) fused into one.
+    "QLinearConv": {"Conv", "QLinearConv", *_QDQ, *_ACTIVATIONS},
+    "QLinearMatMul": {"MatMul", "QLinearMatMul", *_QDQ},
+    "QGemm": {"Gemm", "MatMul", "Add", "QGemm", *_QDQ},
+    "QLinearAdd": {"Add", "QLinearAdd", *_QDQ},
+    "QLinearMul": {"Mul", "QLinearMul", *_QDQ},
+    "QLinearSigmoid": {"Sigmoid", "QLinearSigmoid", *_QDQ},
+    "QLinearLeakyRelu": {"LeakyRelu", "QLinearLeakyRelu", *_QDQ},
+    "QLinearConcat": {"Concat", "QLinearConcat", *_QDQ},
+    "QLinearGlobalAveragePool": {"GlobalAveragePool", "QLinearGlobalAveragePool", *_QDQ},
+    "QLinearAveragePool": {"AveragePool", "QLinearAveragePool", *_QDQ},
+    "MatMulIntegerToFloat": {"MatMulInteger", "MatMul", "Cast", "Mul", "Add", *_QDQ},
+    "DynamicQuantizeMatMul": {"MatMul", "MatMulInteger", "Cast", "Mul", "Add", *_QDQ},
+    "NhwcMaxPool": {"MaxPool", *_QDQ},
 }
 
 
@@ -280,9 +384,38 @@ def _split(members) -> tuple[list[float], str]:
 # The kernels of a session: device kernels when a GPU profiler traced them, else the host-side
 # node executions (on the CPU provider those are the kernels).
 KERNEL_COLUMNS = "iteration, node_name, provider, start_ns, duration_ns, kernel_name, kernel_family"
+# A control-flow node's profiled time includes the nodes of its subgraph, which the profile also
+# lists (on the same thread, inside its span): it keeps only its own time, its span less that of
+# the nodes directly inside it (one level deeper), so nothing is counted twice.
+CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 HOST_KERNELS_SQL = f"""
-SELECT {KERNEL_COLUMNS} FROM kernel_events_with_family
-WHERE session_id = $sid AND iteration >= 0 AND category = 'Node'
+WITH nodes AS (
+    SELECT {KERNEL_COLUMNS}, thread_id, op_type, row_number() OVER () AS event_id
+    FROM kernel_events_with_family
+    WHERE session_id = $sid AND iteration >= 0 AND category = 'Node'
+),
+holders AS (
+    SELECT event_id, thread_id, start_ns, start_ns + duration_ns AS end_ns FROM nodes
+    WHERE op_type IN {CONTROL_FLOW_OPS}
+),
+inside AS (
+    SELECT h.event_id AS holder_id, n.event_id, n.duration_ns
+    FROM holders h JOIN nodes n
+      ON n.thread_id = h.thread_id AND n.event_id <> h.event_id
+     AND n.start_ns >= h.start_ns AND n.start_ns < h.end_ns
+     AND n.start_ns + n.duration_ns <= h.end_ns + 1000  -- the profile's 1 us resolution
+),
+depth AS (SELECT event_id, count(*) AS depth FROM inside GROUP BY event_id),
+nested AS (
+    SELECT i.holder_id AS event_id, sum(i.duration_ns) AS ns
+    FROM inside i
+    LEFT JOIN depth holder_depth ON holder_depth.event_id = i.holder_id
+    LEFT JOIN depth child_depth ON child_depth.event_id = i.event_id
+    WHERE coalesce(child_depth.depth, 0) = coalesce(holder_depth.depth, 0) + 1
+    GROUP BY i.holder_id
+)
+SELECT {KERNEL_COLUMNS.replace("duration_ns", "greatest(duration_ns - coalesce(nested.ns, 0), 0)::BIGINT AS duration_ns")}
+FROM nodes LEFT JOIN nested USING (event_id)
 """
 DEVICE_KERNELS_SQL = """
 SELECT * FROM kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel'
@@ -390,25 +523,57 @@ def graph_from_nodes(graph_nodes: pa.Table) -> onnx.GraphProto:
 
 
 def with_profiled_nodes(graph: onnx.GraphProto, lake, session_id: str) -> onnx.GraphProto:
-    """The runtime graph plus any node the profile shows that the graph lacks (a GPU run's
-    optimized graph differs from the one at hand): known by name and op type only, such nodes
-    can still be anchored by the names embedded in them."""
-    known = {node.name for node in graph.node}
+    """The runtime graph as the session's profile names it (see `as_profiled`)."""
     profiled = lake.query(
         "SELECT DISTINCT node_name, op_type FROM kernel_events "
         "WHERE session_id = $sid AND category = 'Node' AND node_name IS NOT NULL",
         {"sid": session_id},
     ).to_pylist()
+    return as_profiled(graph, profiled)
+
+
+_PROFILE_NAME = re.compile(r"(.+)_(\d+)$")
+
+
+def as_profiled(graph: onnx.GraphProto, profiled: list[dict]) -> onnx.GraphProto:
+    """The runtime graph with the names the profile uses, plus any node the profile shows that
+    the graph lacks (a GPU run's optimized graph differs from the one at hand): known by name
+    and op type only, such nodes can still be anchored by the names embedded in them.
+
+    ONNX Runtime saves an unnamed node without a name but profiles it as `<op type>_<node
+    index>`, an index of its in-memory graph that the saved file does not keep. Those indices
+    grow in graph order, so each op type's unnamed nodes take the unknown `<op type>_<n>`
+    names in order of n, when the counts agree."""
+    graph = flattened(graph)
+    known = {node.name for node in graph.node if node.name}
     missing = [r for r in profiled if r["node_name"] not in known]
     if not missing:
         return graph
     extended = onnx.GraphProto()
     extended.CopyFrom(graph)
+    missing = _name_unnamed(extended, missing)
     extended.node.extend(
         onnx.helper.make_node(r["op_type"] or "Unknown", [], [], name=r["node_name"])
         for r in missing
     )
     return extended
+
+
+def _name_unnamed(graph: onnx.GraphProto, missing: list[dict]) -> list[dict]:
+    """Name the graph's unnamed nodes after the profile; the profiled nodes still missing."""
+    indexed: dict[str, list[tuple[int, str]]] = {}
+    for r in missing:
+        match = _PROFILE_NAME.match(r["node_name"])
+        if match and match.group(1) == r["op_type"]:
+            indexed.setdefault(r["op_type"], []).append((int(match.group(2)), r["node_name"]))
+    named = set()
+    for op_type, names in indexed.items():
+        unnamed = [n for n in graph.node if not n.name and n.op_type == op_type]
+        if len(unnamed) == len(names):
+            for node, (_, name) in zip(unnamed, sorted(names), strict=True):
+                node.name = name
+                named.add(name)
+    return [r for r in missing if r["node_name"] not in named]
 
 
 def attribute_session(

@@ -65,6 +65,8 @@ class BenchmarkRequest:
     min_measured_seconds: float = 1.0
     profiled_iterations: int = 10
     providers: tuple[str, ...] = ()
+    graph_optimization_level: str = "all"  # ONNX Runtime's, as the sidecar names it
+    disabled_optimizers: tuple[str, ...] = ()
     target: str = "cpu"
     laboratory: LaboratorySettings | None = None
     seed: int = 0

@@ -43,9 +43,19 @@ def progress(message: str) -> None:
     print(f"aaco: {message}", file=sys.stderr, flush=True)
 
 
+# The sidecar's graph_optimization_level, as ONNX Runtime names it.
+OPTIMIZATION_LEVELS = {
+    "disabled": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
 def session_options(ort, request: dict, profile_prefix: Path | None = None):
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    level = OPTIMIZATION_LEVELS[request.get("graph_optimization_level", "all")]
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
     lab = request.get("laboratory")
     if lab:
         options.intra_op_num_threads = lab["intra_op_threads"]
@@ -75,8 +85,12 @@ def resolve_providers(ort, request: dict) -> list[str]:
 
 
 def create_session(ort, request: dict, options):
+    """The session, without the graph transformers the sidecar disables (e.g. NchwcTransformer)."""
     return ort.InferenceSession(
-        request["model_path"], options, providers=request["resolved_providers"]
+        request["model_path"],
+        options,
+        providers=request["resolved_providers"],
+        disabled_optimizers=list(request.get("disabled_optimizers") or ()) or None,
     )
 
 

@@ -1,5 +1,9 @@
 """One model file as three tables: a summary row, its nodes with their costs, and its edges.
 
+The nodes of control-flow subgraphs (If branches, Loop and Scan bodies) are rows like the
+others, after the top-level nodes, with `parent_node` naming the node that holds them: ONNX
+Runtime profiles and runs them as nodes of their own, and their costs are the model's too.
+
 Shapes come from ONNX shape inference run with the inputs fixed to the resolved input specs, so
 every per-node cost is for the exact shapes the benchmark feeds. The result is keyed by the
 model's sha256 and saved once: the same file always gives the same graph.
@@ -28,7 +32,7 @@ from aaco_pipelines.graph.cost_model import TensorInfo, node_cost, tensor_bytes
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs, load_model
 from aaco_pipelines.registry.scan import file_sha256
 from aaco_pipelines.registry.sidecar import InputSpec
-from aaco_pipelines.tracelake.schema import GRAPH_EDGES, GRAPH_NODES
+from aaco_pipelines.tracelake.schema import GRAPH_EDGES, GRAPH_NODES, conform
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +69,8 @@ class GraphExtract:
     def load(cls, directory: Path) -> GraphExtract:
         return cls(
             summary=json.loads((directory / SUMMARY_FILE).read_text()),
-            nodes=pq.read_table(directory / NODES_FILE).cast(GRAPH_NODES),
+            # conform: an extract saved before a column was added reads with it null
+            nodes=conform(pq.read_table(directory / NODES_FILE), GRAPH_NODES),
             edges=pq.read_table(directory / EDGES_FILE).cast(GRAPH_EDGES),
         )
 
@@ -94,9 +99,10 @@ def extract_graph(
     sha = file_sha256(model_path)
     tensors = _tensor_infos(_infer_shapes(model, input_specs, model_path).graph)
     graph = model.graph
-    names = _node_names(graph)
-    nodes = _nodes_table(graph, names, tensors, sha)
-    edges = _edges_table(graph, names, tensors, sha)
+    placed = all_nodes(graph)
+    names = _node_names([node for node, _ in placed])
+    nodes = _nodes_table(placed, names, tensors, sha)
+    edges = _edges_table(graph, placed, names, tensors, sha)
     summary = {
         "model_sha256": sha,
         "model_name": model_name or model_path.stem,
@@ -111,7 +117,7 @@ def extract_graph(
         "input_spec": json.dumps(
             {name: {"shape": list(s.shape), "dtype": s.dtype} for name, s in input_specs.items()}
         ),
-        "op_histogram": _op_histogram(graph),
+        "op_histogram": _op_histogram([node for node, _ in placed]),
     }
     return GraphExtract(summary=summary, nodes=nodes, edges=edges)
 
@@ -162,32 +168,66 @@ def _shape_model(model: onnx.ModelProto, input_specs: Mapping[str, InputSpec]) -
     return light
 
 
+def subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs a control-flow node holds (If's branches, Loop's and Scan's body)."""
+    found = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            found.append(attribute.g)
+        elif attribute.type == onnx.AttributeProto.GRAPHS:
+            found.extend(attribute.graphs)
+    return found
+
+
+def all_nodes(graph: onnx.GraphProto) -> list[tuple[onnx.NodeProto, int | None]]:
+    """Every node with the position of the node whose subgraph holds it (None at top level):
+    the top-level nodes first, in order, then each subgraph's, breadth first."""
+    placed: list[tuple[onnx.NodeProto, int | None]] = [(node, None) for node in graph.node]
+    index = 0
+    while index < len(placed):
+        for subgraph in subgraphs(placed[index][0]):
+            placed.extend((node, index) for node in subgraph.node)
+        index += 1
+    return placed
+
+
+def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    return [graph, *(g for node, _ in all_nodes(graph) for g in subgraphs(node))]
+
+
 def _tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
-    """Shape and dtype of every named tensor the graph knows, the inferred ones winning."""
-    infos = {
-        weight.name: TensorInfo(tuple(weight.dims), dtype_name(weight.data_type))
-        for weight in graph.initializer
-    }
-    for value_info in [*graph.input, *graph.value_info, *graph.output]:
-        if value_info.type.HasField("tensor_type"):
-            dims = declared_dims(value_info)
-            shape = None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
-            infos[value_info.name] = TensorInfo(
-                shape, dtype_name(value_info.type.tensor_type.elem_type)
-            )
+    """Shape and dtype of every named tensor the graph and its subgraphs know, the inferred ones
+    winning."""
+    infos = {}
+    for level in _all_graphs(graph):
+        for weight in level.initializer:
+            infos[weight.name] = TensorInfo(tuple(weight.dims), dtype_name(weight.data_type))
+    for level in _all_graphs(graph):
+        for value_info in [*level.input, *level.value_info, *level.output]:
+            if value_info.type.HasField("tensor_type"):
+                dims = declared_dims(value_info)
+                shape = (
+                    None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
+                )
+                infos[value_info.name] = TensorInfo(
+                    shape, dtype_name(value_info.type.tensor_type.elem_type)
+                )
     return infos
 
 
-def _node_names(graph: onnx.GraphProto) -> list[str]:
+def _node_names(nodes: list[onnx.NodeProto]) -> list[str]:
     """Each node's name; unnamed nodes get "<op_type>_<index>", stable across extractions."""
-    return [node.name or f"{node.op_type}_{index}" for index, node in enumerate(graph.node)]
+    return [node.name or f"{node.op_type}_{index}" for index, node in enumerate(nodes)]
 
 
 def _nodes_table(
-    graph: onnx.GraphProto, names: list[str], tensors: Mapping[str, TensorInfo], sha: str
+    placed: list[tuple[onnx.NodeProto, int | None]],
+    names: list[str],
+    tensors: Mapping[str, TensorInfo],
+    sha: str,
 ) -> pa.Table:
     columns: dict[str, list] = {field.name: [] for field in GRAPH_NODES}
-    for index, node in enumerate(graph.node):
+    for index, (node, parent) in enumerate(placed):
         outputs = [tensors.get(name) if name else None for name in node.output]
         cost = node_cost(node, tensors)
         row = {
@@ -204,6 +244,7 @@ def _nodes_table(
             "flops": cost.flops,
             "bytes_moved": cost.bytes_moved,
             "cost_rule": cost.rule,
+            "parent_node": None if parent is None else names[parent],
         }
         for key, value in row.items():
             columns[key].append(value)
@@ -211,17 +252,22 @@ def _nodes_table(
 
 
 def _edges_table(
-    graph: onnx.GraphProto, names: list[str], tensors: Mapping[str, TensorInfo], sha: str
+    graph: onnx.GraphProto,
+    placed: list[tuple[onnx.NodeProto, int | None]],
+    names: list[str],
+    tensors: Mapping[str, TensorInfo],
+    sha: str,
 ) -> pa.Table:
     """One row per (tensor, consumer); a graph output is consumed by nobody (dst_node null)."""
-    producer = {out: names[i] for i, node in enumerate(graph.node) for out in node.output if out}
+    nodes = [node for node, _ in placed]
+    producer = {out: names[i] for i, node in enumerate(nodes) for out in node.output if out}
     pairs = [
         (tensor, names[i])
-        for i, node in enumerate(graph.node)
+        for i, node in enumerate(nodes)
         for tensor in dict.fromkeys(name for name in node.input if name)
     ]
     pairs += [(output.name, None) for output in graph.output]
-    weights = {weight.name for weight in graph.initializer}
+    weights = {weight.name for level in _all_graphs(graph) for weight in level.initializer}
     columns: dict[str, list] = {field.name: [] for field in GRAPH_EDGES}
     for tensor, consumer in pairs:
         info = tensors.get(tensor)
@@ -282,6 +328,6 @@ def _parameters(graph: onnx.GraphProto) -> dict[str, int]:
     return {"parameter_count": count, "parameter_bytes": size}
 
 
-def _op_histogram(graph: onnx.GraphProto) -> dict[str, int]:
-    counts = Counter(node.op_type for node in graph.node)
+def _op_histogram(nodes: list[onnx.NodeProto]) -> dict[str, int]:
+    counts = Counter(node.op_type for node in nodes)
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))

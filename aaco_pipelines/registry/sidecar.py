@@ -9,6 +9,8 @@
     min_measured_seconds: 1.0     # ...and for at least this long (fast models run more)
     profiled_iterations: 10
     execution_providers: [MIGraphXExecutionProvider, CPUExecutionProvider]
+    graph_optimization_level: all # ONNX Runtime's: disabled | basic | extended | all
+    disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
     tags: {family: bert}
 
 `low`/`high` bound generated values (integers: [low, high); floats: uniform in [low, high),
@@ -34,8 +36,11 @@ KNOWN_KEYS = {
     "min_measured_seconds",
     "profiled_iterations",
     "execution_providers",
+    "graph_optimization_level",
+    "disabled_optimizers",
     "tags",
 }
+GRAPH_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 INPUT_KEYS = {"shape", "dtype", "low", "high"}
 # What a sidecar may give as an input's dtype: the numeric tensor types test data is made for.
 SIDECAR_DTYPES = (
@@ -61,6 +66,8 @@ class ModelSidecar:
     min_measured_seconds: float = 1.0
     profiled_iterations: int = 10
     execution_providers: tuple[str, ...] = ()
+    graph_optimization_level: str = "all"
+    disabled_optimizers: tuple[str, ...] = ()
     tags: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -72,6 +79,7 @@ class ModelSidecar:
         for name in data["inputs"]:
             data["inputs"][name]["shape"] = list(data["inputs"][name]["shape"])
         data["execution_providers"] = list(self.execution_providers)
+        data["disabled_optimizers"] = list(self.disabled_optimizers)
         return data
 
     def save(self, path: Path) -> None:
@@ -128,9 +136,20 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
     min_seconds = data.get("min_measured_seconds", 1.0)
     if not _is_number(min_seconds) or min_seconds < 0:
         raise _wrong("min_measured_seconds", min_seconds, "a number >= 0", path, "1.0")
+    level = data.get("graph_optimization_level", "all")
+    if level not in GRAPH_OPTIMIZATION_LEVELS:
+        raise _wrong(
+            "graph_optimization_level", level, "a level", path, "all", GRAPH_OPTIMIZATION_LEVELS
+        )
     return ModelSidecar(
         inputs=_inputs(data.get("inputs"), path),
-        execution_providers=_providers(data.get("execution_providers"), path),
+        execution_providers=_names(
+            data.get("execution_providers"), "execution_providers", path, "[CPUExecutionProvider]"
+        ),
+        graph_optimization_level=level,
+        disabled_optimizers=_names(
+            data.get("disabled_optimizers"), "disabled_optimizers", path, "[NchwcTransformer]"
+        ),
         tags=_tags(data.get("tags"), path),
         min_measured_seconds=float(min_seconds),
         **counts,
@@ -194,20 +213,15 @@ def _count(data: dict, key: str, path: Path, default: int) -> int:
     return value
 
 
-def _providers(providers, path: Path) -> tuple[str, ...]:
-    if providers is None:
+def _names(names, key: str, path: Path, example: str) -> tuple[str, ...]:
+    """A list of names (providers, optimizers); one name alone is a list of one."""
+    if names is None:
         return ()
-    if isinstance(providers, str):
-        providers = [providers]
-    if not isinstance(providers, list) or not all(isinstance(p, str) and p for p in providers):
-        raise _wrong(
-            "execution_providers",
-            providers,
-            "a list of provider names",
-            path,
-            "[CPUExecutionProvider]",
-        )
-    return tuple(providers)
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise _wrong(key, names, "a list of names", path, example)
+    return tuple(names)
 
 
 def _tags(tags, path: Path) -> dict[str, str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -47,6 +47,8 @@ GRAPH_NODES = pa.schema(
         ("flops", _i64),  # null when the cost model cannot tell
         ("bytes_moved", _i64),  # bytes read + written, null when unknown
         ("cost_rule", _str),  # which cost-model rule produced flops/bytes
+        # v7: nodes of control-flow subgraphs (If branches, Loop and Scan bodies) are rows too
+        ("parent_node", _str),  # the If/Loop/Scan node whose subgraph holds it; null at top level
     ]
 )
 

@@ -75,6 +75,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "CREATE TABLE IF NOT EXISTS completed_sessions (session_id VARCHAR, completed_at TIMESTAMPTZ)",
         "INSERT INTO completed_sessions SELECT session_id, finished_at FROM session_records",
     ],
+    7: ["ALTER TABLE graph_nodes ADD COLUMN IF NOT EXISTS parent_node VARCHAR"],
 }
 
 
