@@ -175,11 +175,16 @@ def run_summary(lake_path: Path, session_id: str) -> str:
 
 def cmd_run(args, paths: AacoPaths) -> int:
     """Measure and analyse one model through the same pipeline the Dagster assets run."""
+    from aaco_pipelines.execution.runner import RunnerLimits
     from aaco_pipelines.pipeline import MeasureOptions, measure_model
     from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
 
     if args.iterations is not None and args.iterations < 1:
         raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
+    if args.memory_limit_mb is not None and args.memory_limit_mb < 64:
+        raise AacoInputError(
+            "--memory-limit-mb must be at least 64", fix="e.g. --memory-limit-mb 16384"
+        )
     candidate = Path(args.model)
     if candidate.suffix == ".onnx" and candidate.is_file():
         model = registered_model(candidate)
@@ -190,12 +195,19 @@ def cmd_run(args, paths: AacoPaths) -> int:
         providers=run_providers(args.provider),
         measured_iterations=args.iterations,
         profiled_iterations=None if args.profile else 1,
+        limits=RunnerLimits(memory_limit_mb=args.memory_limit_mb),
     )
     say = progress_printer()
     bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
     say("done")
     print(f"session {bundle.session_id} -> {paths.tracelake}")
     print(run_summary(paths.tracelake, bundle.session_id))
+    observed = bundle.read_json("observed.json")
+    print(
+        f"  {'peak memory':13} {observed['worker_peak_rss_bytes'] >> 20} MiB of the "
+        f"{observed['memory_limit_bytes'] >> 20} MiB limit "
+        f"({bundle.request['limits']['memory_limit_rule'].split(':')[0]})"
+    )
     return 0
 
 
@@ -703,6 +715,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--provider", help="cpu, rocm, migraphx or a full provider name")
     run.add_argument(
         "--iterations", type=int, help="exactly N measured iterations (default: the sidecar's)"
+    )
+    run.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        help="kill the worker above this RSS (default: 3 x (weights + inputs) + 2 GiB, "
+        "at most 80%% of the host's memory)",
     )
     run.add_argument(
         "--profile",

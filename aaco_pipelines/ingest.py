@@ -26,6 +26,7 @@ from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
+from aaco_pipelines.execution.worker import drop_optimized_weights, save_optimized_graph
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.leftovers import clean_leftovers, hold, release
 from aaco_pipelines.registry.identity import claim_series
@@ -175,9 +176,10 @@ def derive_optimized_model(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.optimized_model_filepath = str(target)
+    save_optimized_graph(options, target)
     options.log_severity_level = 3
     ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    drop_optimized_weights(target)
 
 
 def _host_events(trace: Path, session_id: str) -> pa.Table | None:

@@ -10,7 +10,7 @@ import pytest
 from conftest import add_model
 
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
-from aaco_pipelines.execution.runner import RunnerLimits
+from aaco_pipelines.execution.runner import RunnerLimits, derived_memory_limit
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.pipeline import MeasureOptions, benchmark_version
 from aaco_pipelines.registry.scan import registered_model
@@ -77,6 +77,31 @@ def test_unknown_provider_is_a_user_error_naming_the_sidecar(aaco_paths, fast_op
     assert "mlp.yaml" in str(err.value)
     assert not list(aaco_paths.sessions.glob("*/*"))  # nothing published
     assert len(list(aaco_paths.failed_sessions.glob("*/*/error.json"))) == 1
+
+
+def test_the_default_memory_limit_follows_the_model_and_the_host(aaco_paths, monkeypatch):
+    import psutil
+
+    total = 24 << 30
+    host = psutil.virtual_memory()._replace(total=total)
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: host)
+    small, rule = derived_memory_limit(5 << 20, 1 << 20)
+    assert small == 3 * 6 + 2048 and "model 5 MiB + inputs 1 MiB" in rule
+    seven_b = derived_memory_limit(5 << 30, 0)[0]  # a 7B model in 5 GB of int4/fp8 weights
+    assert seven_b == 3 * 5 * 1024 + 2048
+    assert derived_memory_limit(13 << 30, 0)[0] == int((total >> 20) * 0.8)  # capped by the host
+
+
+def test_a_run_records_its_memory_limit_and_peak(aaco_paths):
+    """No limit configured: the one derived for the model, recorded with its rule beside the
+    peak the worker reached."""
+    version = _version(aaco_paths, "mlp", models.tiny_mlp(), ModelSidecar(measured_iterations=2))
+    bundle = benchmark_version(version, aaco_paths, MeasureOptions())
+    limits = bundle.request["limits"]
+    assert limits["memory_limit_rule"].startswith("derived: 3 x (model 0 MiB")
+    observed = bundle.read_json("observed.json")
+    assert observed["memory_limit_bytes"] == limits["memory_limit_mb"] << 20
+    assert 10 << 20 < observed["worker_peak_rss_bytes"] < observed["memory_limit_bytes"]
 
 
 def test_memory_limit_kills_the_worker_and_keeps_the_evidence(aaco_paths):

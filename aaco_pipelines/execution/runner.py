@@ -36,6 +36,8 @@ from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
 from aaco_pipelines.execution.lifeline import Lifeline
 from aaco_pipelines.execution.providers import amd_gpu_visible
+from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
+from aaco_pipelines.graph.external_data import total_bytes
 from aaco_pipelines.leftovers import hold, release
 from aaco_pipelines.registry.sidecar import InputSpec
 
@@ -48,8 +50,43 @@ LABORATORY_GFX_CLOCK_MHZ = 1900
 @dataclass(frozen=True)
 class RunnerLimits:
     timeout_s: float = 600.0
-    memory_limit_mb: int = 8192
+    memory_limit_mb: int | None = None  # None: derived from the model and the host (below)
     sample_interval_s: float = 0.05  # 20 Hz host telemetry
+
+
+# The worker's memory limit when none is given: room for ONNX Runtime's copies of the weights
+# (the loaded initializers, the optimizer's rewritten ones, prepacked GEMM weights) and of the
+# inputs, plus a floor for the runtime, its arenas and the profiler; never above most of the
+# host's memory, which is what the limit protects.
+WEIGHT_COPIES = 3
+MEMORY_FLOOR_MB = 2048
+HOST_MEMORY_SHARE = 0.8
+
+
+def derived_memory_limit(model_bytes: int, input_bytes: int) -> tuple[int, str]:
+    """(limit in MiB, how it was derived) for a model of this size on this host."""
+    import psutil
+
+    host_mb = psutil.virtual_memory().total >> 20
+    need_mb = WEIGHT_COPIES * ((model_bytes + input_bytes) >> 20) + MEMORY_FLOOR_MB
+    cap_mb = int(host_mb * HOST_MEMORY_SHARE)
+    rule = (
+        f"derived: {WEIGHT_COPIES} x (model {model_bytes >> 20} MiB + inputs "
+        f"{input_bytes >> 20} MiB) + {MEMORY_FLOOR_MB} MiB, at most "
+        f"{HOST_MEMORY_SHARE:.0%} of the host's {host_mb} MiB"
+    )
+    return min(need_mb, cap_mb), rule
+
+
+def with_memory_limit(limits: RunnerLimits, request: BenchmarkRequest) -> tuple[RunnerLimits, str]:
+    """The limits with a memory limit: the one given (config), else derived for the model."""
+    if limits.memory_limit_mb is not None:
+        return limits, "given: memory_limit_mb in the runner config"
+    inputs = sum(
+        tensor_bytes(TensorInfo(spec.shape, spec.dtype)) or 0 for spec in request.inputs.values()
+    )
+    limit_mb, rule = derived_memory_limit(total_bytes(Path(request.model_path)), inputs)
+    return dataclasses.replace(limits, memory_limit_mb=limit_mb), rule
 
 
 @dataclass(frozen=True)
@@ -95,6 +132,7 @@ def run_benchmark(
 ) -> SessionBundle:
     """Measure one model in an isolated worker and return its published bundle."""
     say = on_progress or (lambda message: None)
+    limits, memory_rule = with_memory_limit(limits, request)
     staging = paths.sessions / ".staging" / request.session_id
     staging.mkdir(parents=True, exist_ok=False)
     hold(staging, request.session_id)  # held until the session is complete or abandoned
@@ -102,7 +140,11 @@ def run_benchmark(
     final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
     try:
         write_json(
-            staging / "request.json", {**request.to_json(), "limits": dataclasses.asdict(limits)}
+            staging / "request.json",
+            {
+                **request.to_json(),
+                "limits": {**dataclasses.asdict(limits), "memory_limit_rule": memory_rule},
+            },
         )
         outcome = _run_plan(request, staging, limits, say)
         _publish(request, staging, outcome, started_at, graph_dir, final)
@@ -236,6 +278,7 @@ def _run_plan(
         "worker_wall_s": round(sum(o["worker_wall_s"] for o in observed), 3),
         "worker_exit_code": observed[-1]["worker_exit_code"],
         "worker_peak_rss_bytes": max(o["worker_peak_rss_bytes"] for o in observed),
+        "memory_limit_bytes": limits.memory_limit_mb << 20,
         "command": [c.command for c in calls],
         "cgroup": observed[0]["cgroup"],
     }
@@ -361,8 +404,9 @@ def _raise_worker_failure(request, staging, returncode, killed_for, limits, samp
     if killed_for == "memory":
         raise WorkerFailure(
             f"benchmark of {model} exceeded the memory limit of {limits.memory_limit_mb} MiB "
-            f"(RSS reached {sampler.peak_rss_bytes >> 20} MiB) and was killed; raise "
-            "memory_limit_mb in the runner config or use smaller inputs in the sidecar"
+            f"(RSS reached {sampler.peak_rss_bytes >> 20} MiB) and was killed; set "
+            "memory_limit_mb in the runner config (aaco run --memory-limit-mb) or use smaller "
+            "inputs in the sidecar"
         )
     error_file = staging / "error.json"
     if error_file.is_file():

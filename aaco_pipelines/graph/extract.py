@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from onnx import helper
 
 from aaco_pipelines.graph.cost_model import TensorInfo, node_cost, tensor_bytes
+from aaco_pipelines.graph.external_data import model_sha256
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs, load_model
-from aaco_pipelines.registry.scan import file_sha256
 from aaco_pipelines.registry.sidecar import InputSpec
 from aaco_pipelines.tracelake.schema import GRAPH_EDGES, GRAPH_NODES, conform
 
@@ -96,7 +96,7 @@ def extract_graph(
 ) -> GraphExtract:
     """Nodes, edges and costs of a model, for inputs of the given shapes."""
     model = load_model(model_path)
-    sha = file_sha256(model_path)
+    sha = model_sha256(model_path)
     tensors = _tensor_infos(_infer_shapes(model, input_specs, model_path).graph)
     graph = model.graph
     placed = all_nodes(graph)
@@ -155,7 +155,8 @@ def _shape_model(model: onnx.ModelProto, input_specs: Mapping[str, InputSpec]) -
             for size in input_specs[value_info.name].shape:
                 shape.dim.add().dim_value = size
     for weight in source.initializer:
-        if math.prod(weight.dims) <= SMALL_INITIALIZER:
+        inline = weight.data_location != onnx.TensorProto.EXTERNAL
+        if inline and math.prod(weight.dims) <= SMALL_INITIALIZER:
             graph.initializer.append(weight)
         else:
             graph.input.append(

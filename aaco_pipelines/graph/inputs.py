@@ -15,17 +15,21 @@ import onnx
 from onnx import helper
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.graph.external_data import external_files
 from aaco_pipelines.registry.sidecar import InputSpec, sidecar_path_for
 
 Dims = tuple[int | str | None, ...]  # declared dims: a number, a dim_param name, or unknown
 
 
 def load_model(path: Path) -> onnx.ModelProto:
-    """The parsed model, or an AacoInputError for anything that is not a usable ONNX file."""
+    """The parsed model without the contents of external weight files (those stay on disk:
+    only the worker's ONNX Runtime maps them), which are checked to be there; or an
+    AacoInputError for anything that is not a usable ONNX file."""
     try:
-        model = onnx.load(str(path))
-    except Exception as exc:  # protobuf, OS and external-data errors all mean "not a model"
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf and OS errors all mean "not a model"
         raise _invalid(path, f"{type(exc).__name__}: {exc}") from exc
+    external_files(path, model)
     # A text file or a truncated protobuf can parse into a model with nothing in it.
     if not model.graph.node:
         raise _invalid(path, "the graph has no nodes")

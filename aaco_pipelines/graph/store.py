@@ -20,12 +20,14 @@ from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
+from aaco_pipelines.graph.external_data import external_files, model_sha256
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, resolve_input_specs
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, load_sidecar, parse_sidecar
 
 SNAPSHOT_TEMP_PREFIX = ".incoming-"  # models/.incoming-*.tmp: a snapshot being copied
+SNAPSHOT_MODEL_NAME = "model.onnx"  # the model file in a snapshot folder (external weights)
 
 
 @dataclass(frozen=True)
@@ -117,7 +119,7 @@ def _input_specs(
         return resolve_input_specs(load_model(snapshot), sidecar.inputs, model.path)
     except AacoInputError as exc:
         if not (paths.graphs / sha).exists():  # no earlier session uses this snapshot
-            snapshot.unlink(missing_ok=True)
+            remove_snapshot(snapshot)
         if exc.path == str(snapshot):  # name the user's file, not our copy of it
             raise AacoInputError(exc.problem, path=model.path, fix=exc.fix) from None
         raise
@@ -162,17 +164,33 @@ def _alone(fd: int) -> bool:
 def _remove_partial_writes(paths: AacoPaths) -> None:
     """Temp files of model snapshots and temp folders of graphs (GraphExtract.save's)."""
     for temp in (paths.home / "models").glob(f"{SNAPSHOT_TEMP_PREFIX}*"):
-        temp.unlink(missing_ok=True)
+        if temp.is_dir():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
     for temp in paths.graphs.glob(".*"):
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def remove_snapshot(snapshot: Path) -> None:
+    """A snapshot file, or the folder of a snapshot with external weights."""
+    if snapshot.name == SNAPSHOT_MODEL_NAME:
+        shutil.rmtree(snapshot.parent, ignore_errors=True)
+    else:
+        snapshot.unlink(missing_ok=True)
 
 
 def snapshot_model_file(source: Path, store: Path) -> tuple[Path, str]:
     """Copy `source` into the content-addressed store; returns (snapshot path, sha256).
 
-    An existing snapshot of another size is a partial copy (from a writer that did not rename
-    into place) and is replaced."""
+    A model with external weight files becomes a folder, `<sha256>/model.onnx` with its files
+    beside it as the model names them (ONNX Runtime reads them relative to the model); other
+    models stay one file, `<sha256>.onnx`. An existing snapshot file of another size is a
+    partial copy (from a writer that did not rename into place) and is replaced."""
     store.mkdir(parents=True, exist_ok=True)
+    files = external_files(source)  # refused here, naming the user's model, before any copy
+    if files:
+        return _snapshot_with_weights(source, files, store)
     fd, tmp_name = tempfile.mkstemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".tmp", dir=store)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -187,4 +205,26 @@ def snapshot_model_file(source: Path, store: Path) -> tuple[Path, str]:
         return target, sha
     except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+
+
+def _snapshot_with_weights(source: Path, files: list[str], store: Path) -> tuple[Path, str]:
+    """The model and its external files copied into a temp folder, hashed there (the copies,
+    not the originals, which may change meanwhile) and renamed into place whole."""
+    tmp = Path(tempfile.mkdtemp(prefix=SNAPSHOT_TEMP_PREFIX, suffix=".tmp", dir=store))
+    try:
+        shutil.copyfile(source, tmp / SNAPSHOT_MODEL_NAME)
+        for location in files:
+            (tmp / location).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source.parent / location, tmp / location)
+        sha = model_sha256(tmp / SNAPSHOT_MODEL_NAME)
+        target = store / sha
+        if (target / SNAPSHOT_MODEL_NAME).is_file():
+            shutil.rmtree(tmp)  # a folder is renamed in whole: one that exists is complete
+        else:
+            os.chmod(tmp, 0o755)
+            os.replace(tmp, target)
+        return target / SNAPSHOT_MODEL_NAME, sha
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
         raise

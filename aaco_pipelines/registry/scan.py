@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.graph.external_data import model_sha256
 from aaco_pipelines.registry.sidecar import sidecar_path_for
 
 _UNSAFE = re.compile(r"[^a-z0-9_]+")
@@ -79,7 +80,7 @@ def registered_model(path: Path, slug: str | None = None) -> RegisteredModel:
         name=path.stem,
         slug=slug or model_slug(path.stem),
         path=path,
-        sha256=file_sha256(path),
+        sha256=model_sha256(path),
         sidecar=sidecar_path_for(path),
     )
 

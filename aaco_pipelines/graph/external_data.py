@@ -1,0 +1,152 @@
+"""Models whose weights live in external files (every model over protobuf's 2 GB: every LLM).
+
+The `.onnx` file then holds the graph, and each large tensor names a file (`location`, relative to
+the model's folder) with an offset and a length. A model's identity is the model file and those
+files together, its snapshot copies them all, and ONNX Runtime loads them from the snapshot. The
+locations are read from a file the user gave us, so they are data: a location that is absolute,
+climbs out of the model's folder (`..`, or a link pointing outside), or names no regular file is
+refused with the model and the location named, before anything is copied or loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+
+from aaco_pipelines.errors import AacoInputError
+
+FIX = (
+    "keep the weight files beside the model, named as the model refers to them "
+    "(re-save it with onnx.save_model(..., save_as_external_data=True, location=NAME))"
+)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph stores: initializers and Constant values, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                yield attribute.t
+            elif attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _tensors(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from _tensors(subgraph)
+
+
+def _location(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    length = entries.get("length")
+    return entries.get("location", ""), int(entries.get("offset", 0)), (
+        int(length) if length is not None else None
+    )
+
+
+def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> list[str]:
+    """The external data files of a model, as relative locations, sorted; [] for a model that
+    keeps its weights inside. Each is checked: inside the model's folder, a regular file, and
+    long enough for every tensor stored in it."""
+    if model is None:
+        model = onnx.load(str(model_path), load_external_data=False)
+    folder = model_path.parent.resolve()
+    needed: dict[str, int] = {}
+    for tensor in _tensors(model.graph):
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        location, offset, length = _location(tensor)
+        path = _inside(model_path, folder, location, tensor.name)
+        end = offset + (length if length is not None else 0)
+        needed[location] = max(needed.get(location, 0), end, 1 if length is None else 0)
+        size = path.stat().st_size
+        if end > size:
+            raise AacoInputError(
+                f"weight {tensor.name!r} needs bytes up to {end} of external file {location!r}, "
+                f"which has {size}",
+                path=model_path,
+                fix=FIX,
+            )
+    return sorted(needed)
+
+
+def _inside(model_path: Path, folder: Path, location: str, tensor: str) -> Path:
+    """The external file a location names, refused unless it is a regular file in the folder."""
+    relative = Path(location)
+    if not location or relative.is_absolute() or ".." in relative.parts or "\0" in location:
+        raise AacoInputError(
+            f"weight {tensor!r} names external file {location!r}, outside the model's folder",
+            path=model_path,
+            fix=FIX,
+        )
+    path = folder / relative
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise AacoInputError(
+            f"external weight file {location!r} (of weight {tensor!r}) is missing",
+            path=model_path,
+            fix=FIX,
+        ) from None
+    if not resolved.is_relative_to(folder):
+        raise AacoInputError(
+            f"external weight file {location!r} leads outside the model's folder",
+            path=model_path,
+            fix=FIX,
+        )
+    if not resolved.is_file():
+        raise AacoInputError(
+            f"external weight file {location!r} is not a regular file", path=model_path, fix=FIX
+        )
+    return path
+
+
+# Every external tensor carries this key, so a file without these bytes has no external data
+# and need not be parsed (a 2 GB model with its weights inside would be, at every registry scan).
+_MARKER = b"location"
+
+
+def model_sha256(model_path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """The content hash of a model: its file alone when it keeps its weights inside (the plain
+    sha256 of the file, as before), else the file and each external file in location order,
+    each preceded by its location, so renaming or editing any of them is a new version.
+
+    A file that does not parse, or names external files wrongly, hashes as a plain file: the
+    registry still lists it, and taking its snapshot reports the problem for that model alone."""
+    digest, marked = _hash_and_sniff(model_path, chunk_bytes)
+    if not marked:
+        return digest.hexdigest()
+    try:
+        files = external_files(model_path)
+    except Exception:  # noqa: BLE001 - AacoInputError, OSError, protobuf's DecodeError
+        return digest.hexdigest()
+    if not files:
+        return digest.hexdigest()
+    combined = hashlib.sha256(b"aaco-model-with-external-data\0" + digest.digest())
+    for location in files:
+        combined.update(location.encode() + b"\0")
+        part, _ = _hash_and_sniff(model_path.parent / location, chunk_bytes)
+        combined.update(part.digest())
+    return combined.hexdigest()
+
+
+def _hash_and_sniff(path: Path, chunk_bytes: int):
+    """The file's sha256, and whether _MARKER occurs in it (looked for across chunk edges)."""
+    digest, marked, tail = hashlib.sha256(), False, b""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+            if not marked:
+                marked = _MARKER in tail + chunk
+                tail = chunk[-(len(_MARKER) - 1) :]
+    return digest, marked
+
+
+def total_bytes(model_path: Path) -> int:
+    """The model file and its external files: what a session must map."""
+    return model_path.stat().st_size + sum(
+        os.stat(model_path.parent / location).st_size for location in external_files(model_path)
+    )
