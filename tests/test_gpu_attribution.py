@@ -112,9 +112,14 @@ def test_simulated_kernels_are_attributed_to_their_nodes(profile, tmp_path):
     assert alignment.matched_fraction > 0.6
 
 
-def test_clock_offset_survives_jitter_and_stray_launches(profile, tmp_path):
-    """Launches from outside the profiled runs (here 10% more, anywhere) do not move it."""
-    settings = SimulationSettings(clock_offset_ns=-123_456_789_012, jitter_ns=3_000, seed=7)
+@pytest.mark.parametrize("seed", range(5))
+def test_clock_offset_survives_jitter_and_stray_launches(seed, tmp_path):
+    """Launches from outside the profiled runs (here 10% more, anywhere) do not move it. Judged
+    on the committed real profile (tests/data/README.md), not a fresh one: on a host busy with
+    other work a fresh profile's windows let the search land up to 10 us off with or without
+    strays (6 of 25 fresh profiles next to one busy process), which would test the host."""
+    profile = pq.read_table(Path(__file__).parent / "data/conv_block_profile_events.parquet")
+    settings = SimulationSettings(clock_offset_ns=-123_456_789_012, jitter_ns=3_000, seed=seed)
     truth = simulate_rocprof_traces(profile, tmp_path, settings)
     _, api_calls = read_traces(truth)
     launches = api_calls.filter(pc.match_substring(api_calls["api_name"], "Launch"))
