@@ -50,9 +50,13 @@ def _location(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
 def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> list[str]:
     """The external data files of a model, as relative locations, sorted; [] for a model that
     keeps its weights inside. Each is checked: inside the model's folder, a regular file, and
-    long enough for every tensor stored in it."""
+    long enough for every tensor stored in it. A file that does not parse has none here: the
+    graph stage reports it as not a model."""
     if model is None:
-        model = onnx.load(str(model_path), load_external_data=False)
+        try:
+            model = onnx.load(str(model_path), load_external_data=False)
+        except Exception:  # noqa: BLE001 - not a model at all: loading it says so (load_model)
+            return []
     folder = model_path.parent.resolve()
     needed: dict[str, int] = {}
     for tensor in _tensors(model.graph):
