@@ -13,6 +13,7 @@ span is the session's latency. Sessions of the same workload stay comparable; sa
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import shutil
 from pathlib import Path
@@ -159,8 +160,13 @@ def _span_tables(con, bundle: SessionBundle, trace, version, trace_format) -> di
             path=trace,
             fix="collect with kernel tracing on (rocprofv3 --kernel-trace)",
         )
+    environment = {
+        "collected_elsewhere": True,
+        "trace_format": trace_format,
+        "gpu_agents": _gpu_agents(con, bundle.session_id),
+    }
     tables = {
-        "sessions": _sessions_row(bundle, (start, end), version, trace_format),
+        "sessions": _sessions_row(bundle, (start, end), version, trace_format, environment),
         "iterations": _iterations_rows(bundle.session_id, (start, end)),
     }
     if bundle.device_trace["iteration"] is not None:
@@ -213,7 +219,7 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
         "model_name": name or (version.name if version else slug),
         "model_slug": slug,
         "model_sha256": version.sha256 if version else None,
-        "target": "external",
+        "target": "external",  # analysis.session.EXTERNAL_TARGET: judged against its GPU
         "started_at": now,
         "finished_at": now,
         "trace_source": trace_format,
@@ -224,7 +230,25 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
     }
 
 
-def _sessions_row(bundle: SessionBundle, span, version, trace_format) -> pa.Table:
+def _gpu_agents(con, session_id: str) -> list[dict]:
+    """The trace's GPU agents as its agent info names them (gfx target, product, CUs, clock)
+    and the kernel time each ran: the GPU the session is judged against is among them
+    (analysis.session.session_gpu), never this host."""
+    rows = con.execute(
+        "WITH busy AS (SELECT device_id, sum(duration_ns) AS kernel_ns FROM kernel_events "
+        "  WHERE session_id = $sid AND category = 'Kernel' GROUP BY device_id) "
+        "SELECT a.agent_id, a.name, a.product_name, a.compute_units, a.max_clock_mhz, "
+        "b.kernel_ns FROM agents a LEFT JOIN busy b ON a.agent_id = 'Agent ' || b.device_id "
+        "WHERE a.session_id = $sid AND upper(a.agent_type) = 'GPU' ORDER BY a.agent_id",
+        {"sid": session_id},
+    ).fetchall()
+    keys = ("agent_id", "name", "product_name", "compute_units", "max_clock_mhz", "kernel_ns")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def _sessions_row(
+    bundle: SessionBundle, span, version, trace_format, environment: dict | None = None
+) -> pa.Table:
     session = bundle.session
     wall = float(span[1] - span[0])
     summary = latency_summary(pa.array([wall]).to_numpy(), pa.array([wall]).to_numpy())
@@ -245,7 +269,7 @@ def _sessions_row(bundle: SessionBundle, span, version, trace_format) -> pa.Tabl
         **summary,
         "runtime_fingerprint": "external",
         "bundle_path": str(bundle.path),
-        "env_json": "{}",
+        "env_json": json.dumps(environment or {}, default=str),
     }
     return pa.Table.from_pylist([row], schema=SESSIONS)
 

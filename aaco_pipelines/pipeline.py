@@ -98,15 +98,23 @@ def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu"
     """Attribution, envelope, bottleneck and drift verdicts for an ingested session."""
     lake = TraceLake(paths.tracelake)
     tables = analysis.attribute(lake, bundle)
-    envelope_id, envelope = analysis.current_envelope(lake, target)
+    # A trace ingested from a GPU is judged against that GPU, never against this host.
+    choice = analysis.session_envelope(lake, bundle.session_id, target)
     report, utilization = analysis.explain(
-        lake, bundle.session_id, analysis.metrics_of(tables), envelope_id, envelope
+        lake,
+        bundle.session_id,
+        analysis.metrics_of(tables),
+        choice.envelope_id,
+        choice.envelope,
+        note=choice.note,
     )
     verdicts = drift_rows(lake, bundle.session["model_slug"], bundle.session_id)
     lake.replace_session_rows(bundle.session_id, {"drift_verdicts": verdicts}, complete=True)
     return {
         "bottleneck": report.bottleneck,
         "confidence": report.confidence,
+        "envelope_source": choice.source,
+        "envelope_note": choice.note,
         "hardware_envelope_utilization": (
             utilization.hardware_envelope_utilization if utilization else None
         ),

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.session import current_envelope, explain, top_roofline_points
+from aaco_pipelines.analysis.session import explain, session_envelope, top_roofline_points
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown, roofline
 from assets.envelope import hardware_envelope
@@ -28,9 +28,10 @@ def bottleneck_report(
     runner: BenchmarkRunnerResource,
 ) -> dict:
     lake, session_id = tracelake.lake, kernel_attribution["session_id"]
-    envelope_id, envelope = current_envelope(lake, runner.target)
+    choice = session_envelope(lake, session_id, runner.target)
+    envelope_id, envelope = choice.envelope_id, choice.envelope
     report, utilization = explain(
-        lake, session_id, kernel_attribution["metrics"], envelope_id, envelope
+        lake, session_id, kernel_attribution["metrics"], envelope_id, envelope, note=choice.note
     )
     evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
     points = top_roofline_points(lake, session_id).to_pylist()
@@ -75,13 +76,28 @@ def bottleneck_report(
                         ("time_ns", "ms/iter", ms),
                         ("arithmetic_intensity", "FLOP/B", num),
                         ("achieved_flops_per_s", "FLOP/s", num),
+                        ("dtype", "dtype", None),
+                        ("roof_dtype", "roof", None),
                         ("bound", "bound", None),
                         ("utilization", "of roof", pct),
                     ],
                 )
             ),
-            "plots": dg.MetadataValue.md(_plots(lake, session_id, envelope)),
+            "plots": dg.MetadataValue.md(_plots(lake, session_id, envelope))
+            if envelope is not None
+            else dg.MetadataValue.md(choice.note),
             "envelope_id": envelope_id,
+            # measured | datasheet (published peaks, not measured) | none
+            "envelope_source": choice.source,
+            "envelope_note": choice.note,
+            "envelope_gemm_peaks_tflops": dg.MetadataValue.json(
+                {d: round(p / 1e12, 4) for d, p in envelope.gemm_peaks().items()}
+            )
+            if envelope is not None
+            else None,
+            "envelope_reference": dg.MetadataValue.json(envelope.reference)
+            if envelope is not None and envelope.reference
+            else None,
         }
     )
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
@@ -97,9 +113,10 @@ def _plots(lake, session_id: str, envelope) -> str:
     )
     points = lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", params)
     ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
+    chart = roofline(points, *ceilings, dtype_roofs=envelope.gemm_peaks(), source=envelope.source)
     return "\n\n".join(
         [
             markdown_image(op_breakdown(nodes), "time per op"),
-            markdown_image(roofline(points, *ceilings), "roofline"),
+            markdown_image(chart, f"roofline ({envelope.source} envelope)"),
         ]
     )

@@ -34,6 +34,12 @@ def hardware_envelope(
             "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
             "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
             "runtime_fingerprint": envelope.runtime_fingerprint[:16],
+            "source": envelope.source,  # always measured here; datasheets serve ingested traces
+            "device_arch": (envelope.device or {}).get("arch"),
+            "gemm_peaks_gflops": dg.MetadataValue.json(
+                {d: round(p / 1e9, 2) for d, p in envelope.gemm_peaks().items()}
+            ),
+            "dtypes_not_measured": dg.MetadataValue.json(envelope.dtype_notes),
             "gemm_sweep": dg.MetadataValue.json(envelope.gemm.sweep),
             "bandwidth_sweep": dg.MetadataValue.json(envelope.bandwidth.sweep),
         }

@@ -3,7 +3,9 @@
 A session is summarized as evidence signals; each falls into a bin of its rule, and each bin says
 how likely that observation is under every class. The posterior is the prior times those
 likelihoods (naive Bayes), so a confidence is a probability rather than a hand-tuned score, and a
-signal that was not measured (None, e.g. no GPU power telemetry on a CPU host) simply drops out.
+signal that was not measured (None, e.g. no GPU power telemetry on a CPU host) simply drops out;
+so do the roofline signals of a session with no hardware envelope (a trace whose GPU has neither
+a measured envelope nor a datasheet): it is classified on its kernel-side signals alone.
 
 Every number lives in PRIORS and SIGNAL_RULES, one table that rules_markdown() prints for README
 and that is meant to be recalibrated against measured sessions. Naive Bayes treats signals as
@@ -235,7 +237,7 @@ ACTIONS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
             ("compute_utilization",),
         ),
         (
-            "Check achieved FLOP/s against the measured peak: a large gap means badly shaped "
+            "Check achieved FLOP/s against the envelope's peak: a large gap means badly shaped "
             "GEMMs (pad dimensions to the tile size)",
             ("compute_utilization",),
         ),

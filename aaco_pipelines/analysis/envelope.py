@@ -5,7 +5,15 @@ shared host cannot deliver. So the peaks are measured here, through ONNX Runtime
 execution provider the models use, with the same graph optimizations:
 
   gemm_flops        one MatMul [n, n] x [n, n] (float32, weights an initializer as in real
-                    models, activations a runtime input so nothing folds): 2 n^3 FLOP per run
+                    models, activations a runtime input so nothing folds): 2 n^3 FLOP per run;
+                    the fp32 roof, and the roof of nodes whose data type has no peak
+  dtype_gemm        the same GEMM in every other data type the provider runs natively: fp16
+                    and bf16 MatMul, int8 MatMulInteger (uint8 x int8 -> int32, 2 n^3 ops).
+                    A type is measured only if the provider runs it as itself: on CPU, ONNX
+                    Runtime 1.22 runs a float16 MatMul in float32 between Casts it inserts, and
+                    has no bfloat16 MatMul, so this CPU measures fp32 and int8 only; a GPU
+                    session must hold every node on the GPU (session.disable_cpu_ep_fallback).
+                    Why a type was skipped is kept in dtype_notes
   memory_bandwidth  elementwise Add of two large float32 tensors, every size beyond the
                     last-level cache: 3 x tensor bytes per run (two read, one written; as in
                     STREAM, a CPU's write-allocate read of the output is not counted)
@@ -19,6 +27,13 @@ Infinity Cache) is assumed.
 A Mul by a runtime-fed scalar was tried as a second streaming kernel and dropped: ONNX Runtime's
 scalar-broadcast path ran at under half the Add rate on CPU, so it only spent budget.
 
+fp32 gets half the GEMM budget when other types are measured, and they share the rest.
+
+A GPU provider's envelope names the GPU (device: gfx architecture, product name, CUs, clock,
+from the KFD topology; analysis.datasheets.local_gpu), so that a trace ingested from that GPU
+model finds it. An envelope can also come from a datasheet (datasheet_envelope): source says
+which, and reference names the document.
+
 Each size is swept upward until the median stops improving by SATURATION_GAIN for PATIENCE
 sizes in a row (one noisy size on a shared host must not end the sweep early) or the time
 budget is spent. Per size: WARMUP_RUNS runs, then `repeats` measurements, each timing enough
@@ -28,10 +43,13 @@ runs to last MIN_MEASUREMENT_S. Inputs and outputs are bound once on the provide
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +57,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.address_space import address_space_left
+from aaco_pipelines.analysis.datasheets import FALLBACK_DTYPE, GpuAgent, local_gpu, match_datasheet
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 
@@ -54,6 +73,8 @@ PATIENCE = 2
 WARMUP_RUNS = 2
 MIN_MEASUREMENT_S = 0.05
 GEMM_BUDGET_SHARE = 0.5  # the rest, plus what GEMM leaves unused, goes to the streaming sweep
+FP32_GEMM_SHARE = 0.5  # of the GEMM budget, when other data types are measured too
+GEMM_DTYPES = ("fp16", "bf16", "int8")  # measured besides fp32 where the provider runs them
 HOST_MEMORY_SHARE = 0.5  # never build feeds larger than this share of available host memory
 OPSET = [helper.make_opsetid("", 17)]
 IR_VERSION = 9  # ONNX Runtime 1.22 reads IR <= 10
@@ -83,12 +104,42 @@ class HardwareEnvelope:
     providers: list[str]  # what the microbenchmark sessions actually ran on
     runtime_fingerprint: str
     measured_at_ns: int
-    gemm: ResourcePeak
+    gemm: ResourcePeak  # fp32: the roof of fp32 nodes and of nodes whose type has no peak
     bandwidth: ResourcePeak
+    source: str = "measured"  # "measured" | "datasheet"
+    device: dict | None = None  # the GPU: arch, product_name, compute_units, max_clock_mhz
+    dtype_gemm: dict[str, ResourcePeak] = field(default_factory=dict)  # fp16, bf16, int8, ...
+    dtype_notes: dict[str, str] = field(default_factory=dict)  # why a data type has no peak
+    reference: dict | None = None  # datasheet: product, url, white paper, how matched, notes
 
     def ridge_point(self) -> float:
         """FLOP per byte where the roofline bends: gemm.peak / bandwidth.peak."""
         return self.gemm.peak / self.bandwidth.peak
+
+    def gemm_peaks(self) -> dict[str, float]:
+        """GEMM peak per data type, fp32 first."""
+        return {FALLBACK_DTYPE: self.gemm.peak, **{d: p.peak for d, p in self.dtype_gemm.items()}}
+
+    def roof_dtype(self, dtype: str | None) -> str:
+        """The data type whose peak is a node's roof: its own, else fp32."""
+        return dtype if dtype in self.dtype_gemm else FALLBACK_DTYPE
+
+    def for_dtype(self, dtype: str | None) -> HardwareEnvelope:
+        """This envelope with the GEMM roof of `dtype` (fp32 when it has none)."""
+        roof = self.roof_dtype(dtype)
+        if roof == FALLBACK_DTYPE:
+            return self
+        return dataclasses.replace(self, gemm=self.dtype_gemm[roof])
+
+    def describe(self) -> str:
+        """Where the peaks come from, in a few words."""
+        device = self.device or {}
+        name = device.get("product_name") or device.get("arch")
+        if self.source == "datasheet":
+            ref = self.reference or {}
+            return f"datasheet of the {ref.get('product', name)} ({device.get('arch')})"
+        on = ", ".join(self.providers) or self.target
+        return f"measured on {on}" + (f" ({name}, {device.get('arch')})" if name else "")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,7 +153,60 @@ class HardwareEnvelope:
             measured_at_ns=int(d["measured_at_ns"]),
             gemm=ResourcePeak(**d["gemm"]),
             bandwidth=ResourcePeak(**d["bandwidth"]),
+            source=d.get("source", "measured"),
+            device=d.get("device"),
+            dtype_gemm={k: ResourcePeak(**v) for k, v in (d.get("dtype_gemm") or {}).items()},
+            dtype_notes=dict(d.get("dtype_notes") or {}),
+            reference=d.get("reference"),
         )
+
+
+def datasheet_envelope(agent: GpuAgent, now_ns: int | None = None) -> HardwareEnvelope | None:
+    """The published peaks of the GPU an agent is (analysis.datasheets), scaled to the agent's
+    share of the product; None when its architecture has no datasheet."""
+    match = match_datasheet(agent)
+    if match is None:
+        return None
+    sheet = match.sheet
+    peaks = {d: p * match.compute_scale for d, p in sheet.peaks().items()}
+    bandwidth = sheet.memory_bandwidth_bytes_per_s * match.bandwidth_scale
+
+    def published(resource: str, value: float, unit: str) -> ResourcePeak:
+        return ResourcePeak(resource, value, value, value, unit, [])
+
+    missing = [d for d in GEMM_DTYPES + ("fp64", "tf32", "fp8") if d not in peaks]
+    return HardwareEnvelope(
+        target=agent.arch or "unknown",
+        providers=[],
+        runtime_fingerprint="datasheet",
+        measured_at_ns=time.time_ns() if now_ns is None else now_ns,
+        gemm=published("gemm_flops", peaks["fp32"], "FLOP/s"),
+        bandwidth=published("memory_bandwidth", bandwidth, "B/s"),
+        source="datasheet",
+        device=agent.to_dict(),
+        dtype_gemm={
+            d: published("gemm_flops", p, "FLOP/s")
+            for d, p in peaks.items()
+            if d not in (FALLBACK_DTYPE, "fp32_vector")
+        },
+        dtype_notes={d: f"the {sheet.product} has no {d} peak" for d in missing},
+        reference={
+            "product": sheet.product,
+            "url": sheet.url,
+            "rates": sheet.white_paper[0],
+            "rates_url": sheet.white_paper[1] or None,
+            "matched_by": match.how,
+            "compute_scale": match.compute_scale,
+            "bandwidth_scale": match.bandwidth_scale,
+            "peak_clock_mhz": sheet.peak_clock_mhz,
+            "compute_units": sheet.compute_units,
+            "memory": sheet.memory,
+            "fp32_vector_flops_per_s": peaks.get("fp32_vector"),
+            "notes": list(match.notes),
+            "basis": "dense peaks (no sparsity) at the peak engine clock: FLOP/clock/CU x CUs x "
+            "clock; matrix rates where the GPU has matrix cores",
+        },
+    )
 
 
 # --- Kernels ---------------------------------------------------------------------------------
@@ -120,15 +224,24 @@ class Kernel:
     feed_bytes: Callable[[int], int]  # host memory for inputs and output
     work_exponent: int  # run time grows as size ** work_exponent
     streams_memory: bool = False  # must not be cache-resident to count (see CACHE_MARGIN)
+    input_type: int = TensorProto.FLOAT  # ONNX element type of the fed inputs
+    output_type: int = TensorProto.FLOAT
+    dtype: str = "fp32"  # the roof data type it measures
 
 
-def _model(nodes: list, inputs: list, output: tuple, initializers: list | None = None):
+def _model(
+    nodes: list,
+    inputs: list,
+    output: tuple,
+    initializers: list | None = None,
+    output_type: int = TensorProto.FLOAT,
+):
     name, shape = output
     graph = helper.make_graph(
         nodes,
         "aaco_envelope",
         inputs,
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info(name, output_type, shape)],
         initializers or [],
     )
     return helper.make_model(graph, opset_imports=OPSET, ir_version=IR_VERSION)
@@ -163,6 +276,73 @@ MATMUL = Kernel(
     feed_bytes=lambda n: 3 * 4 * n * n,
     work_exponent=3,
 )
+
+
+def _bfloat16_bits(array: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 bit patterns (truncated), the form ONNX and OrtValue take."""
+    return (array.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+def _typed_matmul(dtype: str, onnx_type: int, values: Callable[[np.ndarray], np.ndarray]):
+    """A MatMul kernel of another floating type: the fp32 one's shapes and work."""
+
+    def build(n: int) -> onnx.ModelProto:
+        weights = values(np.random.default_rng(1).standard_normal((n, n), dtype=np.float32))
+        if onnx_type == TensorProto.BFLOAT16:
+            tensor = helper.make_tensor("w", onnx_type, [n, n], weights.tobytes(), raw=True)
+        else:
+            tensor = numpy_helper.from_array(weights, "w")
+        return _model(
+            [helper.make_node("MatMul", ["a", "w"], ["y"])],
+            [helper.make_tensor_value_info("a", onnx_type, [n, n])],
+            ("y", [n, n]),
+            [tensor],
+            output_type=onnx_type,
+        )
+
+    return Kernel(
+        name=f"matmul_{dtype}",
+        sizes=GEMM_SIZES,
+        build=build,
+        feeds=lambda n: {
+            "a": values(np.random.default_rng(0).standard_normal((n, n), dtype=np.float32))
+        },
+        work=lambda n: 2.0 * n**3,
+        feed_bytes=lambda n: 3 * 2 * n * n,
+        work_exponent=3,
+        input_type=onnx_type,
+        output_type=onnx_type,
+        dtype=dtype,
+    )
+
+
+def _matmul_integer_model(n: int) -> onnx.ModelProto:
+    weights = np.random.default_rng(1).integers(-127, 128, (n, n), dtype=np.int8)
+    return _model(
+        [helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, [n, n])],
+        ("y", [n, n]),
+        [numpy_helper.from_array(weights, "w")],
+        output_type=TensorProto.INT32,
+    )
+
+
+GEMM_KERNELS = {
+    "fp16": _typed_matmul("fp16", TensorProto.FLOAT16, lambda x: x.astype(np.float16)),
+    "bf16": _typed_matmul("bf16", TensorProto.BFLOAT16, _bfloat16_bits),
+    "int8": Kernel(
+        name="matmul_integer_int8",
+        sizes=GEMM_SIZES,
+        build=_matmul_integer_model,
+        feeds=lambda n: {"a": np.random.default_rng(0).integers(0, 256, (n, n), dtype=np.uint8)},
+        work=lambda n: 2.0 * n**3,  # multiply-adds as two operations, like FLOP
+        feed_bytes=lambda n: (1 + 1 + 4) * n * n,
+        work_exponent=3,
+        input_type=TensorProto.UINT8,
+        output_type=TensorProto.INT32,
+        dtype="int8",
+    ),
+}
 ADD = Kernel(
     name="add",
     sizes=STREAM_SIZES,
@@ -227,14 +407,54 @@ def _bound_session(ort, runtime: Runtime, model: onnx.ModelProto, feeds: dict) -
     binding = session.io_binding()
     values = []
     for name, array in feeds.items():
-        values.append(ort.OrtValue.ortvalue_from_numpy(array, runtime.device, 0))
+        values.append(_device_value(ort, array, model, name, runtime.device))
         binding.bind_ortvalue_input(name, values[-1])
     output = model.graph.output[0]
     shape = [d.dim_value for d in output.type.tensor_type.shape.dim]
-    values.append(ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32, runtime.device, 0))
+    element = output.type.tensor_type.elem_type
+    values.append(ort.OrtValue.ortvalue_from_shape_and_type(shape, element, runtime.device, 0))
     binding.bind_ortvalue_output(output.name, values[-1])
     binding.synchronize_inputs()
     return BoundSession(session, binding, tuple(values))
+
+
+def _device_value(ort, array: np.ndarray, model: onnx.ModelProto, name: str, device: str):
+    """An input on the device. bfloat16 has no numpy type: its bit patterns (uint16) are copied
+    into a bfloat16 value allocated there."""
+    declared = next(i for i in model.graph.input if i.name == name).type.tensor_type.elem_type
+    if declared != TensorProto.BFLOAT16:
+        return ort.OrtValue.ortvalue_from_numpy(array, device, 0)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), declared, device, 0)
+    value.update_inplace(array)
+    return value
+
+
+def native_gemm_problem(ort, runtime: Runtime, kernel: Kernel) -> str | None:
+    """None when the provider runs the kernel's GEMM in its own data type; else why not (no
+    kernel for it, a node falling back to the CPU provider, or Casts ONNX Runtime inserts to
+    run it in float32). Checked on the smallest size."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    model = kernel.build(kernel.sizes[0]).SerializeToString()
+    with tempfile.TemporaryDirectory(prefix="aaco-envelope-") as folder:
+        optimized = Path(folder) / "optimized.onnx"
+        if runtime.device == "cpu":
+            options.optimized_model_filepath = str(optimized)
+        else:
+            options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+        try:
+            ort.InferenceSession(model, options, providers=list(runtime.providers))
+        except Exception as exc:  # ONNX Runtime's NOT_IMPLEMENTED / Fail: no such kernel
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc)
+            return f"{runtime.providers[0]} cannot run it ({reason})"
+        if runtime.device == "cpu" and optimized.is_file():
+            ops = {node.op_type for node in onnx.load(str(optimized)).graph.node}
+            if "Cast" in ops:
+                return (
+                    f"{runtime.providers[0]} runs it in float32 between Casts ONNX Runtime "
+                    "inserts: its nodes are judged against the fp32 peak"
+                )
+    return None
 
 
 # --- Timing ----------------------------------------------------------------------------------
@@ -364,11 +584,14 @@ def measure_envelope(
     repeats: int = 5,
     budget_s: float = 20.0,
     threads: int | None = None,
+    dtypes: Sequence[str] | None = None,
 ) -> HardwareEnvelope:
-    """Measure peak GEMM FLOP/s and streaming bandwidth of `target` within about `budget_s`.
+    """Measure peak GEMM FLOP/s (fp32, and each of `dtypes` the provider runs natively; default
+    GEMM_DTYPES) and streaming bandwidth of `target` within about `budget_s`.
 
-    GEMM gets GEMM_BUDGET_SHARE of the budget, streaming what is left. A sweep always measures
-    its first size, so even a tiny budget yields an envelope, with a short sweep.
+    GEMM gets GEMM_BUDGET_SHARE of the budget (fp32 half of it when other types are measured,
+    they the rest in turn), streaming what is left. A sweep always measures its first size, so
+    even a tiny budget yields an envelope, with short sweeps.
     """
     import onnxruntime as ort
 
@@ -377,8 +600,30 @@ def measure_envelope(
     _check_providers(ort, runtime.providers)
     measured_at_ns = time.time_ns()
     start = time.perf_counter()
-    gemm_sweep, used = _sweep(ort, runtime, MATMUL, repeats, start + budget_s * GEMM_BUDGET_SHARE)
+    gemm_deadline = start + budget_s * GEMM_BUDGET_SHARE
+    others, notes = [], {}
+    for dtype in GEMM_DTYPES if dtypes is None else dtypes:
+        if dtype not in GEMM_KERNELS:
+            raise AacoInputError(
+                f"no GEMM microbenchmark for data type {dtype!r}",
+                fix=f"choose among {', '.join(GEMM_KERNELS)}",
+            )
+        problem = native_gemm_problem(ort, runtime, GEMM_KERNELS[dtype])
+        if problem is None:
+            others.append(dtype)
+        else:
+            notes[dtype] = problem
+    fp32_share = FP32_GEMM_SHARE if others else 1.0
+    fp32_deadline = start + (gemm_deadline - start) * fp32_share
+    gemm_sweep, used = _sweep(ort, runtime, MATMUL, repeats, fp32_deadline)
+    dtype_gemm = {}
+    for position, dtype in enumerate(others):
+        now = time.perf_counter()
+        deadline = now + max(gemm_deadline - now, 0.0) / (len(others) - position)
+        sweep, _ = _sweep(ort, runtime, GEMM_KERNELS[dtype], repeats, deadline)
+        dtype_gemm[dtype] = _peak("gemm_flops", "FLOP/s", sweep)
     stream_sweep, _ = _sweep(ort, runtime, ADD, repeats, start + budget_s)
+    device = _measured_device(runtime)
     return HardwareEnvelope(
         target=target,
         providers=list(used),
@@ -386,4 +631,22 @@ def measure_envelope(
         measured_at_ns=measured_at_ns,
         gemm=_peak("gemm_flops", "FLOP/s", gemm_sweep),
         bandwidth=_peak("memory_bandwidth", "B/s", stream_sweep),
+        source="measured",
+        device=device.to_dict() if device else None,
+        dtype_gemm=dtype_gemm,
+        dtype_notes=notes,
     )
+
+
+def _measured_device(runtime: Runtime) -> GpuAgent | None:
+    """The GPU a GPU provider ran on: device 0 of those visible (HIP_VISIBLE_DEVICES or
+    ROCR_VISIBLE_DEVICES name its index among all GPUs); None on CPU or where KFD says nothing."""
+    if runtime.device == "cpu":
+        return None
+    index = 0
+    for variable in ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        first = os.environ.get(variable, "").split(",")[0].strip()
+        if first.isdigit():
+            index = int(first)
+            break
+    return local_gpu(index)

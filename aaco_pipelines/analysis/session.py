@@ -1,31 +1,57 @@
 """The analysis stages of one session, reading and writing the TraceLake.
 
 attribute     where the time went: node mapping, per-node / per-op breakdown, derived metrics
-envelope      the measured hardware envelope of the target (reused while the runtime
-              fingerprint is unchanged, measured when there is none)
-explain       roofline per node, hardware envelope utilization, evidence and the bottleneck
+envelope      the hardware envelope a session is judged against (session_envelope):
+              - a session measured here: the measured envelope of the target (reused while
+                the runtime fingerprint is unchanged, measured when there is none)
+              - a trace ingested from a GPU (target "external"): never this host's. The GPU
+                that ran most of its kernel time (its agent info: gfx arch, product name,
+                CUs) picks, in order, the newest envelope measured on that GPU model in this
+                TraceLake, else that GPU's datasheet (analysis.datasheets; stored with source
+                "datasheet" and its reference), else none: no roofline verdicts, and a note
+                that says why
+explain       roofline per node, each under the roof of its own data type (the graph's tensor
+              types, an integer GEMM the runtime ran, or a device kernel's name; fp32 when
+              none tells), hardware envelope utilization against the roof of the data type
+              carrying most of the session's FLOPs, evidence and the bottleneck
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import secrets
+from dataclasses import dataclass
 
+import numpy as np
 import onnx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.attribution import attribute_session
 from aaco_pipelines.analysis.classification import BottleneckReport, classify_bottleneck
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, measure_envelope
+from aaco_pipelines.analysis.datasheets import (
+    FALLBACK_DTYPE,
+    GpuAgent,
+    agent_arch,
+    kernel_dtype,
+    node_dtype,
+)
+from aaco_pipelines.analysis.envelope import (
+    HardwareEnvelope,
+    datasheet_envelope,
+    measure_envelope,
+)
 from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
 from aaco_pipelines.analysis.metrics import session_metrics
-from aaco_pipelines.analysis.roofline import EnvelopeUtilization, roofline_table
+from aaco_pipelines.analysis.roofline import ROOFLINE_COLUMNS, EnvelopeUtilization, roofline_table
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers
 from aaco_pipelines.tracelake.store import TraceLake
+
+EXTERNAL_TARGET = "external"  # the target of sessions ingested from a trace (aaco ingest)
 
 
 def attribute(lake: TraceLake, bundle: SessionBundle) -> dict[str, pa.Table]:
@@ -47,8 +73,13 @@ def metrics_of(tables: dict[str, pa.Table]) -> dict[str, float]:
 # --- hardware envelope ----------------------------------------------------------------------
 
 
-def save_envelope(lake: TraceLake, envelope: HardwareEnvelope) -> str:
-    envelope_id = f"{envelope.target}-{envelope.runtime_fingerprint[:12]}-{secrets.token_hex(3)}"
+def save_envelope(
+    lake: TraceLake, envelope: HardwareEnvelope, envelope_id: str | None = None
+) -> str:
+    envelope_id = envelope_id or (
+        f"{envelope.target}-{envelope.runtime_fingerprint[:12]}-{secrets.token_hex(3)}"
+    )
+    device = envelope.device or {}
     row = {
         "envelope_id": envelope_id,
         "target": envelope.target,
@@ -62,6 +93,12 @@ def save_envelope(lake: TraceLake, envelope: HardwareEnvelope) -> str:
         "bandwidth_low": envelope.bandwidth.spread_low,
         "bandwidth_high": envelope.bandwidth.spread_high,
         "envelope_json": json.dumps(envelope.to_dict()),
+        "source": envelope.source,
+        "device_arch": device.get("arch"),
+        "device_name": device.get("product_name"),
+        "compute_units": device.get("compute_units"),
+        "gemm_peaks_json": json.dumps(envelope.gemm_peaks()),
+        "reference": json.dumps(envelope.reference) if envelope.reference else None,
     }
     lake.append_rows("hardware_envelopes", pa.Table.from_pylist([row]))
     return envelope_id
@@ -70,10 +107,11 @@ def save_envelope(lake: TraceLake, envelope: HardwareEnvelope) -> str:
 def latest_envelope(
     lake: TraceLake, target: str, fingerprint: str | None = None
 ) -> tuple[str, HardwareEnvelope] | None:
-    """The newest stored envelope of a target (for one runtime fingerprint when given)."""
+    """The newest envelope measured for a target (for one runtime fingerprint when given)."""
     rows = lake.query(
         "SELECT envelope_id, envelope_json FROM hardware_envelopes WHERE target = $target "
-        "AND ($fp IS NULL OR runtime_fingerprint = $fp) ORDER BY measured_at DESC LIMIT 1",
+        "AND ($fp IS NULL OR runtime_fingerprint = $fp) "
+        "AND coalesce(source, 'measured') = 'measured' ORDER BY measured_at DESC LIMIT 1",
         {"target": target, "fp": fingerprint},
     ).to_pylist()
     if not rows:
@@ -94,31 +132,314 @@ def current_envelope(
     return save_envelope(lake, envelope), envelope
 
 
+@dataclass(frozen=True)
+class EnvelopeChoice:
+    """The envelope a session is judged against, or why there is none."""
+
+    envelope_id: str | None
+    envelope: HardwareEnvelope | None
+    source: str  # measured | datasheet | none
+    note: str  # how it was chosen, in a sentence (the reason when there is none)
+    agent: GpuAgent | None = None  # the GPU of an ingested trace
+
+
+# The GPU agents of a session, with the kernel time each ran (kernel_events.device_id is the
+# agent's logical index, which the agents table names "Agent <index>").
+SESSION_AGENTS_SQL = """
+WITH busy AS (
+    SELECT device_id, sum(duration_ns) AS busy_ns FROM kernel_events
+    WHERE session_id = $sid AND category = 'Kernel' AND device_id IS NOT NULL GROUP BY device_id
+)
+SELECT a.agent_id, a.name, a.product_name, a.compute_units, a.max_clock_mhz, a.details_json,
+       b.busy_ns
+FROM agents a LEFT JOIN busy b ON a.agent_id = 'Agent ' || b.device_id
+WHERE a.session_id = $sid AND upper(a.agent_type) = 'GPU'
+ORDER BY b.busy_ns DESC NULLS LAST, a.agent_id
+"""
+
+
+def session_gpu(lake: TraceLake, session_id: str) -> tuple[GpuAgent | None, str]:
+    """The GPU that ran the session's kernels, from the trace's agent info, and how it was
+    found: the agent with the most kernel time, else the one GPU model of the trace."""
+    rows = lake.query(SESSION_AGENTS_SQL, {"sid": session_id}).to_pylist()
+    agents = [
+        (
+            GpuAgent(
+                arch=agent_arch(row["name"], row["details_json"]),
+                product_name=row["product_name"] or None,
+                compute_units=row["compute_units"] or None,
+                max_clock_mhz=row["max_clock_mhz"] or None,
+                agent_id=row["agent_id"],
+            ),
+            row["busy_ns"] or 0,
+        )
+        for row in rows
+    ]
+    if not agents:
+        return None, "the trace names no GPU (no agent info: RPD and rocprof v1 traces have none)"
+    busy = [(agent, ns) for agent, ns in agents if ns > 0]
+    if busy:
+        agent, ns = busy[0]
+        share = ns / sum(n for _, n in busy)
+        other = {a.arch for a, _ in busy[1:]} - {agent.arch}
+        note = f"{agent.agent_id} ran {share:.0%} of the kernel time"
+        if other:
+            note += f" (kernels also ran on {', '.join(sorted(map(str, other)))})"
+        return agent, note
+    models = {(a.arch, a.product_name, a.compute_units) for a, _ in agents}
+    if len(models) == 1:
+        return agents[0][0], "its kernels name no agent; every GPU of the trace is this one"
+    return None, (
+        "its kernels name no agent and the trace has several GPU models ("
+        + ", ".join(sorted(a.describe() for a, _ in agents))
+        + ")"
+    )
+
+
+def measured_gpu_envelope(lake: TraceLake, agent: GpuAgent) -> tuple[str, HardwareEnvelope] | None:
+    """The newest envelope measured on a GPU of the agent's model: same gfx architecture and,
+    when both are known, the same CU count (a partition is not the whole GPU); one with the
+    same product name first."""
+    rows = lake.query(
+        "SELECT envelope_id, envelope_json FROM hardware_envelopes "
+        "WHERE coalesce(source, 'measured') = 'measured' AND device_arch = $arch "
+        "AND ($cus IS NULL OR compute_units IS NULL OR compute_units = $cus) "
+        "ORDER BY coalesce(device_name = $name, false) DESC, measured_at DESC LIMIT 1",
+        {"arch": agent.arch, "cus": agent.compute_units, "name": agent.product_name},
+    ).to_pylist()
+    if not rows:
+        return None
+    return rows[0]["envelope_id"], HardwareEnvelope.from_dict(json.loads(rows[0]["envelope_json"]))
+
+
+def stored_datasheet_envelope(
+    lake: TraceLake, agent: GpuAgent
+) -> tuple[str, HardwareEnvelope] | None:
+    """The datasheet envelope of the agent's GPU, stored once per product, architecture and CU
+    count (its id says which), so reports and roofline points can refer to it."""
+    envelope = datasheet_envelope(agent)
+    if envelope is None:
+        return None
+    reference = envelope.reference or {}
+    product = re.sub(r"[^a-z0-9]+", "-", reference.get("product", "").lower()).strip("-")
+    cus = agent.compute_units or reference.get("compute_units")
+    envelope_id = f"datasheet-{agent.arch}-{product}-{cus}cu"
+    found = lake.query(
+        "SELECT envelope_json FROM hardware_envelopes WHERE envelope_id = $eid",
+        {"eid": envelope_id},
+    ).to_pylist()
+    if found:
+        return envelope_id, HardwareEnvelope.from_dict(json.loads(found[0]["envelope_json"]))
+    return save_envelope(lake, envelope, envelope_id), envelope
+
+
+def session_envelope(
+    lake: TraceLake, session_id: str, target: str = "cpu", providers: list[str] | None = None
+) -> EnvelopeChoice:
+    """The envelope to judge a session against (see the module docstring): this host's
+    measured one for a session measured here; for a trace ingested from elsewhere the GPU's
+    measured envelope, else its datasheet, else none, and never this host's."""
+    rows = lake.query(
+        "SELECT target FROM session_records WHERE session_id = $sid", {"sid": session_id}
+    ).to_pylist()
+    if not rows or rows[0]["target"] != EXTERNAL_TARGET:
+        envelope_id, envelope = current_envelope(lake, target, providers)
+        return EnvelopeChoice(
+            envelope_id, envelope, envelope.source, f"{envelope.describe()} (this host)"
+        )
+    agent, found = session_gpu(lake, session_id)
+    not_here = "this host, which only ingested the trace, is not the GPU that ran it"
+    if agent is None:
+        return EnvelopeChoice(
+            None,
+            None,
+            "none",
+            f"No hardware envelope: {found}, and {not_here}. "
+            "Roofline and utilization are not judged.",
+        )
+    if agent.arch is None:
+        return EnvelopeChoice(
+            None,
+            None,
+            "none",
+            f"No hardware envelope: {found}, but its agent info gives no "
+            f"gfx architecture, and {not_here}. Roofline and utilization are not judged.",
+            agent,
+        )
+    measured = measured_gpu_envelope(lake, agent)
+    if measured is not None:
+        envelope_id, envelope = measured
+        return EnvelopeChoice(
+            envelope_id,
+            envelope,
+            "measured",
+            f"{envelope.describe()}: measured on this GPU model ({agent.describe()}; {found})",
+            agent,
+        )
+    sheet = stored_datasheet_envelope(lake, agent)
+    if sheet is not None:
+        envelope_id, envelope = sheet
+        reference = envelope.reference or {}
+        notes = "; ".join(reference.get("notes") or [])
+        return EnvelopeChoice(
+            envelope_id,
+            envelope,
+            "datasheet",
+            f"datasheet peaks of the {reference.get('product')} ({reference.get('url')}), "
+            f"matched by {reference.get('matched_by')} for {agent.describe()} ({found}); "
+            "no envelope measured on this GPU model is in the TraceLake"
+            + (f"; {notes}" if notes else ""),
+            agent,
+        )
+    return EnvelopeChoice(
+        None,
+        None,
+        "none",
+        f"No hardware envelope: {agent.describe()} ({found}) has no envelope measured in this "
+        f"TraceLake and no datasheet here, and {not_here}. Roofline and utilization are not "
+        "judged.",
+        agent,
+    )
+
+
 # --- roofline and bottleneck ----------------------------------------------------------------
+
+
+# The session's nodes with what tells their data type: the graph node's op and output types,
+# and the runtime ops that ran it (an integer GEMM ONNX Runtime fused in makes it int8).
+NODES_SQL = """
+WITH graph AS (
+    SELECT node_name, any_value(op_type) AS graph_op_type, any_value(output_dtypes) AS dtypes
+    FROM graph_nodes
+    WHERE model_sha256 = (SELECT model_sha256 FROM session_records WHERE session_id = $sid)
+    GROUP BY node_name
+),
+runtime AS (
+    SELECT onnx_node, list(DISTINCT runtime_op_type) AS runtime_ops FROM node_attribution
+    WHERE session_id = $sid AND onnx_node IS NOT NULL GROUP BY onnx_node
+)
+SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved, o.mean_ns AS time_ns,
+       g.graph_op_type, g.dtypes, r.runtime_ops
+FROM op_breakdown o
+LEFT JOIN graph g ON g.node_name = o.name
+LEFT JOIN runtime r ON r.onnx_node = o.name
+WHERE o.session_id = $sid AND o.level = 'node'
+"""
+UNMATCHED = "(unmatched) "  # how attribution names a runtime node or kernel with no graph node
+
+
+def node_dtypes(nodes: pa.Table) -> pa.Array:
+    """Each node's data type: the graph's (node_dtype) when it is a graph node, else the one
+    its kernel's name tells (kernel_dtype); null when neither says."""
+    dtypes = []
+    for name, op_type, graph_op, outputs, runtime_ops in zip(
+        nodes["onnx_node"].to_pylist(),
+        nodes["op_type"].to_pylist(),
+        nodes["graph_op_type"].to_pylist(),
+        nodes["dtypes"].to_pylist(),
+        nodes["runtime_ops"].to_pylist(),
+        strict=True,
+    ):
+        found = None
+        if graph_op is not None:
+            found = node_dtype(graph_op, outputs, runtime_ops or ())
+        elif name and name.startswith(UNMATCHED):
+            found = node_dtype(op_type, (), runtime_ops or ()) or kernel_dtype(
+                name[len(UNMATCHED) :]
+            )
+        dtypes.append(found)
+    return pa.array(dtypes, pa.string())
+
+
+def dtype_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Table:
+    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns, dtype) on the roofline, each
+    under the GEMM roof of its own data type (roof_dtype: fp32 when its type has no peak in the
+    envelope). Without an envelope, only what needs none (intensity, achieved rates) is filled:
+    no roof, bound or utilization."""
+    if envelope is None:
+        return _unjudged(nodes).append_column("roof_dtype", pa.nulls(nodes.num_rows, pa.string()))
+    dtypes = nodes["dtype"].to_pylist()
+    roofs = [envelope.roof_dtype(d) for d in dtypes]
+    order = pa.array(np.arange(nodes.num_rows))
+    parts = []
+    for roof in dict.fromkeys(roofs):
+        mask = pa.array([r == roof for r in roofs])
+        part = roofline_table(nodes.filter(mask), envelope.for_dtype(roof))
+        part = part.append_column("roof_dtype", pa.array([roof] * part.num_rows, pa.string()))
+        parts.append(part.append_column("_order", order.filter(mask)))
+    if not parts:
+        return roofline_table(nodes, envelope).append_column("roof_dtype", pa.nulls(0, pa.string()))
+    table = pa.concat_tables(parts).sort_by("_order")
+    return table.drop_columns(["_order"])
+
+
+def _unjudged(nodes: pa.Table) -> pa.Table:
+    """The roofline columns with no envelope: intensity and achieved rates, nothing judged."""
+
+    def values(name: str) -> np.ndarray:
+        return pc.cast(nodes[name], pa.float64()).to_numpy(zero_copy_only=False)
+
+    flops, moved, seconds = values("flops"), values("bytes_moved"), values("time_ns") * 1e-9
+
+    def ratio(a: np.ndarray, b: np.ndarray) -> pa.Array:
+        known = ~np.isnan(a) & ~np.isnan(b) & (b > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = a / np.where(known, b, 1.0)
+        return pa.array(np.where(known, out, 0.0), pa.float64(), mask=~known)
+
+    computed = {
+        "arithmetic_intensity": ratio(flops, moved),
+        "achieved_flops_per_s": ratio(flops, seconds),
+        "achieved_bytes_per_s": ratio(moved, seconds),
+    }
+    for field in ROOFLINE_COLUMNS:
+        column = computed.get(field.name, pa.nulls(nodes.num_rows, field.type))
+        nodes = nodes.append_column(field, column)
+    return nodes
+
+
+def dominant_dtype(roofline: pa.Table) -> str:
+    """The roof data type carrying most of the session's known FLOPs (fp32 when none)."""
+    if roofline.num_rows == 0 or "roof_dtype" not in roofline.column_names:
+        return FALLBACK_DTYPE
+    flops: dict[str, float] = {}
+    for roof, value in zip(
+        roofline["roof_dtype"].to_pylist(), roofline["flops"].to_pylist(), strict=True
+    ):
+        if roof is not None and value:
+            flops[roof] = flops.get(roof, 0.0) + float(value)
+    return max(flops, key=flops.__getitem__) if flops else FALLBACK_DTYPE
 
 
 def explain(
     lake: TraceLake,
     session_id: str,
     metrics: dict[str, float],
-    envelope_id: str,
-    envelope: HardwareEnvelope,
+    envelope_id: str | None,
+    envelope: HardwareEnvelope | None,
+    *,
+    note: str | None = None,
 ) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
-    """Place the session's ops on the roofline, gather the evidence and classify; stored."""
-    nodes = lake.query(
-        "SELECT name AS onnx_node, op_type, flops, bytes_moved, mean_ns AS time_ns "
-        "FROM op_breakdown WHERE session_id = $sid AND level = 'node'",
-        {"sid": session_id},
-    )
-    roofline = roofline_table(nodes, envelope)
+    """Place the session's ops on the roofline, each under its data type's roof, gather the
+    evidence and classify; stored. Without an envelope (`note` says why) nothing is judged
+    against a roof: no bound, utilization or intensity ratio, and the note is stored."""
+    nodes = lake.query(NODES_SQL, {"sid": session_id})
+    nodes = nodes.append_column("dtype", node_dtypes(nodes))
+    nodes = nodes.drop_columns(["graph_op_type", "dtypes", "runtime_ops"])
+    roofline = dtype_roofline(nodes, envelope)
     roofline = roofline.append_column(
         "session_id", pa.array([session_id] * roofline.num_rows, pa.string())
     )
     roofline = roofline.append_column(
         "envelope_id", pa.array([envelope_id] * roofline.num_rows, pa.string())
     )
-    utilization = session_utilization(lake, session_id, metrics, envelope)
-    evidence = session_evidence(lake, session_id, metrics, utilization, envelope.ridge_point())
+    if envelope is None:
+        utilization, ridge = None, 1.0  # no intensity ratio is formed without a utilization
+    else:
+        session_roof = envelope.for_dtype(dominant_dtype(roofline))
+        utilization = session_utilization(lake, session_id, metrics, session_roof)
+        ridge = session_roof.ridge_point()
+    evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
     report = classify_bottleneck(evidence)
     summary = report.to_dict()
     row = {
@@ -133,6 +454,8 @@ def explain(
         "posterior_json": json.dumps(summary["posterior"]),
         "evidence_json": json.dumps(summary["evidence"]),
         "recommendations_json": json.dumps(summary["recommendations"]),
+        "envelope_source": envelope.source if envelope is not None else "none",
+        "envelope_note": note,
     }
     lake.replace_session_rows(
         session_id,

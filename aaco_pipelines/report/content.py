@@ -63,11 +63,20 @@ def report_content(data: ReportData) -> dict:
         "top_kernels": _floats(data.top_kernels.to_pylist()),
         "roofline": {
             "envelope": _plain(data.envelope) if data.envelope else None,
+            # measured | datasheet | none; the note says how it was chosen, or why there is none
+            "envelope_source": _envelope_source(data),
+            "envelope_note": (data.bottleneck or {}).get("envelope_note"),
             "top_points": _floats(data.roofline_points.slice(0, TOP_OPS).to_pylist()),
         },
         "telemetry": _telemetry(data.telemetry),
         "drift": [_drift(row) for row in data.drift],
     }
+
+
+def _envelope_source(data: ReportData) -> str | None:
+    if data.envelope is not None:
+        return data.envelope["source"]
+    return (data.bottleneck or {}).get("envelope_source")  # "none", or None before v8
 
 
 def _measured(iterations: pa.Table) -> np.ndarray:

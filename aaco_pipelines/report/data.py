@@ -62,7 +62,9 @@ FROM iterations WHERE session_id = $sid GROUP BY pass ORDER BY start_ns
 ENVELOPE_SQL = """
 SELECT envelope_id, target, measured_at, providers, gemm_flops_per_s, gemm_low, gemm_high,
        bandwidth_bytes_per_s, bandwidth_low, bandwidth_high,
-       gemm_flops_per_s / bandwidth_bytes_per_s AS ridge_point
+       gemm_flops_per_s / bandwidth_bytes_per_s AS ridge_point,
+       coalesce(source, 'measured') AS source, device_arch, device_name, compute_units,
+       gemm_peaks_json, reference
 FROM hardware_envelopes WHERE envelope_id = $eid
 """
 
@@ -152,12 +154,21 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
             "SELECT * EXCLUDE (session_id) FROM roofline_points WHERE session_id = $sid "
             "ORDER BY time_ns DESC NULLS LAST"
         ),
-        envelope=envelope[0] if envelope else None,
+        envelope=_envelope(envelope[0]) if envelope else None,
         bottleneck=bottleneck,
         drift=rows(
             "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
         ).to_pylist(),
     )
+
+
+def _envelope(row: dict) -> dict:
+    """The envelope row with its per-data-type peaks and datasheet reference parsed."""
+    row["gemm_peaks"] = json.loads(row.pop("gemm_peaks_json") or "null") or {
+        "fp32": row["gemm_flops_per_s"]
+    }
+    row["reference"] = json.loads(row["reference"]) if row["reference"] else None
+    return row
 
 
 def _bottleneck(table: pa.Table) -> dict | None:

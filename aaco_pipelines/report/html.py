@@ -56,11 +56,14 @@ def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
     if data.envelope and data.roofline_points.num_rows:
         envelope = data.envelope
         found["roofline"] = (
-            "Ops on the roofline of the measured envelope",
+            f"Ops on the roofline of the {envelope['source']} envelope"
+            + (" (not measured: published peaks)" if envelope["source"] == "datasheet" else ""),
             plots.roofline(
                 data.roofline_points,
                 envelope["gemm_flops_per_s"],
                 envelope["bandwidth_bytes_per_s"],
+                dtype_roofs=envelope["gemm_peaks"],
+                source=envelope["source"],
             ),
         )
     if data.telemetry.num_rows:

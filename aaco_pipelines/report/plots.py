@@ -191,11 +191,16 @@ def roofline(
     bandwidth_bytes_per_s: float,
     label_top: int = 5,
     dpi: int = DPI,
+    dtype_roofs: dict[str, float] | None = None,
+    source: str = "measured",
 ) -> bytes:
-    """Ops on the roofline of the measured envelope (roofline_points rows: arithmetic_intensity,
+    """Ops on the roofline of the envelope (roofline_points rows: arithmetic_intensity,
     achieved_flops_per_s, time_ns, bound, onnx_node). The roof is min(peak FLOP/s, AI x peak
     B/s); marker area follows the op's time, so the ops that matter stand out. Ops with unknown
-    cost or no FLOPs cannot sit on a log-log roofline and are counted in the title instead."""
+    cost or no FLOPs cannot sit on a log-log roofline and are counted in the title instead.
+    `dtype_roofs` ({data type: GEMM peak}) adds a dashed roof for each other data type the
+    points sit under (roofline_points.roof_dtype); `source` (measured | datasheet) is named in
+    the title."""
     figure, (axis,) = _figure(size=(SIZE[0], 4.2))
     ai = _floats(points, "arithmetic_intensity")
     achieved = _floats(points, "achieved_flops_per_s")
@@ -206,10 +211,15 @@ def roofline(
     x = np.logspace(np.log10(span.min()) - 1, np.log10(span.max()) + 1, 200)
     axis.loglog(x, np.minimum(gemm_flops_per_s, x * bandwidth_bytes_per_s), color="black", lw=1.5)
     axis.axvline(ridge, color="grey", lw=0.8, ls=":")
+    used = set(points["roof_dtype"].to_pylist()) if "roof_dtype" in points.column_names else set()
+    for dtype, peak in (dtype_roofs or {}).items():
+        if dtype in used and peak != gemm_flops_per_s:
+            axis.loglog(x, np.minimum(peak, x * bandwidth_bytes_per_s), color="grey", lw=1, ls="--")
+            axis.text(x[-1], peak, f"{dtype} ", ha="right", va="bottom", fontsize="x-small")
     axis.text(
         ridge,
         gemm_flops_per_s * 1.15,
-        f"GEMM peak {gemm_flops_per_s:.3g} FLOP/s",
+        f"fp32 GEMM peak {gemm_flops_per_s:.3g} FLOP/s",
         ha="left",
         va="bottom",
         fontsize="small",
@@ -258,7 +268,7 @@ def roofline(
     axis.set(
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="achieved FLOP/s",
-        title=f"Roofline (bandwidth {bandwidth_bytes_per_s:.3g} B/s{note})",
+        title=f"Roofline, {source} envelope (bandwidth {bandwidth_bytes_per_s:.3g} B/s{note})",
     )
     if shown.any():
         axis.legend(fontsize="small", loc="lower right")

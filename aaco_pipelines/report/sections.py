@@ -98,11 +98,17 @@ def _bottleneck(report: dict | None) -> Section:
     if report is None:
         return Section("bottleneck", "Bottleneck", ["Not classified: the analysis did not run."])
     heu = report["hardware_envelope_utilization"]
+    source = report.get("envelope_source")
     text = [
         f"{report['bottleneck']} with confidence {report['confidence']:.2f}; dominant resource "
         f"{report['dominant_resource'] or '—'}, hardware envelope utilization "
-        f"{pct(heu) if heu is not None else '—'}."
+        f"{pct(heu) if heu is not None else '—'}"
+        + (f" (against the {source.upper()} envelope)." if source == "datasheet" else ".")
     ]
+    if source == "none":
+        text.append(
+            "No hardware envelope: utilization and roofline signals are not judged (see Roofline)."
+        )
     posterior = sorted(report["posterior"].items(), key=lambda kv: -kv[1])
     present = [e for e in report["evidence"] if e["value"] is not None]
     absent = [e["signal"] for e in report["evidence"] if e["value"] is None]
@@ -181,32 +187,61 @@ def _time(content: dict) -> Section:
 
 
 def _roofline(roofline: dict) -> Section:
-    envelope = roofline["envelope"]
+    envelope, note = roofline["envelope"], roofline.get("envelope_note")
     if envelope is None:
-        return Section("roofline", "Roofline", ["No hardware envelope for this session."])
-    text = [
-        f"Envelope {envelope['envelope_id']} ({envelope['target']}, measured "
-        f"{envelope['measured_at']}): GEMM peak {envelope['gemm_flops_per_s']:.4g} FLOP/s "
-        f"(spread {envelope['gemm_low']:.3g} – {envelope['gemm_high']:.3g}), bandwidth "
-        f"{envelope['bandwidth_bytes_per_s']:.4g} B/s (spread {envelope['bandwidth_low']:.3g} – "
-        f"{envelope['bandwidth_high']:.3g}), ridge point {envelope['ridge_point']:.3g} FLOP/B."
-    ]
-    columns = [
-        ("onnx_node", "node", None),
-        ("op_type", "op", None),
-        ("time_ns", "time / iter", duration),
-        ("arithmetic_intensity", "FLOP/B", num),
-        ("achieved_flops_per_s", "FLOP/s", num),
-        ("bound", "bound", None),
-        ("utilization", "of roof", pct),
-    ]
+        text = [note] if note else ["No hardware envelope for this session."]
+        columns = [c for c in ROOFLINE_COLUMNS if c[0] not in ("bound", "utilization")]
+        rows = roofline["top_points"]
+        return Section(
+            "roofline", "Roofline", text, [Table("Ops by time (not judged)", rows, columns)]
+        )
+    peaks = ", ".join(f"{d} {p:.4g}" for d, p in (envelope.get("gemm_peaks") or {}).items())
+    if envelope.get("source") == "datasheet":
+        reference = envelope.get("reference") or {}
+        text = [
+            f"DATASHEET envelope {envelope['envelope_id']} (published peaks, not measured): "
+            f"{reference.get('product')} ({envelope.get('device_arch')}), "
+            f"{reference.get('url')}; per-CU rates: {reference.get('rates')}"
+            + (f" {reference['rates_url']}" if reference.get("rates_url") else "")
+            + f". Matched by {reference.get('matched_by')}.",
+        ]
+    else:
+        device = envelope.get("device_arch")
+        text = [
+            f"Measured envelope {envelope['envelope_id']} ({envelope['target']}"
+            + (f", {envelope.get('device_name') or ''} {device}" if device else "")
+            + f", measured {envelope['measured_at']}): fp32 GEMM spread "
+            f"{envelope['gemm_low']:.3g} – {envelope['gemm_high']:.3g} FLOP/s, bandwidth spread "
+            f"{envelope['bandwidth_low']:.3g} – {envelope['bandwidth_high']:.3g} B/s."
+        ]
+    text.append(
+        f"GEMM peaks per data type (FLOP/s): {peaks}; bandwidth "
+        f"{envelope['bandwidth_bytes_per_s']:.4g} B/s; fp32 ridge point "
+        f"{envelope['ridge_point']:.3g} FLOP/B. Each op sits under the roof of its data type "
+        "(roof: fp32 when its type has no peak)."
+    )
+    if note:
+        text.append(f"Chosen: {note}.")
     return Section(
         "roofline",
         "Roofline",
         text,
-        [Table("Ops by time", roofline["top_points"], columns)],
+        [Table("Ops by time", roofline["top_points"], ROOFLINE_COLUMNS)],
         ["roofline"],
     )
+
+
+ROOFLINE_COLUMNS = [
+    ("onnx_node", "node", None),
+    ("op_type", "op", None),
+    ("dtype", "dtype", None),
+    ("roof_dtype", "roof", None),
+    ("time_ns", "time / iter", duration),
+    ("arithmetic_intensity", "FLOP/B", num),
+    ("achieved_flops_per_s", "FLOP/s", num),
+    ("bound", "bound", None),
+    ("utilization", "of roof", pct),
+]
 
 
 def _telemetry(series: list[dict]) -> Section:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -267,6 +267,13 @@ HARDWARE_ENVELOPES = pa.schema(
         ("bandwidth_low", _f64),
         ("bandwidth_high", _f64),
         ("envelope_json", _str),  # the full envelope with every size swept
+        # v8: where the peaks come from, the GPU they belong to, and a GEMM peak per data type
+        ("source", _str),  # measured | datasheet
+        ("device_arch", _str),  # gfx target of the GPU (gfx942); null for a CPU
+        ("device_name", _str),  # its product name, when known
+        ("compute_units", _i64),
+        ("gemm_peaks_json", _str),  # {"fp32": FLOP/s, "fp16": ..., "int8": ...}
+        ("reference", _str),  # datasheet: product, specification URL, white paper
     ]
 )
 
@@ -285,6 +292,9 @@ ROOFLINE_POINTS = pa.schema(
         ("roof_flops_per_s", _f64),
         ("bound", _str),
         ("utilization", _f64),
+        # v8: each node sits under the roof of its own data type
+        ("dtype", _str),  # the node's: fp16, bf16, fp32, int8, ... (null: unknown)
+        ("roof_dtype", _str),  # whose GEMM peak is its roof (fp32 when its own has none)
     ]
 )
 
@@ -299,6 +309,9 @@ BOTTLENECK_REPORTS = pa.schema(
         ("posterior_json", _str),
         ("evidence_json", _str),
         ("recommendations_json", _str),
+        # v8: the envelope the session was judged against, or why there was none
+        ("envelope_source", _str),  # measured | datasheet | none
+        ("envelope_note", _str),
     ]
 )
 

@@ -76,6 +76,29 @@ MIGRATIONS: dict[int, list[str]] = {
         "INSERT INTO completed_sessions SELECT session_id, finished_at FROM session_records",
     ],
     7: ["ALTER TABLE graph_nodes ADD COLUMN IF NOT EXISTS parent_node VARCHAR"],
+    # Envelopes say where their peaks come from (every earlier one was measured), which GPU
+    # they belong to and a GEMM peak per data type; roofline points their data type's roof;
+    # bottleneck reports the envelope's source, or why there was none.
+    8: [
+        *(
+            f"ALTER TABLE hardware_envelopes ADD COLUMN IF NOT EXISTS {name} {kind}"
+            for name, kind in (
+                ("source", "VARCHAR"),
+                ("device_arch", "VARCHAR"),
+                ("device_name", "VARCHAR"),
+                ("compute_units", "BIGINT"),
+                ("gemm_peaks_json", "VARCHAR"),
+                ("reference", "VARCHAR"),
+            )
+        ),
+        "UPDATE hardware_envelopes SET source = 'measured' WHERE source IS NULL",
+        "ALTER TABLE roofline_points ADD COLUMN IF NOT EXISTS dtype VARCHAR",
+        "ALTER TABLE roofline_points ADD COLUMN IF NOT EXISTS roof_dtype VARCHAR",
+        "ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS envelope_source VARCHAR",
+        "ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS envelope_note VARCHAR",
+        "UPDATE bottleneck_reports SET envelope_source = 'measured' "
+        "WHERE envelope_source IS NULL AND envelope_id IS NOT NULL",
+    ],
 }
 
 
