@@ -16,6 +16,8 @@ import datetime as dt
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -56,7 +58,9 @@ def ingest_trace(
             "trace not found", path=trace, fix="give a rocprofv3 output directory or a trace file"
         )
     trace_format = detect_format(trace)
-    slug = claim_series(paths.tracelake, name or (model.stem if model else model_slug(trace.stem)), model or trace)
+    slug = claim_series(
+        paths.tracelake, name or (model.stem if model else model_slug(trace.stem)), model or trace
+    )
     session_id = new_session_id(slug)
     staging = paths.sessions / ".staging" / session_id
     final = paths.sessions / dt.date.today().isoformat() / session_id
@@ -99,7 +103,9 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     if model is not None:
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
         shutil.copytree(version.graph_dir, staging / "graph")
-        derive_optimized_model(version.snapshot_path, staging / "optimized_model.onnx")
+        derive_optimized_model(
+            version.snapshot_path, staging / "optimized_model.onnx", version.registry_path
+        )
     write_json(
         staging / "session.json",
         _session_json(session_id, slug, name, trace, trace_format, version),
@@ -175,10 +181,29 @@ def _span_tables(con, bundle: SessionBundle, trace, version, trace_format) -> di
     return tables
 
 
-def derive_optimized_model(model: Path, target: Path) -> None:
-    """ONNX Runtime's optimized graph of the model, derived here with the CPU provider: node
-    names match a CPU profile exactly; a GPU run's fusions may differ, and its extra nodes are
-    then anchored by name (see attribution.with_profiled_nodes)."""
+def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:
+    """ONNX Runtime's optimized graph of the model, derived with the CPU provider: node names
+    match a CPU profile exactly; a GPU run's fusions may differ, and its extra nodes are then
+    anchored by name (see attribution.with_profiled_nodes). In a child process: ONNX Runtime
+    loads the weights, and they must never be loaded into the aaco process (a 7B model's 13 GB)."""
+    code = (
+        "import sys; from pathlib import Path; "
+        "from aaco_pipelines.ingest import _derive_here; _derive_here(Path(sys.argv[1]), Path(sys.argv[2]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(model), str(target)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        reason = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        reason = reason.replace(str(model), user_model.name)  # our snapshot is not the user's
+        raise AacoInputError(
+            f"ONNX Runtime could not load the model to derive its optimized graph ({reason})",
+            path=user_model,
+            fix="check that the model runs in ONNX Runtime, or ingest the trace without --model",
+        )
+
+
+def _derive_here(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
     options = ort.SessionOptions()

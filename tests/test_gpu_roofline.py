@@ -432,3 +432,34 @@ def test_a_v7_lake_migrates_its_envelopes_as_measured(tmp_path):
     row = lake.query("SELECT envelope_id, source FROM hardware_envelopes").to_pylist()
     assert row == [{"envelope_id": envelope_id, "source": "measured"}]
     assert analysis.latest_envelope(lake, "gpu0") is not None  # still found as measured
+
+
+def test_a_model_onnx_runtime_cannot_load_is_one_error_naming_the_users_file(tmp_path):
+    """`aaco ingest --model`: ONNX Runtime derives the optimized graph in a child process (it
+    loads the weights, which the aaco process never does); its failure names the user's model,
+    not the snapshot, and leaves no session."""
+    import onnx
+
+    from aaco_pipelines.config import AacoPaths
+    from aaco_pipelines.errors import AacoInputError
+
+    paths = AacoPaths(home=tmp_path / "aaco", registry=tmp_path / "reg", tracelake=tmp_path / "l")
+    graph = helper.make_graph(
+        [helper.make_node("NoSuchOp", ["x"], ["y"], name="custom", domain="example.custom")],
+        "custom",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = tmp_path / "custom_op.onnx"
+    onnx.save_model(
+        helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)],
+            ir_version=9,
+        ),
+        model,
+    )
+    with pytest.raises(AacoInputError, match="could not load the model") as error:
+        ingest_trace(sllm_trace(tmp_path), paths, model=model)
+    assert str(model) in str(error.value) and "models/" not in str(error.value)
+    assert not list((paths.home / "sessions").glob("2*/*"))
