@@ -5,30 +5,44 @@ others, after the top-level nodes, with `parent_node` naming the node that holds
 Runtime profiles and runs them as nodes of their own, and their costs are the model's too.
 
 Shapes come from ONNX shape inference run with the inputs fixed to the resolved input specs, so
-every per-node cost is for the exact shapes the benchmark feeds. The result is keyed by the
+every per-node cost is for the exact shapes the benchmark feeds. Where it stops, rounds of it
+continue: the outputs the cost model derives for com.microsoft ops are fed back as value_info,
+small shape arithmetic that data propagation does not follow (Where, Equal, ConstantOfShape,
+values from an outer scope) is computed and fed back as Constants, and a Loop's carried state gets
+its initial shape; all without the weights (only tensors up to SMALL_INITIALIZER elements). The result is keyed by the
 model's sha256 and saved once: the same file always gives the same graph.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
 import os
 import shutil
 import tempfile
+import warnings
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from onnx import helper
+from onnx import helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
-from aaco_pipelines.graph.cost_model import TensorInfo, node_cost, tensor_bytes
+from aaco_pipelines.graph.cost_model import (
+    TensorInfo,
+    node_cost,
+    numel,
+    output_infos,
+    tensor_bytes,
+)
 from aaco_pipelines.graph.external_data import model_sha256
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs, load_model
 from aaco_pipelines.registry.sidecar import InputSpec
@@ -40,6 +54,9 @@ SUMMARY_FILE, NODES_FILE, EDGES_FILE = "graph.json", "nodes.parquet", "edges.par
 # Initializers up to this many elements keep their values (shape constants feed data
 # propagation); larger ones go to shape inference as typed inputs, without their data.
 SMALL_INITIALIZER = 1024
+# Inference rounds with the contrib ops' derived outputs fed back; each carries shapes past at
+# least one more op ONNX does not know, and a round that adds nothing ends them.
+FEEDBACK_ROUNDS = 20
 
 
 @dataclass(frozen=True)
@@ -128,10 +145,227 @@ def _infer_shapes(
     """The model's graph with shapes inferred for the given inputs; un-inferred if that fails."""
     light = _shape_model(model, input_specs)
     try:
-        return onnx.shape_inference.infer_shapes(light, strict_mode=False, data_prop=True)
+        inferred = _infer(light)
     except Exception as exc:  # an inference bug on an exotic model must not stop extraction
         log.warning("%s: shape inference failed (%s); costs need declared shapes only", path, exc)
         return light
+    for _ in range(FEEDBACK_ROUNDS):
+        tensors = _tensor_infos(inferred.graph)
+        if _all_known(inferred.graph, tensors):
+            break
+        derived = _feed_back_derived(inferred, tensors)
+        if not _fold_shape_values(inferred, tensors) and not derived:
+            break
+        try:
+            inferred = _infer(inferred)
+        except Exception as exc:
+            log.warning("%s: shape inference failed on fed-back shapes (%s)", path, exc)
+            break
+    return inferred
+
+
+def _all_known(graph: onnx.GraphProto, tensors: Mapping[str, TensorInfo]) -> bool:
+    """Whether every node output has a known shape: nothing left for another round to find."""
+    return all(
+        numel(tensors.get(name)) is not None
+        for node, _ in all_nodes(graph)
+        for name in node.output
+        if name
+    )
+
+
+def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+
+
+def _feed_back_derived(model: onnx.ModelProto, tensors: dict[str, TensorInfo]) -> bool:
+    """Declare, as value_info, the outputs the cost model derives (contrib ops, which ONNX shape
+    inference does not know) where inference left them unknown, so that the next inference
+    round carries them downstream (and `tensors` has them now). Whether anything was added."""
+    added = False
+    for level in _all_graphs(model.graph):
+        declared = {info.name: info for info in [*level.value_info, *level.output]}
+        for node in level.node:
+            derived = _loop_carried(node, tensors) if node.op_type == "Loop" else None
+            derived = derived or output_infos(node, tensors)
+            for name, info in zip(node.output, derived, strict=False):
+                if not name or numel(info) is None or numel(tensors.get(name)) is not None:
+                    continue
+                elem_type = _elem_type(info.dtype)
+                if elem_type is None:
+                    continue
+                typed = helper.make_tensor_value_info(name, elem_type, list(info.shape))
+                if name in declared:
+                    declared[name].type.CopyFrom(typed.type)
+                else:
+                    level.value_info.append(typed)
+                tensors[name] = info  # nodes later in this round see it already
+                added = True
+    return added
+
+
+# Ops whose output can be much larger than their inputs: evaluated only when the output's size is
+# known to be small.
+_GROWING = {"ConstantOfShape", "Expand", "Tile", "Range", "Pad", "Resize", "Upsample", "OneHot"}
+_RANDOM = {
+    "RandomNormal",
+    "RandomNormalLike",
+    "RandomUniform",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+    "Dropout",
+}
+
+
+def _fold_shape_values(model: onnx.ModelProto, tensors: Mapping[str, TensorInfo]) -> bool:
+    """Replace, by Constant nodes, the nodes whose (small) outputs can be computed from constants,
+    small initializers and the now-known shapes (Shape, Size): the shape arithmetic of exported
+    models (Where, Equal, ConstantOfShape ...) that ONNX's data propagation does not follow, nor
+    carry into subgraphs, so that the next inference round sees the shapes Expand, Reshape, Pad
+    or Slice are given. Only small tensors are computed, never a weight. Whether any node was
+    replaced."""
+    return _fold_graph(model.graph, {}, tensors, model.opset_import)
+
+
+def _fold_graph(
+    graph: onnx.GraphProto,
+    outer: Mapping[str, np.ndarray | onnx.TensorProto],
+    tensors: Mapping[str, TensorInfo],
+    opsets,
+) -> bool:
+    values = dict(outer)  # a subgraph sees its enclosing graphs' values
+    values.update(  # read (by _value) only where a node needs them
+        (weight.name, weight)
+        for weight in graph.initializer
+        if weight.data_location != onnx.TensorProto.EXTERNAL
+        and math.prod(weight.dims) <= SMALL_INITIALIZER
+    )
+    replaced = False
+    nodes = []
+    for node in graph.node:
+        for subgraph in subgraphs(node):
+            replaced |= _fold_graph(subgraph, values, tensors, opsets)
+        folded = _evaluate(node, values, tensors, opsets)
+        if folded is not None:
+            values.update((n, value) for n, value in zip(node.output, folded, strict=True) if n)
+        if folded is None or node.op_type == "Constant":
+            nodes.append(node)
+            continue
+        nodes.extend(
+            helper.make_node("Constant", [], [name], value=numpy_helper.from_array(value, name))
+            for name, value in zip(node.output, folded, strict=True)
+            if name
+        )
+        replaced = True
+    if replaced:
+        del graph.node[:]
+        graph.node.extend(nodes)
+    return replaced
+
+
+def _value(values: dict, name: str) -> np.ndarray | None:
+    value = values.get(name)
+    if isinstance(value, onnx.TensorProto):
+        value = values[name] = numpy_helper.to_array(value)
+    return value
+
+
+def _evaluate(
+    node: onnx.NodeProto, values: dict[str, np.ndarray], tensors: Mapping[str, TensorInfo], opsets
+) -> list[np.ndarray] | None:
+    """The node's output values if they follow from known values and shapes and are small."""
+    if node.domain not in ("", "ai.onnx") or node.op_type in _RANDOM or subgraphs(node):
+        return None
+    if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
+        value = node.attribute[0].t
+        if value.data_location == onnx.TensorProto.EXTERNAL or (
+            math.prod(value.dims) > SMALL_INITIALIZER
+        ):
+            return None  # a weight held as a Constant: not shape arithmetic
+        return [numpy_helper.to_array(value)]
+    if node.op_type in ("Shape", "Size"):
+        source = _value(values, node.input[0])
+        shape = (
+            source.shape
+            if source is not None
+            else getattr(tensors.get(node.input[0]), "shape", None)
+        )
+        if shape is None or any(d is None for d in shape):
+            return None
+        if node.op_type == "Size":
+            return [np.array(math.prod(shape), np.int64)]
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        start, end = attributes.get("start", 0), attributes.get("end")
+        return [np.array(shape[start:end], np.int64)]
+    if any(name and values.get(name) is None for name in node.input):
+        return None
+    inputs = [_value(values, name) if name else None for name in node.input]
+    if node.op_type in _GROWING:
+        outputs = [numel(tensors.get(name)) for name in node.output if name]
+        if node.op_type == "ConstantOfShape":
+            outputs = [math.prod(int(d) for d in inputs[0].reshape(-1))]
+        if any(size is None or size > SMALL_INITIALIZER for size in outputs):
+            return None
+    given = {name: value for name, value in zip(node.input, inputs, strict=True) if name}
+    probe = helper.make_model(
+        helper.make_graph(
+            [node],
+            "fold",
+            [
+                helper.make_tensor_value_info(n, _elem_type(v.dtype.name) or 0, v.shape)
+                for n, v in given.items()
+            ],
+            [onnx.ValueInfoProto(name=name) for name in node.output if name],
+        ),
+        opset_imports=list(opsets),
+    )
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")  # log(0), casts of inf: values as ONNX Runtime's
+            results = ReferenceEvaluator(probe).run(None, given)
+    except Exception:  # an op the reference runtime lacks or rejects: left to inference
+        return None
+    arrays = [np.asarray(result) for result in results]
+    if any(array.size > SMALL_INITIALIZER or array.dtype == object for array in arrays):
+        return None
+    produced = iter(arrays)
+    return [next(produced) if name else np.array([]) for name in node.output]
+
+
+def _loop_carried(node: onnx.NodeProto, tensors: Mapping[str, TensorInfo]) -> list | None:
+    """A Loop's outputs where each loop-carried value keeps one shape: the initial value's, when
+    the body gives back the same (ONNX inference leaves it unknown when the body's shape comes
+    from an If or from outer-scope values). The stacked scan outputs stay as they are."""
+    body = next(iter(subgraphs(node)), None)
+    if body is None:
+        return None
+    carried = len(node.input) - 2
+    outputs = [tensors.get(name) if name else None for name in node.output]
+    for index in range(min(carried, len(node.output))):
+        initial = tensors.get(node.input[2 + index])
+        returned = (
+            tensors.get(body.output[1 + index].name) if len(body.output) > 1 + index else None
+        )
+        if (
+            numel(outputs[index]) is None
+            and numel(initial) is not None
+            and returned is not None
+            and returned.shape == initial.shape
+        ):
+            outputs[index] = TensorInfo(initial.shape, initial.dtype or returned.dtype)
+    return outputs
+
+
+def _elem_type(dtype: str | None) -> int | None:
+    if dtype is None:
+        return None
+    if dtype == "string":
+        return onnx.TensorProto.STRING
+    try:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _shape_model(model: onnx.ModelProto, input_specs: Mapping[str, InputSpec]) -> onnx.ModelProto:
@@ -196,13 +430,16 @@ def _all_graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
     return [graph, *(g for node, _ in all_nodes(graph) for g in subgraphs(node))]
 
 
+_dtype_name = functools.cache(dtype_name)  # called per tensor, every inference round
+
+
 def _tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
     """Shape and dtype of every named tensor the graph and its subgraphs know, the inferred ones
     winning."""
     infos = {}
     for level in _all_graphs(graph):
         for weight in level.initializer:
-            infos[weight.name] = TensorInfo(tuple(weight.dims), dtype_name(weight.data_type))
+            infos[weight.name] = TensorInfo(tuple(weight.dims), _dtype_name(weight.data_type))
     for level in _all_graphs(graph):
         for value_info in [*level.input, *level.value_info, *level.output]:
             if value_info.type.HasField("tensor_type"):
@@ -211,7 +448,7 @@ def _tensor_infos(graph: onnx.GraphProto) -> dict[str, TensorInfo]:
                     None if dims is None else tuple(d if isinstance(d, int) else None for d in dims)
                 )
                 infos[value_info.name] = TensorInfo(
-                    shape, dtype_name(value_info.type.tensor_type.elem_type)
+                    shape, _dtype_name(value_info.type.tensor_type.elem_type)
                 )
     return infos
 
