@@ -107,26 +107,27 @@ def run(home: Path, model: Path) -> dict:
         stderr=subprocess.PIPE,
         text=True,
     )
-    peak = {"rss": 0}
+    samples: list[tuple[float, int, int]] = []  # (s since start, aaco RSS, worker RSS)
 
     def sample() -> None:
         proc = psutil.Process(process.pid)
         while process.poll() is None:
             try:
-                peak["rss"] = max(peak["rss"], proc.memory_info().rss)
+                worker = sum(c.memory_info().rss for c in proc.children(recursive=True))
+                samples.append((time.monotonic() - started, proc.memory_info().rss, worker))
             except psutil.Error:
-                return
+                pass
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    stages, last_s = [], 0.0
+    stages, last = [], 0.0
     for line in process.stderr:
         match = PROGRESS.search(line)
         if match:
-            at = float(match.group(1))
-            stages.append((match.group(2).strip(), at - last_s))
-            last_s = at
+            now = time.monotonic() - started
+            stages.append((match.group(2).strip(), last, now))
+            last = now
         elif line.strip():
             print("  " + line.rstrip(), file=sys.stderr)
     stdout = process.stdout.read()
@@ -134,10 +135,15 @@ def run(home: Path, model: Path) -> dict:
     sampler.join()
     if process.returncode != 0:
         raise SystemExit(f"aaco run failed ({process.returncode}):\n{stdout}")
+
+    def peaks(lo: float, hi: float) -> tuple[int, int]:
+        inside = [(a, w) for t, a, w in samples if lo <= t <= hi] or [(0, 0)]
+        return max(a for a, _ in inside), max(w for _, w in inside)
+
     return {
         "wall_s": time.monotonic() - started,
-        "stages": stages,
-        "aaco_peak_rss": peak["rss"],
+        "stages": [(name, hi - lo, *peaks(lo, hi)) for name, lo, hi in stages],
+        "aaco_peak_rss": max((a for _, a, _ in samples), default=0),
         "summary": stdout,
     }
 
@@ -169,9 +175,9 @@ def main() -> int:
         observed = json.loads((session / "observed.json").read_text())
         request = json.loads((session / "request.json").read_text())
         kept = sum(p.stat().st_size for p in session.rglob("*") if p.is_file())
-        print("\nstage                                        seconds")
-        for name, seconds in result["stages"]:
-            print(f"  {name[:44]:44} {seconds:7.2f}")
+        print("\nstage (ends with the line aaco printed)        seconds  aaco MiB  worker MiB")
+        for name, seconds, aaco_rss, worker_rss in result["stages"]:
+            print(f"  {name[:44]:44} {seconds:7.2f} {aaco_rss >> 20:9} {worker_rss >> 20:11}")
         print(f"  {'total (aaco run, wall)':44} {result['wall_s']:7.2f}")
         print("  (the first line includes hashing, snapshot copy and graph extraction; the")
         print("  worker's 'done' includes saving the optimized graph, whose weights ONNX")
