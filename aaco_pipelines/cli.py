@@ -719,7 +719,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--memory-limit-mb",
         type=int,
-        help="kill the worker above this RSS (default: 3 x (weights + inputs) + 2 GiB, "
+        help="kill the worker above this RSS (default: 3 x (weights + inputs) + 4 GiB, "
         "at most 80%% of the host's memory)",
     )
     run.add_argument(

@@ -22,7 +22,7 @@ class BenchmarkRunnerResource(dg.ConfigurableResource):
     memory_limit_mb: int | None = Field(
         default=None,
         description="Kill the worker above this RSS (MiB). Default: derived per model, "
-        "3 x (weights + inputs) + 2 GiB, at most 80% of the host's memory.",
+        "3 x (weights + inputs) + 4 GiB, at most 80% of the host's memory.",
     )
     sample_interval_s: float = Field(
         default=0.05, description="Host telemetry period (0.05 s = 20 Hz)."

@@ -10,7 +10,7 @@ import pytest
 from conftest import add_model
 
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
-from aaco_pipelines.execution.runner import RunnerLimits, derived_memory_limit
+from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.pipeline import MeasureOptions, benchmark_version
 from aaco_pipelines.registry.scan import registered_model
@@ -86,9 +86,9 @@ def test_the_default_memory_limit_follows_the_model_and_the_host(aaco_paths, mon
     host = psutil.virtual_memory()._replace(total=total)
     monkeypatch.setattr(psutil, "virtual_memory", lambda: host)
     small, rule = derived_memory_limit(5 << 20, 1 << 20)
-    assert small == 3 * 6 + 2048 and "model 5 MiB + inputs 1 MiB" in rule
+    assert small == 3 * 6 + MEMORY_FLOOR_MB and "model 5 MiB + inputs 1 MiB" in rule
     seven_b = derived_memory_limit(5 << 30, 0)[0]  # a 7B model in 5 GB of int4/fp8 weights
-    assert seven_b == 3 * 5 * 1024 + 2048
+    assert seven_b == 3 * 5 * 1024 + MEMORY_FLOOR_MB
     assert derived_memory_limit(13 << 30, 0)[0] == int((total >> 20) * 0.8)  # capped by the host
 
 

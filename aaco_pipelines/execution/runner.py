@@ -59,7 +59,7 @@ class RunnerLimits:
 # inputs, plus a floor for the runtime, its arenas and the profiler; never above most of the
 # host's memory, which is what the limit protects.
 WEIGHT_COPIES = 3
-MEMORY_FLOOR_MB = 2048
+MEMORY_FLOOR_MB = 4096  # activations are not known before the run: room for large ones
 HOST_MEMORY_SHARE = 0.8
 
 
