@@ -29,7 +29,7 @@ from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
-from aaco_pipelines.execution.worker import drop_optimized_weights, save_optimized_graph
+from aaco_pipelines.execution.worker import create_session
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.leftovers import clean_leftovers, hold, release
 from aaco_pipelines.registry.identity import claim_series
@@ -207,10 +207,9 @@ def _derive_here(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    save_optimized_graph(options, target)
     options.log_severity_level = 3
-    ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    drop_optimized_weights(target)
+    request = {"model_path": str(model), "resolved_providers": ["CPUExecutionProvider"]}
+    create_session(ort, request, options, optimized_graph=target)
 
 
 def _host_events(trace: Path, session_id: str) -> pa.Table | None:

@@ -26,12 +26,7 @@ from aaco_pipelines.analysis.attribution import (
     original_nodes,
 )
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.execution.worker import (
-    create_session,
-    drop_optimized_weights,
-    save_optimized_graph,
-    session_options,
-)
+from aaco_pipelines.execution.worker import create_session, session_options
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, make_inputs, resolve_input_specs
 from aaco_pipelines.registry.sidecar import load_sidecar
@@ -69,9 +64,7 @@ def profile_model(model_path: Path, config: str, workdir: Path, iterations: int 
     stem = workdir / f"{model_path.stem}.{config}"
     options = session_options(ort, request, profile_prefix=stem)
     optimized = Path(f"{stem}.optimized.onnx")
-    save_optimized_graph(options, optimized)
-    session = create_session(ort, request, options)
-    drop_optimized_weights(optimized)
+    session = create_session(ort, request, options, optimized)
     start_ns = session.get_profiling_start_time_ns()
     feeds = make_inputs(specs, seed=0)
     for _ in range(iterations):

@@ -69,24 +69,6 @@ def session_options(ort, request: dict, profile_prefix: Path | None = None):
     return options
 
 
-def save_optimized_graph(options, target: Path) -> None:
-    """Have ONNX Runtime save the graph it runs at `target`, with its weights in a file beside
-    it that `drop_optimized_weights` removes once the session exists: attribution needs the
-    structure, and a session must not keep a copy of the weights (43 MB for a ResNet-18, 13 GB
-    for a 7B model; over 2 GB inline the save fails outright)."""
-    options.optimized_model_filepath = str(target)
-    options.add_session_config_entry(
-        "session.optimized_model_external_initializers_file_name", f"{target.stem}.weights"
-    )
-    options.add_session_config_entry(
-        "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
-    )
-
-
-def drop_optimized_weights(target: Path) -> None:
-    (target.parent / f"{target.stem}.weights").unlink(missing_ok=True)
-
-
 def resolve_providers(ort, request: dict) -> list[str]:
     """The providers to ask for: the sidecar's (validated) or the automatic choice."""
     available = ort.get_available_providers()
@@ -102,14 +84,32 @@ def resolve_providers(ort, request: dict) -> list[str]:
     return requested
 
 
-def create_session(ort, request: dict, options):
-    """The session, without the graph transformers the sidecar disables (e.g. NchwcTransformer)."""
-    return ort.InferenceSession(
-        request["model_path"],
-        options,
-        providers=request["resolved_providers"],
-        disabled_optimizers=list(request.get("disabled_optimizers") or ()) or None,
-    )
+def create_session(ort, request: dict, options, optimized_graph: Path | None = None):
+    """The session, without the graph transformers the sidecar disables (e.g. NchwcTransformer).
+
+    With `optimized_graph`, ONNX Runtime saves there the graph it runs, without its weights:
+    it writes them to a file beside it, removed once the session exists. Attribution needs the
+    structure, and a session must not keep a copy of the weights (43 MB for a ResNet-18, 13 GB
+    for a 7B model; over 2 GB inline the save fails outright)."""
+    if optimized_graph is not None:
+        weights = optimized_graph.with_suffix(".weights")
+        options.optimized_model_filepath = str(optimized_graph)
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_file_name", weights.name
+        )
+        options.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+        )
+    try:
+        return ort.InferenceSession(
+            request["model_path"],
+            options,
+            providers=request["resolved_providers"],
+            disabled_optimizers=list(request.get("disabled_optimizers") or ()) or None,
+        )
+    finally:
+        if optimized_graph is not None:
+            weights.unlink(missing_ok=True)
 
 
 def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> dict:
@@ -181,9 +181,7 @@ def _profiled_pass(ort, request: dict, feeds: dict, passes: dict, out: Path) -> 
     in rocprofv3, the device trace): never the session the latency figures came from."""
     progress(f"profiled pass: {request['profiled_iterations']} iterations")
     options = session_options(ort, request, profile_prefix=out / "ort_profile")
-    save_optimized_graph(options, out / "optimized_model.onnx")
-    profiled = create_session(ort, request, options)
-    drop_optimized_weights(out / "optimized_model.onnx")
+    profiled = create_session(ort, request, options, out / "optimized_model.onnx")
     profiling_start_ns = profiled.get_profiling_start_time_ns()
     timed_pass(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
     passes["profiled"] = timed_pass(profiled, feeds, request["profiled_iterations"])

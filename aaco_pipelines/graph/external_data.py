@@ -53,9 +53,8 @@ def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> li
     long enough for every tensor stored in it. A file that does not parse has none here: the
     graph stage reports it as not a model."""
     if model is None:
-        try:
-            model = onnx.load(str(model_path), load_external_data=False)
-        except Exception:  # noqa: BLE001 - not a model at all: loading it says so (load_model)
+        model = _parsed_if_external(model_path, _scan(model_path))
+        if model is None:
             return []
     folder = model_path.parent.resolve()
     needed: dict[str, int] = {}
@@ -120,33 +119,48 @@ def model_sha256(model_path: Path, chunk_bytes: int = 1 << 20) -> str:
 
     A file that does not parse, or names external files wrongly, hashes as a plain file: the
     registry still lists it, and taking its snapshot reports the problem for that model alone."""
-    digest, marked = _hash_and_sniff(model_path, chunk_bytes)
-    if not marked:
-        return digest.hexdigest()
+    digest = hashlib.sha256()
+    model = _parsed_if_external(model_path, _scan(model_path, digest, chunk_bytes))
     try:
-        files = external_files(model_path)
-    except Exception:  # noqa: BLE001 - AacoInputError, OSError, protobuf's DecodeError
+        files = external_files(model_path, model) if model is not None else []
+    except (AacoInputError, OSError):
         return digest.hexdigest()
     if not files:
         return digest.hexdigest()
     combined = hashlib.sha256(b"aaco-model-with-external-data\0" + digest.digest())
     for location in files:
         combined.update(location.encode() + b"\0")
-        part, _ = _hash_and_sniff(model_path.parent / location, chunk_bytes)
+        part = hashlib.sha256()
+        _scan(model_path.parent / location, part, chunk_bytes)
         combined.update(part.digest())
     return combined.hexdigest()
 
 
-def _hash_and_sniff(path: Path, chunk_bytes: int):
-    """The file's sha256, and whether _MARKER occurs in it (looked for across chunk edges)."""
-    digest, marked, tail = hashlib.sha256(), False, b""
+def _scan(path: Path, digest=None, chunk_bytes: int = 1 << 20) -> bool:
+    """Whether _MARKER occurs in the file (looked for across chunk edges), feeding `digest`."""
+    marked, tail = False, b""
     with open(path, "rb") as handle:
         while chunk := handle.read(chunk_bytes):
-            digest.update(chunk)
+            if digest is not None:
+                digest.update(chunk)
             if not marked:
                 marked = _MARKER in tail + chunk
                 tail = chunk[-(len(_MARKER) - 1) :]
-    return digest, marked
+                if marked and digest is None:
+                    break
+    return marked
+
+
+def _parsed_if_external(model_path: Path, marked: bool) -> onnx.ModelProto | None:
+    """The model without its weights when it may have external data (`marked`), else None; None
+    too for a file that does not parse: loading it says so (graph.inputs.load_model). A model
+    that keeps its weights inside, up to 2 GB, is never parsed just to learn it has none."""
+    if not marked:
+        return None
+    try:
+        return onnx.load(str(model_path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - protobuf's DecodeError, OSError: not a model
+        return None
 
 
 def total_bytes(model_path: Path) -> int:
