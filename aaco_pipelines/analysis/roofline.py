@@ -53,8 +53,9 @@ def _ratio(numerator: Known, denominator: Known) -> Known:
     return Known(values, known)
 
 
-def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope) -> pa.Table:
-    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns per iteration) plus its roofline.
+def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Table:
+    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns per iteration) plus its roofline;
+    with no envelope, only what needs none (intensity, achieved rates), nothing judged.
 
     arithmetic_intensity  flops / bytes_moved                      null when bytes null or 0
     achieved_flops_per_s  flops / (time_ns x 1e-9)                 null when time null or 0
@@ -72,6 +73,12 @@ def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope) -> pa.Table:
     intensity = _ratio(flops, moved)
     achieved_flops = _ratio(flops, seconds)
     achieved_bytes = _ratio(moved, seconds)
+    added = [intensity.arrow(), achieved_flops.arrow(), achieved_bytes.arrow()]
+    if envelope is None:
+        added += [pa.nulls(nodes.num_rows, field.type) for field in list(ROOFLINE_COLUMNS)[3:]]
+        for field, column in zip(ROOFLINE_COLUMNS, added, strict=True):
+            nodes = nodes.append_column(field, column)
+        return nodes
     roof = Known(
         np.minimum(envelope.gemm.peak, intensity.values * envelope.bandwidth.peak), intensity.known
     )
@@ -87,8 +94,7 @@ def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope) -> pa.Table:
     bound = pa.array(
         np.where(compute_bound, "compute", "memory"), pa.string(), mask=~intensity.known
     )
-    added = [intensity.arrow(), achieved_flops.arrow(), achieved_bytes.arrow(), roof.arrow()]
-    added += [bound, utilization.arrow()]
+    added += [roof.arrow(), bound, utilization.arrow()]
     for field, column in zip(ROOFLINE_COLUMNS, added, strict=True):
         nodes = nodes.append_column(field, column)
     return nodes

@@ -45,7 +45,7 @@ from aaco_pipelines.analysis.envelope import (
 )
 from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
 from aaco_pipelines.analysis.metrics import session_metrics
-from aaco_pipelines.analysis.roofline import ROOFLINE_COLUMNS, EnvelopeUtilization, roofline_table
+from aaco_pipelines.analysis.roofline import EnvelopeUtilization, roofline_table
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers
@@ -357,7 +357,8 @@ def dtype_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Tab
     envelope). Without an envelope, only what needs none (intensity, achieved rates) is filled:
     no roof, bound or utilization."""
     if envelope is None:
-        return _unjudged(nodes).append_column("roof_dtype", pa.nulls(nodes.num_rows, pa.string()))
+        unjudged = roofline_table(nodes, None)
+        return unjudged.append_column("roof_dtype", pa.nulls(nodes.num_rows, pa.string()))
     dtypes = nodes["dtype"].to_pylist()
     roofs = [envelope.roof_dtype(d) for d in dtypes]
     order = pa.array(np.arange(nodes.num_rows))
@@ -371,31 +372,6 @@ def dtype_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Tab
         return roofline_table(nodes, envelope).append_column("roof_dtype", pa.nulls(0, pa.string()))
     table = pa.concat_tables(parts).sort_by("_order")
     return table.drop_columns(["_order"])
-
-
-def _unjudged(nodes: pa.Table) -> pa.Table:
-    """The roofline columns with no envelope: intensity and achieved rates, nothing judged."""
-
-    def values(name: str) -> np.ndarray:
-        return pc.cast(nodes[name], pa.float64()).to_numpy(zero_copy_only=False)
-
-    flops, moved, seconds = values("flops"), values("bytes_moved"), values("time_ns") * 1e-9
-
-    def ratio(a: np.ndarray, b: np.ndarray) -> pa.Array:
-        known = ~np.isnan(a) & ~np.isnan(b) & (b > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = a / np.where(known, b, 1.0)
-        return pa.array(np.where(known, out, 0.0), pa.float64(), mask=~known)
-
-    computed = {
-        "arithmetic_intensity": ratio(flops, moved),
-        "achieved_flops_per_s": ratio(flops, seconds),
-        "achieved_bytes_per_s": ratio(moved, seconds),
-    }
-    for field in ROOFLINE_COLUMNS:
-        column = computed.get(field.name, pa.nulls(nodes.num_rows, field.type))
-        nodes = nodes.append_column(field, column)
-    return nodes
 
 
 def dominant_dtype(roofline: pa.Table) -> str:
