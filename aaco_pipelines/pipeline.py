@@ -83,6 +83,7 @@ def benchmark_version(
         seed=options.seed,
         sidecar_path=str(version.sidecar_path) if version.sidecar_path else None,
         tags=dict(sidecar.tags),
+        generation=version.generation,
     )
     return run_benchmark(
         request, paths, limits=options.limits, graph_dir=version.graph_dir, on_progress=on_progress

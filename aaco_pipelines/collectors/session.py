@@ -12,9 +12,11 @@ import json
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.collectors.generation import generation_tables
 from aaco_pipelines.collectors.host_telemetry import host_telemetry_table, pass_labels
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.traces import detect_format
@@ -38,6 +40,9 @@ def collect_session(bundle: SessionBundle) -> dict[str, int]:
         "iterations": iterations_table(bundle.session_id, latencies),
         "telemetry": telemetry_table(bundle, passes),
     }
+    tables.update(generation_tables(bundle) or {})
+    if "requests" in tables:
+        tables["sessions"] = generation_sessions_row(tables["sessions"], bundle, tables)
     tables["kernel_events"] = read_ort_profile(
         bundle.file("ort_profile.json"),
         bundle.session_id,
@@ -149,5 +154,41 @@ def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
         "hostname": env.get("hostname"),
         "bundle_path": str(bundle.path),
         "env_json": json.dumps(env, sort_keys=True, default=str),
+        "workload": "forward",
     }
     return pa.Table.from_pylist([row], schema=SESSIONS)
+
+
+def generation_sessions_row(row: pa.Table, bundle: SessionBundle, tables: dict) -> pa.Table:
+    """A generation session's row: its latencies are the headline scenario's end-to-end request
+    latencies (the measured pass), its throughput that scenario's completed requests per second,
+    and its profiling overhead the profiled decode steps' median against the measured ones' at
+    batch 1 (null when no scenario decoded at batch 1)."""
+    scenario = bundle.request["generation"]["workload"]["scenarios"][0]
+    metrics = tables["generation_metrics"].to_pylist()
+    requests_per_s = next(
+        m["value"] for m in metrics
+        if m["run"] == scenario and m["source"] == "aaco" and m["batch_size"] is None
+        and m["metric"] == "requests_per_s"
+    )  # fmt: skip
+    steps = tables["generation_steps"]
+    decode = steps.filter(
+        pc.and_(pc.equal(steps["phase"], "decode"), pc.equal(steps["batch_size"], 1))
+    )
+    durations = pc.subtract(decode["end_ns"], decode["start_ns"]).to_numpy()
+    profiled = (decode["run"].to_numpy(zero_copy_only=False) == "profiled") & (
+        decode["iteration"].fill_null(-1).to_numpy() >= 0
+    )
+    measured = ~np.isin(decode["run"].to_numpy(zero_copy_only=False), ["profiled", "warmup"])
+    overhead = None
+    if profiled.any() and measured.any():
+        base = float(np.median(durations[measured]))
+        overhead = (float(np.median(durations[profiled])) - base) / base * 100.0
+    changes = {
+        "workload": "generation",
+        "scenario": scenario,
+        "throughput_per_s": requests_per_s,
+        "profiling_overhead_pct": overhead,
+    }
+    data = row.to_pylist()[0] | changes
+    return pa.Table.from_pylist([data], schema=SESSIONS)

@@ -109,6 +109,7 @@ class BenchmarkRequest:
     seed: int = 0
     sidecar_path: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    generation: dict | None = None  # a decoder's generation plan: generation passes, not forward
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)

@@ -141,20 +141,33 @@ def run_passes(request: dict, out: Path, which: str = "all") -> dict:
     import onnxruntime as ort
 
     ort.set_default_logger_severity(3)
+    request = {**request, "resolved_providers": resolve_providers(ort, request)}
+    result: dict = {"providers_requested": request["resolved_providers"]}
+    passes: dict[str, dict] = {}
+    if request.get("generation"):
+        from aaco_pipelines.generation.passes import run_generation_passes
+
+        done, passes = run_generation_passes(ort, request, out, which, progress)
+        result.update(done)
+    else:
+        result.update(_forward_passes(ort, request, out, which, passes))
+    write_json(out / f"latencies.{which}.json", passes)
+    result["passes"] = {name: [p["start_ns"], p["end_ns"]] for name, p in passes.items()}
+    return result
+
+
+def _forward_passes(ort, request: dict, out: Path, which: str, passes: dict) -> dict:
+    """The passes of a forward-pass workload: the same inputs, run after run."""
     specs = {
         name: InputSpec(**{**s, "shape": tuple(s["shape"])})
         for name, s in request["inputs"].items()
     }
     feeds = make_inputs(specs, seed=request["seed"])
-    request = {**request, "resolved_providers": resolve_providers(ort, request)}
-    result: dict = {"providers_requested": request["resolved_providers"]}
-    passes: dict[str, dict] = {}
+    result: dict = {}
     if which in ("all", "measured"):
         result.update(_measured_passes(ort, request, feeds, passes))
     if which in ("all", "profiled"):
         result.update(_profiled_pass(ort, request, feeds, passes, out))
-    write_json(out / f"latencies.{which}.json", passes)
-    result["passes"] = {name: [p["start_ns"], p["end_ns"]] for name, p in passes.items()}
     return result
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
+from aaco_pipelines.generation.decoder_io import DecoderIO, generation_plan
 from aaco_pipelines.graph.external_data import external_files, model_sha256
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, resolve_input_specs
@@ -41,6 +42,7 @@ class ModelVersion:
     sidecar: ModelSidecar
     input_specs: dict[str, InputSpec]
     graph_dir: Path
+    generation: dict | None = None  # a decoder's generation plan (generation.decoder_io)
 
     def to_record(self) -> dict:
         """Plain JSON-able form, for passing between pipeline stages and processes."""
@@ -56,6 +58,7 @@ class ModelVersion:
             "input_specs": {
                 name: dataclasses.asdict(spec) for name, spec in self.input_specs.items()
             },
+            "generation": self.generation,
         }
 
     @classmethod
@@ -75,6 +78,7 @@ class ModelVersion:
                 for name, spec in record["input_specs"].items()
             },
             graph_dir=Path(record["graph_dir"]),
+            generation=record.get("generation"),
         )
 
 
@@ -90,7 +94,7 @@ def prepare_model_version(
     sidecar = load_sidecar(model.path)
     with writing_store(paths, model):
         snapshot, sha = snapshot_model_file(model.path, paths.home / "models")
-        specs = _input_specs(snapshot, sha, sidecar, model, paths)
+        specs, generation = _input_specs(snapshot, sha, sidecar, model, paths)
         graph_dir = paths.graphs / sha
         if (graph_dir / "graph.json").is_file():
             graph = GraphExtract.load(graph_dir)
@@ -107,16 +111,25 @@ def prepare_model_version(
         sidecar=sidecar,
         input_specs=specs,
         graph_dir=graph_dir,
+        generation=generation,
     )
     return version, graph
 
 
 def _input_specs(
     snapshot: Path, sha: str, sidecar: ModelSidecar, model: RegisteredModel, paths: AacoPaths
-) -> dict[str, InputSpec]:
-    """Every input's shape and dtype; a model that cannot be fed loses its new snapshot."""
+) -> tuple[dict[str, InputSpec], dict | None]:
+    """Every input's shape and dtype, and a decoder's generation plan (its inputs are then
+    those of a prefill at batch 1, the graph's shapes); a model that cannot be fed loses its
+    new snapshot."""
     try:
-        return resolve_input_specs(load_model(snapshot), sidecar.inputs, model.path)
+        onnx_model = load_model(snapshot)
+        plan = generation_plan(onnx_model, sidecar, model.path)
+        if plan is not None:
+            decoder = DecoderIO(**plan["decoder"])
+            prompt = plan["workload"]["prompt_tokens"]
+            return decoder.prefill_specs(1, prompt, plan["vocab"]), plan
+        return resolve_input_specs(onnx_model, sidecar.inputs, model.path), None
     except AacoInputError as exc:
         if not (paths.graphs / sha).exists():  # no earlier session uses this snapshot
             remove_snapshot(snapshot)

@@ -12,6 +12,7 @@
     graph_optimization_level: all # ONNX Runtime's: disabled | basic | extended | all
     disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
     tags: {family: bert}
+    generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: generation.workload
 
 `low`/`high` bound generated values (integers: [low, high); floats: uniform in [low, high),
 or standard normal when neither is given).
@@ -27,6 +28,13 @@ from pathlib import Path
 import yaml
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.generation.workload import (
+    KV_LAYOUTS,
+    SCENARIOS,
+    Curves,
+    GenerationWorkload,
+    ServiceLevel,
+)
 
 SIDECAR_SUFFIXES = (".yaml", ".yml", ".json")
 KNOWN_KEYS = {
@@ -39,7 +47,12 @@ KNOWN_KEYS = {
     "graph_optimization_level",
     "disabled_optimizers",
     "tags",
+    "generation",
 }
+GENERATION_KEYS = {
+    "prompt_tokens", "output_tokens", "scenarios", "requests", "min_duration_s", "batch_size",
+    "target_qps", "slo", "curves", "kv_cache",
+}  # fmt: skip
 GRAPH_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
 INPUT_KEYS = {"shape", "dtype", "low", "high"}
 # What a sidecar may give as an input's dtype: the numeric tensor types test data is made for.
@@ -69,9 +82,16 @@ class ModelSidecar:
     graph_optimization_level: str = "all"
     disabled_optimizers: tuple[str, ...] = ()
     tags: dict[str, str] = field(default_factory=dict)
+    generation: GenerationWorkload | None = (
+        None  # None: not declared (the graph may still be a decoder)
+    )
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        if self.generation is None:
+            data.pop("generation")
+        else:
+            data["generation"] = self.generation.to_dict()
         data["inputs"] = {
             name: {k: v for k, v in asdict(spec).items() if v is not None}
             for name, spec in self.inputs.items()
@@ -133,9 +153,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
             ("profiled_iterations", 10),
         )
     }
-    min_seconds = data.get("min_measured_seconds", 1.0)
-    if not _is_number(min_seconds) or min_seconds < 0:
-        raise _wrong("min_measured_seconds", min_seconds, "a number >= 0", path, "1.0")
+    min_seconds = _number(data, "min_measured_seconds", 1.0, path, 0.0)
     level = data.get("graph_optimization_level", "all")
     if level not in GRAPH_OPTIMIZATION_LEVELS:
         raise _wrong(
@@ -151,9 +169,106 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
             data.get("disabled_optimizers"), "disabled_optimizers", path, "[NchwcTransformer]"
         ),
         tags=_tags(data.get("tags"), path),
-        min_measured_seconds=float(min_seconds),
+        generation=_generation(data["generation"], path) if "generation" in data else None,
+        min_measured_seconds=min_seconds,
         **counts,
     )
+
+
+def _generation(data, path: Path) -> GenerationWorkload:
+    """The `generation` section, checked in full (an empty one means: the defaults)."""
+    if data is None:
+        return GenerationWorkload()
+    if not isinstance(data, dict):
+        raise _wrong("generation", data, "a mapping", path, "{prompt_tokens: 32}")
+    unknown = set(map(str, data)) - GENERATION_KEYS
+    if unknown:
+        raise AacoInputError(
+            f"unknown keys {sorted(unknown)} under generation",
+            path=path,
+            fix=f"use only {sorted(GENERATION_KEYS)}",
+        )
+    base = GenerationWorkload()
+    return GenerationWorkload(
+        prompt_tokens=_count(data, "prompt_tokens", path, base.prompt_tokens, "generation."),
+        output_tokens=_count(data, "output_tokens", path, base.output_tokens, "generation."),
+        scenarios=_scenarios(data.get("scenarios", list(base.scenarios)), path),
+        requests=_count(data, "requests", path, base.requests, "generation."),
+        min_duration_s=_number(data, "generation.min_duration_s", base.min_duration_s, path, 0.0),
+        batch_size=_count(data, "batch_size", path, base.batch_size, "generation."),
+        target_qps=_number(data, "generation.target_qps", base.target_qps, path),
+        slo=_slo(data.get("slo"), path),
+        curves=_curves(data.get("curves"), path),
+        kv_layout=_kv_layout(data.get("kv_cache"), path),
+    )
+
+
+def _scenarios(scenarios, path: Path) -> tuple[str, ...]:
+    if isinstance(scenarios, str):
+        scenarios = [scenarios]
+    if (
+        not isinstance(scenarios, list)
+        or not scenarios
+        or any(s not in SCENARIOS for s in scenarios)
+        or len(set(scenarios)) != len(scenarios)
+    ):
+        raise _wrong(
+            "generation.scenarios", scenarios, "a list of distinct scenarios", path,
+            "[single_stream, server]", SCENARIOS,
+        )  # fmt: skip
+    return tuple(scenarios)
+
+
+def _slo(data, path: Path) -> ServiceLevel:
+    base = ServiceLevel()
+    if data is None:
+        return base
+    if not isinstance(data, dict) or set(map(str, data)) - {"ttft_ms", "tpot_ms"}:
+        raise _wrong(
+            "generation.slo", data, "a mapping of ttft_ms, tpot_ms", path, "{ttft_ms: 500}"
+        )
+    return ServiceLevel(
+        ttft_ms=_number(data, "generation.slo.ttft_ms", base.ttft_ms, path),
+        tpot_ms=_number(data, "generation.slo.tpot_ms", base.tpot_ms, path),
+    )
+
+
+def _curves(data, path: Path) -> Curves:
+    keys = {"batch_sizes", "prompt_lengths", "repeats"}
+    if data is None:
+        return Curves()
+    if not isinstance(data, dict) or set(map(str, data)) - keys:
+        raise _wrong(
+            "generation.curves", data, f"a mapping of {', '.join(sorted(keys))}", path,
+            "{batch_sizes: [1, 2, 4], prompt_lengths: [16, 32]}",
+        )  # fmt: skip
+    lists = {}
+    for key in ("batch_sizes", "prompt_lengths"):
+        values = data.get(key, [])
+        if not isinstance(values, list) or not all(_is_count(v) and v > 0 for v in values):
+            raise _wrong(
+                f"generation.curves.{key}", values, "a list of positive integers", path, "[1, 2, 4]"
+            )
+        lists[key] = tuple(values)
+    return Curves(**lists, repeats=_count(data, "repeats", path, 2, "generation.curves."))
+
+
+def _kv_layout(data, path: Path) -> str:
+    layout = data.get("layout", "bnsh") if isinstance(data, dict) else data
+    if data is None:
+        layout = "bnsh"
+    if layout not in KV_LAYOUTS:
+        raise _wrong("generation.kv_cache.layout", layout, "a layout", path, "bnsh", KV_LAYOUTS)
+    return layout
+
+
+def _number(data: dict, key: str, default: float, path: Path, least: float | None = None) -> float:
+    """A finite number: positive, or at least `least` when that is given."""
+    value = data.get(key.rsplit(".", 1)[-1], default)
+    if not _is_number(value) or (value < least if least is not None else value <= 0):
+        wanted = f"a number >= {least}" if least is not None else "a positive number"
+        raise _wrong(key, value, wanted, path, str(default))
+    return float(value)
 
 
 def _inputs(inputs, path: Path) -> dict[str, InputSpec]:
@@ -204,12 +319,12 @@ def _bound(name: str, key: str, value, path: Path) -> float | None:
     return value
 
 
-def _count(data: dict, key: str, path: Path, default: int) -> int:
+def _count(data: dict, key: str, path: Path, default: int, prefix: str = "") -> int:
     value = data.get(key, default)
     least = 0 if key == "warmup_iterations" else 1
     if not _is_count(value) or value < least:
         wanted = "a positive integer" if least else "an integer >= 0"
-        raise _wrong(key, value, wanted, path, str(default))
+        raise _wrong(prefix + key, value, wanted, path, str(default))
     return value
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -95,6 +95,9 @@ SESSIONS = pa.schema(
         ("hostname", _str),
         ("bundle_path", _str),
         ("env_json", _str),
+        # v9: a generation session's latency figures are its headline scenario's requests
+        ("workload", _str),  # forward | generation
+        ("scenario", _str),  # the headline scenario of a generation session (single_stream...)
     ]
 )
 
@@ -215,6 +218,59 @@ AGENTS = pa.schema(
     ]
 )
 
+# --- LLM generation (schema v9): requests, steps and their figures, per scenario run ---------
+
+REQUESTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("run", _str),  # single_stream | server | offline | curve | warmup | profiled
+        ("request_id", _i64),  # LoadGen's query id (a counter outside LoadGen)
+        ("sample_index", _i64),  # which prompt
+        ("batch_id", _i64),  # the batch it was generated in (generation_steps.batch_id)
+        ("batch_size", _i32),
+        ("prompt_tokens", _i32),
+        ("output_tokens", _i32),
+        ("arrival_ns", _i64),  # issued by LoadGen
+        ("start_ns", _i64),  # its prefill started
+        ("first_token_ns", _i64),  # its first token sampled
+        ("end_ns", _i64),  # its last token sampled
+        ("queue_ns", _i64),  # start - arrival
+        ("ttft_ns", _i64),  # first_token - arrival
+        ("tpot_ns", _f64),  # (end - first_token) / (output_tokens - 1); null for one token
+        ("e2e_ns", _i64),  # end - arrival
+    ]
+)
+
+GENERATION_STEPS = pa.schema(
+    [
+        ("session_id", _str),
+        ("run", _str),
+        ("batch_id", _i64),
+        ("step", _i32),  # 0 is the prefill
+        ("phase", _str),  # prefill | decode
+        ("batch_size", _i32),
+        ("input_tokens", _i32),  # per sequence: the prompt, then 1
+        ("kv_length", _i32),  # the KV cache's length after the step
+        ("kv_bytes", _i64),  # the whole cache's size after the step
+        ("start_ns", _i64),
+        ("end_ns", _i64),  # its tokens sampled
+        ("iteration", _i32),  # the profiled pass's run index (kernel_events.iteration)
+    ]
+)
+
+GENERATION_METRICS = pa.schema(
+    [
+        ("session_id", _str),
+        ("run", _str),
+        ("batch_size", _i32),  # null: every request of the run (a curve point otherwise)
+        ("prompt_tokens", _i32),
+        ("metric", _str),  # ttft_p50_ns, tpot_p99_ns, output_tokens_per_s, goodput_per_s, ...
+        ("value", _f64),
+        ("unit", _str),
+        ("source", _str),  # aaco (from the requests) | loadgen (its summary, a cross-check)
+    ]
+)
+
 # --- Analysis results (schema v2): one row set per session, replaced on re-analysis ---------
 
 NODE_ATTRIBUTION = pa.schema(
@@ -248,6 +304,9 @@ OP_BREAKDOWN = pa.schema(
         ("bytes_moved", _i64),
     ]
 )
+
+# v9: a generation session's breakdown per phase (prefill, decode): mean time per step
+PHASE_BREAKDOWN = pa.schema([("phase", _str), *((f.name, f.type) for f in OP_BREAKDOWN)])
 
 DERIVED_METRICS = pa.schema(
     [("session_id", _str), ("metric", _str), ("value", _f64), ("unit", _str)]
@@ -389,6 +448,10 @@ TABLES: dict[str, pa.Schema] = {
     "agents": AGENTS,
     "node_attribution": NODE_ATTRIBUTION,
     "op_breakdown": OP_BREAKDOWN,
+    "phase_breakdown": PHASE_BREAKDOWN,
+    "requests": REQUESTS,
+    "generation_steps": GENERATION_STEPS,
+    "generation_metrics": GENERATION_METRICS,
     "derived_metrics": DERIVED_METRICS,
     "hardware_envelopes": HARDWARE_ENVELOPES,
     "roofline_points": ROOFLINE_POINTS,

@@ -43,8 +43,12 @@ from aaco_pipelines.tracelake.schema import (
 )
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
-# Device-trace tables: only sessions traced by a GPU profiler have them.
-OPTIONAL_SESSION_TABLES = ("api_calls", "memory_copies", "counters", "agents")
+# Only sessions traced by a GPU profiler have device-trace tables; only generation sessions
+# have requests and steps.
+OPTIONAL_SESSION_TABLES = (
+    "api_calls", "memory_copies", "counters", "agents",
+    "requests", "generation_steps", "generation_metrics",
+)  # fmt: skip
 GRAPH_TABLES = ("graph_nodes", "graph_edges")
 
 # Migrations from version N-1 to N, applied in order inside one transaction. New tables need no
@@ -98,6 +102,13 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS envelope_note VARCHAR",
         "UPDATE bottleneck_reports SET envelope_source = 'measured' "
         "WHERE envelope_source IS NULL AND envelope_id IS NOT NULL",
+    ],
+    # Sessions say their workload (every earlier one ran forward passes); the generation
+    # tables are created with every missing table.
+    9: [
+        "ALTER TABLE session_records ADD COLUMN IF NOT EXISTS workload VARCHAR",
+        "ALTER TABLE session_records ADD COLUMN IF NOT EXISTS scenario VARCHAR",
+        "UPDATE session_records SET workload = 'forward' WHERE workload IS NULL",
     ],
 }
 
