@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
 from aaco_pipelines.graph.extract import all_nodes, subgraphs
+from aaco_pipelines.tracelake.schema import PHASE_BREAKDOWN, conform, empty_table
 
 CONFIDENCE = {
     "exact_name": 1.0,
@@ -504,9 +505,7 @@ ORDER BY level, mean_ns DESC
 
 def session_model_sha(lake, session_id: str) -> str | None:
     """The measured model's content hash (None for a trace ingested without its model)."""
-    rows = lake.query(
-        "SELECT model_sha256 FROM session_records WHERE session_id = ?", [session_id]
-    )
+    rows = lake.query("SELECT model_sha256 FROM session_records WHERE session_id = ?", [session_id])
     if rows.num_rows == 0:
         raise KeyError(f"session {session_id} is not in the TraceLake")
     return rows["model_sha256"][0].as_py()
@@ -597,5 +596,36 @@ def attribute_session(
     return {
         "node_attribution": mapping.add_column(0, "session_id", session_column),
         "op_breakdown": breakdown,
+        "phase_breakdown": phase_breakdown(lake, session_id, sha, mapping, kernels),
         "kernels": kernels,  # not stored: the derived metrics are computed from it
     }
+
+
+def phase_breakdown(
+    lake, session_id: str, sha: str, mapping: pa.Table, kernels: pa.Table
+) -> pa.Table:
+    """A generation session's breakdown per phase: the profiled runs that were prefills, then
+    those that were decode steps, each through the same breakdown (mean time per step). Empty
+    for a forward-pass session."""
+    steps = lake.query(
+        "SELECT iteration, phase FROM generation_steps "
+        "WHERE session_id = $sid AND run = 'profiled' AND iteration >= 0",
+        {"sid": session_id},
+    )
+    parts = []
+    for phase in ("prefill", "decode"):
+        iterations = steps.filter(pc.equal(steps["phase"], phase))["iteration"]
+        if len(iterations) == 0:
+            continue
+        part = lake.query(
+            BREAKDOWN_SQL,
+            {"sid": session_id, "sha": sha},
+            tables={
+                "mapping": mapping,
+                "kernels": kernels.filter(pc.is_in(kernels["iteration"], iterations)),
+            },
+        )
+        parts.append(part.add_column(0, "phase", pa.array([phase] * part.num_rows, pa.string())))
+    return (
+        conform(pa.concat_tables(parts), PHASE_BREAKDOWN) if parts else empty_table(PHASE_BREAKDOWN)
+    )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.generation.engine import Generator, now_ns
+from aaco_pipelines.generation.engine import Generator, StepLog, now_ns
 from aaco_pipelines.generation.workload import GenerationWorkload
 
 # LoadGen's scenario for each of ours.
