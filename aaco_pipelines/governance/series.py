@@ -2,7 +2,10 @@
 where the model version or the runtime fingerprint changed; and their verdicts.
 
 Metrics: latency p50 and p99 (higher is worse), throughput (lower is worse), and the mean time
-per iteration of the current session's top op types (higher is worse).
+per iteration of the current session's top op types (higher is worse). A generation session's
+latency and throughput are its headline scenario's requests (end to end, requests/s), and its
+series add that scenario's TTFT, TPOT and ITL percentiles (higher is worse) and output tokens/s
+(lower is worse), against the sessions that ran the same scenario.
 """
 
 from __future__ import annotations
@@ -35,11 +38,26 @@ NOISE_FLOORS = {
     "latency_p99_ns": 0.10,
     "throughput_per_s": 0.05,
     "op_time_ns": 0.05,
+    # Generation: a request's TTFT and TPOT are medians over many steps, steadier than one
+    # forward pass; p99s and tokens/s are as noisy as their forward-pass counterparts.
+    "ttft_p50_ns": 0.02,
+    "tpot_p50_ns": 0.02,
+    "itl_p99_ns": 0.10,
+    "output_tokens_per_s": 0.05,
 }
 DEFAULT_POLICY = VerdictPolicy()
 # The headline metrics a confirmed regression fails a run on; op-level verdicts are reported.
-GATED_METRICS = ("latency_p50_ns", "latency_p99_ns", "throughput_per_s")
+GATED_METRICS = (
+    "latency_p50_ns", "latency_p99_ns", "throughput_per_s", "ttft_p50_ns", "tpot_p50_ns",
+)  # fmt: skip
 CONFIRM_SESSIONS = 2  # consecutive sessions with the same verdict, unless a known change
+# metric (generation_metrics of the headline scenario) -> higher is worse
+GENERATION_SERIES = {
+    "ttft_p50_ns": True,
+    "tpot_p50_ns": True,
+    "itl_p99_ns": True,
+    "output_tokens_per_s": False,
+}
 SESSION_METRICS = {  # metric -> (sessions column, higher is worse)
     "latency_p50_ns": ("latency_p50_ns", True),
     "latency_p99_ns": ("latency_p99_ns", True),
@@ -61,6 +79,14 @@ SELECT s.session_id, b.name AS op_type, b.mean_ns
 FROM session_records s JOIN op_breakdown b ON b.session_id = s.session_id AND b.level = 'op_type'
 WHERE s.model_slug = $slug AND b.name IN (SELECT unnest($ops))
   AND (s.session_id = $sid OR s.session_id IN (SELECT session_id FROM completed_sessions))
+"""
+
+
+GENERATION_SERIES_SQL = """
+SELECT g.session_id, g.metric, g.value
+FROM generation_metrics g JOIN session_records s USING (session_id)
+WHERE s.model_slug = $slug AND g.run = $scenario AND s.scenario = $scenario
+  AND g.source = 'aaco' AND g.batch_size IS NULL AND g.metric IN (SELECT unnest($metrics))
 """
 
 
@@ -93,9 +119,33 @@ def model_series(lake, model_slug: str, session_id: str) -> dict[str, dict]:
                 if sid in position:
                     values[position[sid]] = mean_ns
             series[f"op_time_ns:{op}"] = {"values": values, "higher_is_worse": True}
+    series.update(_generation_series(lake, model_slug, session_id, ids))
     for entry in series.values():
         entry["session_ids"] = ids
         entry["markers"] = markers
+    return series
+
+
+def _generation_series(lake, model_slug: str, session_id: str, ids: list[str]) -> dict:
+    """The generation series of the current session's headline scenario (none for a forward
+    session); sessions of another scenario or workload are gaps (NaN), skipped when judged."""
+    scenario = lake.query(
+        "SELECT scenario FROM session_records WHERE session_id = $sid", {"sid": session_id}
+    )["scenario"][0].as_py()
+    if scenario is None:
+        return {}
+    rows = lake.query(
+        GENERATION_SERIES_SQL,
+        {"slug": model_slug, "scenario": scenario, "metrics": list(GENERATION_SERIES)},
+    )
+    position = {sid: i for i, sid in enumerate(ids)}
+    series = {
+        metric: {"values": np.full(len(ids), np.nan), "higher_is_worse": worse}
+        for metric, worse in GENERATION_SERIES.items()
+    }
+    for sid, metric, value in zip(*(rows[c].to_pylist() for c in rows.column_names), strict=True):
+        if sid in position:
+            series[metric]["values"][position[sid]] = value
     return series
 
 
@@ -219,19 +269,10 @@ def drift_rows(
 ) -> pa.Table:
     """DRIFT_VERDICTS rows for the session: one per metric series."""
     series = model_series(lake, model_slug, session_id)
-    samples = (
-        lake.query(
-            "SELECT latency_ns FROM iterations WHERE session_id = $sid AND pass = 'measured'",
-            {"sid": session_id},
-        )["latency_ns"]
-        .to_numpy()
-        .astype(np.float64)
-    )
+    samples = current_samples(lake, session_id)
     rows = []
     for metric, entry in series.items():
-        verdict = judge_series(
-            entry, samples if metric == "latency_p50_ns" else None, metric_policy(metric, policy)
-        )
+        verdict = judge_series(entry, samples.get(metric), metric_policy(metric, policy))
         rows.append(
             {
                 "session_id": session_id,
@@ -261,6 +302,30 @@ def drift_rows(
             }
         )
     return pa.Table.from_pylist(rows)
+
+
+# The current session's own samples behind a median metric: its measured iterations (a
+# generation session's are its headline requests), and a generation session's per-request
+# TTFT and TPOT.
+SAMPLES_SQL = """
+SELECT 'latency_p50_ns' AS metric, latency_ns::DOUBLE AS value
+FROM iterations WHERE session_id = $sid AND pass = 'measured'
+UNION ALL
+SELECT m.metric, CASE m.metric WHEN 'ttft_p50_ns' THEN r.ttft_ns::DOUBLE ELSE r.tpot_ns END
+FROM requests r JOIN session_records s ON s.session_id = r.session_id AND r.run = s.scenario
+CROSS JOIN (VALUES ('ttft_p50_ns'), ('tpot_p50_ns')) m(metric)
+WHERE r.session_id = $sid
+"""
+
+
+def current_samples(lake, session_id: str) -> dict[str, np.ndarray]:
+    """metric -> the current session's samples of it (see SAMPLES_SQL)."""
+    rows = lake.query(SAMPLES_SQL, {"sid": session_id})
+    metrics = rows["metric"].to_numpy(zero_copy_only=False)
+    values = rows["value"].to_numpy(zero_copy_only=False).astype(np.float64)
+    return {
+        metric: values[(metrics == metric) & ~np.isnan(values)] for metric in np.unique(metrics)
+    }
 
 
 def series_change_points(series: dict) -> list[tuple[int, ChangePoint]]:
