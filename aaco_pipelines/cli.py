@@ -510,9 +510,35 @@ def diff_text(v) -> str:
         ("noise", f"session-to-session sd {noise:.1f} % of p50" if noise is not None else "-"),
         ("recommendation", v.recommendation),
     ]  # fmt: skip
+    if v.generation is not None:
+        cells[4:4] = generation_cells(v.generation)
     title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % vs {b['name']} "
     title += f"(threshold {v.threshold_pct:g} %)"
     return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
+
+
+def generation_cells(g: dict) -> list[tuple[str, str]]:
+    """A generation session's figures and where its TTFT change went, as diff table rows."""
+    cells = []
+    for key, label, scale, unit in (
+        ("ttft_p50_ns", "TTFT p50", 1e-6, "ms"),
+        ("tpot_p50_ns", "TPOT p50", 1e-6, "ms"),
+        ("itl_p99_ns", "ITL p99", 1e-6, "ms"),
+        ("output_tokens_per_s", "tokens/s", 1.0, "/s"),
+    ):
+        c = g.get(key)
+        if c is not None:
+            cells.append((label, f"{c['baseline'] * scale:.4g} {unit} -> "
+                          f"{c['current'] * scale:.4g} {unit}  {c['effect_pct']:+.2f} %"))  # fmt: skip
+    e = g["ttft_explained"]
+    parts = ", ".join(
+        f"{part.replace('_', ' ')} {e[f'{part}_ms']:+.3f} ms"
+        for part in ("queueing", "prefill_kernel", "host")
+        if e[f"{part}_ms"] is not None
+    )
+    cells.append(("TTFT change", f"mean {e['ttft_mean_delta_ms']:+.3f} ms = {parts} "
+                  f"(mostly {(e['dominant'] or '-').replace('_', ' ')}; {g['scenario']})"))  # fmt: skip
+    return cells
 
 
 def suspect_text(s: dict | None) -> str:

@@ -128,6 +128,7 @@ per_point AS (
            {_PERCENTILES.format(col="queue_ns", name="queue")},
            {_PERCENTILES.format(col="first_token_ns - start_ns", name="prefill")},
            avg(ttft_ns) AS ttft_mean_ns, avg(tpot_ns) AS tpot_mean_ns, avg(e2e_ns) AS e2e_mean_ns,
+           avg(queue_ns) AS queue_mean_ns, avg(first_token_ns - start_ns) AS prefill_mean_ns,
            count(*) FILTER (WHERE ttft_ns <= $slo_ttft_ns AND coalesce(tpot_ns, 0) <= $slo_tpot_ns)
                AS within_slo,
            (count(*) - 1) / nullif((max(arrival_ns) - min(arrival_ns)) / 1e9, 0) AS arrival_rate_per_s,

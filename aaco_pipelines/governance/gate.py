@@ -31,6 +31,7 @@ from aaco_pipelines.governance.baselines import (
     list_baselines,
     pinned_baseline,
 )
+from aaco_pipelines.governance.generation_effects import generation_effects
 from aaco_pipelines.governance.root_cause import Suspect, explain_change
 from aaco_pipelines.report.data import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
@@ -91,6 +92,8 @@ class GateVerdict:
     suspects: list[dict]  # the TOP_SUSPECTS most probable
     evidence: dict  # which test decided, bootstrap settings, sessions, iterations, noise
     recommendation: str
+    # a generation session's TTFT/TPOT/ITL/tokens-per-s changes and where its TTFT change went
+    generation: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -137,6 +140,7 @@ def gate_verdict(
         evidence=_evidence(low, high, effect, threshold_pct, confidence, resamples, sizes)
         | {"noise_sd_pct": _noise_pct(suspects[0], latency["baseline_ms"])},
         recommendation=recommendation(regression, suspects[0], low, high, effect, threshold_pct),
+        generation=generation_effects(lake, list(reference.session_ids), current),
     )
 
 
