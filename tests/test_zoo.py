@@ -27,6 +27,11 @@ EXPECTED_OUTPUTS = {
         "row_peak": (8, 1024, 1),
     },
     "compute_bound": {"y": (512, 1024)},
+    # the prefill of an 8-token prompt: logits, and a present per layer of 8 positions
+    "llama_decoder": {
+        "logits": (1, 8, 512),
+        **{f"present.{i}.{kind}": (1, 2, 8, 16) for i in range(2) for kind in ("key", "value")},
+    },
 }
 
 
@@ -49,6 +54,17 @@ def _sha256s(directory: Path) -> dict[str, str]:
 def _feeds(model: onnx.ModelProto, name: str) -> dict[str, np.ndarray]:
     """Inputs as a runner would make them: the sidecar's spec, else the graph's static shape."""
     rng = np.random.default_rng(0)
+    if name == "llama_decoder":  # a prefill: an 8-token prompt and an empty cache
+        return {
+            "input_ids": rng.integers(0, 512, (1, 8), dtype=np.int64),
+            "attention_mask": np.ones((1, 8), np.int64),
+            "position_ids": np.arange(8, dtype=np.int64)[None],
+            **{
+                f"past_key_values.{i}.{kind}": np.zeros((1, 2, 0, 16), np.float32)
+                for i in range(2)
+                for kind in ("key", "value")
+            },
+        }
     specs = zoo_sidecar(name).inputs
     feeds = {}
     for graph_input in model.graph.input:
@@ -144,6 +160,7 @@ def test_sidecars_tag_the_zoo_and_its_signatures():
         "resnet_cnn": "cnn",
         "bert_encoder": "transformer",
         "mlp": "mlp",
+        "llama_decoder": "llm",
     }
 
 

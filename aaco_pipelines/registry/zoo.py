@@ -1,4 +1,4 @@
-"""The bundled model zoo: six small ONNX models the project builds itself, reproducibly.
+"""The bundled model zoo: seven small ONNX models the project builds itself, reproducibly.
 
 A fresh install has something to measure without downloads, and every workload signature the
 analysis stages look for has a model that shows it:
@@ -11,6 +11,9 @@ analysis stages look for has a model that shows it:
 - launch_bound: a chain of hundreds of tiny elementwise ops, where per-op dispatch dominates.
 - memory_bound: elementwise ops and reductions over a 32 MiB tensor, where bytes moved dominate.
 - compute_bound: four 512x1024x1024 MatMuls, where FLOPs dominate.
+- llama_decoder: a 2-layer Llama decoder with a KV cache (RMSNorm, rotary embeddings, grouped-
+  query attention, SwiGLU) in the Optimum decoder-with-past convention: an LLM generation
+  workload (prefill, then one decode step per token), measured for TTFT and TPOT under load.
 
 Weights come from fixed numpy seeds, so two builds write identical files (and identical hashes).
 Every node has a readable unique name ("layer0/attention/q_proj") because later stages attribute
@@ -31,6 +34,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.generation.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 
 ZOO_MODEL_NAMES: tuple[str, ...] = (
@@ -40,6 +44,7 @@ ZOO_MODEL_NAMES: tuple[str, ...] = (
     "launch_bound",
     "memory_bound",
     "compute_bound",
+    "llama_decoder",
 )
 
 # ONNX Runtime 1.22 loads IR <= 10; onnx 1.23 would otherwise stamp IR 14.
@@ -306,6 +311,191 @@ def _compute_bound(layers: int = 4) -> onnx.ModelProto:
     )
 
 
+# The most negative float32: added to masked scores it leaves a fully masked row all-equal (a
+# uniform softmax, as Hugging Face's eager attention gives), where -inf would give NaN.
+_MASKED = float(np.finfo(np.float32).min)
+
+
+def _rms_norm(g: _Graph, x: str, name: str, hidden: int) -> str:
+    """Llama RMSNorm, x / sqrt(mean(x^2) + eps) * weight, in primitive ops (opset 17 has no
+    RMSNormalization): the pattern exported Llamas carry. Weights near 1, not exactly 1, so a
+    comparison with Hugging Face checks that they are applied."""
+    w = g.const(f"{name}.weight", 1 + 0.1 * g.rng.standard_normal(hidden))
+    eps = g.const("const/rms_eps", 1e-6)
+    mean = g.op("ReduceMean", [g.op("Mul", [x, x], f"{name}/square")], f"{name}/mean", axes=[-1])
+    rms = g.op("Sqrt", [g.op("Add", [mean, eps], f"{name}/add_eps")], f"{name}/sqrt")
+    return g.op("Mul", [g.op("Div", [x, rms], f"{name}/normalize"), w], f"{name}/scale")
+
+
+def _matmul(g: _Graph, x: str, name: str, d_in: int, d_out: int) -> str:
+    """A bias-free projection. std 1/sqrt(d_in) keeps activations near unit scale, so attention
+    is far from uniform and rotary, masks and GQA all move the logits measurably."""
+    w = g.weight(f"{name}.weight", [d_in, d_out], std=1 / math.sqrt(d_in))
+    return g.op("MatMul", [x, w], name)
+
+
+def _rotary_tables(g: _Graph, head_dim: int, max_positions: int, theta: float = 10000.0):
+    """cos and sin of [max_positions, head_dim] gathered by position_ids to [B, 1, S, head_dim]:
+    Hugging Face's frequencies, each repeated for both halves (the rotate_half layout)."""
+    inv_freq = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)
+    angles = np.concatenate([angles, angles], axis=-1)
+    heads_axis = g.const("const/axis_1", [1], np.int64)
+    tables = []
+    for fn in ("cos", "sin"):
+        table = g.const(f"rotary/{fn}_table", getattr(np, fn)(angles))
+        gathered = g.op("Gather", [table, "position_ids"], f"rotary/{fn}_gather")
+        tables.append(g.op("Unsqueeze", [gathered, heads_axis], f"rotary/{fn}_unsqueeze"))
+    return tables
+
+
+def _rotary(g: _Graph, x: str, name: str, cos: str, sin: str, head_dim: int) -> str:
+    """x * cos + rotate_half(x) * sin on [B, heads, S, head_dim]; rotate_half(x) is
+    concat(-x[..., d/2:], x[..., :d/2]), Hugging Face's convention."""
+    zero, last = g.const("const/zero", [0], np.int64), g.const("const/axis_last", [-1], np.int64)
+    half = g.const("const/half_head_dim", [head_dim // 2], np.int64)
+    end = g.const("const/head_dim", [head_dim], np.int64)
+    x1 = g.op("Slice", [x, zero, half, last], f"{name}/first_half")
+    x2 = g.op("Slice", [x, half, end, last], f"{name}/second_half")
+    rotated = g.op("Concat", [g.op("Neg", [x2], f"{name}/neg"), x1], f"{name}/rotate_half", axis=-1)
+    return g.op(
+        "Add",
+        [g.op("Mul", [x, cos], f"{name}/mul_cos"), g.op("Mul", [rotated, sin], f"{name}/mul_sin")],
+        f"{name}/add",
+    )
+
+
+def _attention_mask(g: _Graph) -> str:
+    """Additive [B, 1, S, T] mask built in the graph: query i sits at position past + i and sees
+    keys 0..past + i whose attention_mask is not 0. Positions count cache slots, not
+    position_ids, as in Hugging Face, so left padding shifts position_ids only."""
+    one = g.const("const/scalar_one", 1, np.int64)
+    zero = g.const("const/scalar_zero", 0, np.int64)
+    total = g.op("Shape", ["attention_mask"], "mask/mask_shape")
+    total = g.op("Gather", [total, one], "mask/total_sequence_length", axis=0)
+    seq = g.op("Shape", ["input_ids"], "mask/ids_shape")
+    seq = g.op("Gather", [seq, one], "mask/sequence_length", axis=0)
+    past = g.op("Sub", [total, seq], "mask/past_sequence_length")
+    query = g.op("Range", [past, total, one], "mask/query_positions")
+    key = g.op("Range", [zero, total, one], "mask/key_positions")
+    query = g.op("Unsqueeze", [query, g.const("const/axis_1", [1], np.int64)], "mask/query_column")
+    causal = g.op("LessOrEqual", [key, query], "mask/causal")  # [S, T]
+    padding = g.op("Cast", ["attention_mask"], "mask/padding", to=TensorProto.BOOL)
+    axes = g.const("const/axes_1_2", [1, 2], np.int64)
+    padding = g.op("Unsqueeze", [padding, axes], "mask/padding_unsqueeze")  # [B, 1, 1, T]
+    allowed = g.op("And", [causal, padding], "mask/allowed")  # [B, 1, S, T]
+    visible, masked = g.const("const/visible", 0.0), g.const("const/masked", _MASKED)
+    return g.op("Where", [allowed, visible, masked], "mask/additive")
+
+
+def _repeat_kv(g: _Graph, x: str, name: str, heads: int, groups: int, head_dim: int) -> str:
+    """[B, kv_heads, T, d] -> [B, heads, T, d]: each KV head serves its group of query heads
+    (Hugging Face's repeat_kv, as Unsqueeze/Expand/Reshape)."""
+    x = g.op("Unsqueeze", [x, g.const("const/axis_2", [2], np.int64)], f"{name}_unsqueeze")
+    repeat = g.const("const/repeat_kv", [1, 1, groups, 1, 1], np.int64)
+    x = g.op("Expand", [x, repeat], f"{name}_repeat")
+    merge = g.const("const/merge_kv_groups", [0, heads, -1, head_dim], np.int64)
+    return g.op("Reshape", [x, merge], f"{name}_merge_groups")
+
+
+def _attention(g, x, name, layer, mask, rotary, hidden, heads, kv_heads) -> str:
+    """Grouped-query self-attention with a KV cache. The new K (after rotary) and V are appended
+    to the past on the sequence axis and returned as present, one copy per KV head as Hugging
+    Face's cache holds them; only then are they repeated for the query heads."""
+    head_dim, groups = hidden // heads, heads // kv_heads
+    split = g.const("const/split_heads", [0, 0, -1, head_dim], np.int64)
+    projected = {}
+    for p, n in (("q", heads), ("k", kv_heads), ("v", kv_heads)):
+        y = _matmul(g, x, f"{name}/{p}_proj", hidden, n * head_dim)
+        y = g.op("Reshape", [y, split], f"{name}/{p}_split_heads")
+        projected[p] = g.op("Transpose", [y], f"{name}/{p}_transpose", perm=[0, 2, 1, 3])
+    q = _rotary(g, projected["q"], f"{name}/q_rotary", *rotary, head_dim)
+    k = _rotary(g, projected["k"], f"{name}/k_rotary", *rotary, head_dim)
+    present = {}
+    for p, new in (("key", k), ("value", projected["v"])):
+        past, out = f"past_key_values.{layer}.{p}", f"present.{layer}.{p}"
+        present[p] = g.op("Concat", [past, new], f"{name}/present_{p}", output=out, axis=2)
+    k, v = (_repeat_kv(g, present[p], f"{name}/{p}", heads, groups, head_dim) for p in present)
+    k = g.op("Transpose", [k], f"{name}/key_transpose", perm=[0, 1, 3, 2])
+    scores = g.op("MatMul", [q, k], f"{name}/qk_matmul")
+    scale = g.const(f"const/attention_scale_{head_dim}", head_dim**-0.5)
+    scores = g.op("Add", [g.op("Mul", [scores, scale], f"{name}/scale"), mask], f"{name}/mask")
+    probs = g.op("Softmax", [scores], f"{name}/softmax", axis=-1)
+    context = g.op("MatMul", [probs, v], f"{name}/context_matmul")
+    context = g.op("Transpose", [context], f"{name}/context_transpose", perm=[0, 2, 1, 3])
+    merge = g.const("const/merge_heads", [0, 0, hidden], np.int64)
+    context = g.op("Reshape", [context, merge], f"{name}/merge_heads")
+    return _matmul(g, context, f"{name}/o_proj", hidden, hidden)
+
+
+def _swiglu(g: _Graph, x: str, name: str, hidden: int, intermediate: int) -> str:
+    """down(silu(gate(x)) * up(x)), SiLU as x * Sigmoid(x): how exporters write it at opset 17."""
+    gate = _matmul(g, x, f"{name}/gate_proj", hidden, intermediate)
+    silu = g.op("Mul", [gate, g.op("Sigmoid", [gate], f"{name}/sigmoid")], f"{name}/silu")
+    up = _matmul(g, x, f"{name}/up_proj", hidden, intermediate)
+    h = g.op("Mul", [silu, up], f"{name}/gate_mul")
+    return _matmul(g, h, f"{name}/down_proj", intermediate, hidden)
+
+
+def llama_decoder(
+    layers: int = 2,
+    hidden: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    intermediate: int = 128,
+    vocab: int = 512,
+    max_positions: int = 512,
+    seed: int = 7,
+) -> onnx.ModelProto:
+    """A Llama decoder (Hugging Face LlamaForCausalLM) with a KV cache, for generation runs.
+
+    Inputs and outputs follow the decoder-with-past convention of Hugging Face Optimum and ONNX
+    Runtime GenAI: input_ids, attention_mask, position_ids and past_key_values.{i}.key/value in,
+    logits and present.{i}.key/value out. Prefill passes past tensors of length 0; each decode
+    step passes one token and the previous step's presents. Matches Hugging Face's eager
+    LlamaForCausalLM given the same weights (tests/test_llama_decoder.py).
+    """
+    if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
+        raise AacoInputError(
+            f"llama_decoder: hidden {hidden}, heads {heads}, kv_heads {kv_heads} do not split",
+            fix="make hidden divisible by heads (an even head_dim) and heads by kv_heads",
+        )
+    g, head_dim = _Graph(seed=seed), hidden // heads
+    embed = g.weight("embed_tokens.weight", [vocab, hidden], std=1.0)  # unit scale, as _matmul
+    x = g.op("Gather", [embed, "input_ids"], "embed_tokens")
+    rotary = _rotary_tables(g, head_dim, max_positions)
+    mask = _attention_mask(g)
+    for i in range(layers):
+        h = _rms_norm(g, x, f"layer{i}/input_layernorm", hidden)
+        h = _attention(g, h, f"layer{i}/attention", i, mask, rotary, hidden, heads, kv_heads)
+        x = g.op("Add", [x, h], f"layer{i}/attention_residual")
+        h = _rms_norm(g, x, f"layer{i}/post_attention_layernorm", hidden)
+        h = _swiglu(g, h, f"layer{i}/mlp", hidden, intermediate)
+        x = g.op("Add", [x, h], f"layer{i}/mlp_residual")
+    x = _rms_norm(g, x, "norm", hidden)
+    lm_head = g.weight("lm_head.weight", [hidden, vocab], std=1 / math.sqrt(hidden))
+    g.op("MatMul", [x, lm_head], "lm_head", output="logits")
+
+    int64 = TensorProto.INT64
+    cache = ["batch_size", kv_heads, "past_sequence_length", head_dim]
+    present = ["batch_size", kv_heads, "total_sequence_length", head_dim]
+    kv = [(i, p) for i in range(layers) for p in ("key", "value")]
+    return g.model(
+        "llama_decoder",
+        "Llama decoder with a KV cache: GQA attention, rotary, RMSNorm, SwiGLU.",
+        [
+            _tensor("input_ids", ["batch_size", "sequence_length"], int64),
+            _tensor("attention_mask", ["batch_size", "total_sequence_length"], int64),
+            _tensor("position_ids", ["batch_size", "sequence_length"], int64),
+            *(_tensor(f"past_key_values.{i}.{p}", cache) for i, p in kv),
+        ],
+        [
+            _tensor("logits", ["batch_size", "sequence_length", vocab]),
+            *(_tensor(f"present.{i}.{p}", present) for i, p in kv),
+        ],
+    )
+
+
 _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "resnet_cnn": _resnet_cnn,
     "bert_encoder": _bert_encoder,
@@ -313,6 +503,7 @@ _BUILDERS: dict[str, Callable[[], onnx.ModelProto]] = {
     "launch_bound": _launch_bound,
     "memory_bound": _memory_bound,
     "compute_bound": _compute_bound,
+    "llama_decoder": llama_decoder,
 }
 
 # Iteration counts keep one full zoo measurement (warmup + measured + profiled, all six models)
@@ -331,6 +522,23 @@ _SIDECARS: dict[str, ModelSidecar] = {
     "launch_bound": ModelSidecar(tags={"zoo": "true", "signature": "launch-bound"}, **_QUICK),
     "memory_bound": ModelSidecar(tags={"zoo": "true", "signature": "memory-bound"}, **_HEAVY),
     "compute_bound": ModelSidecar(tags={"zoo": "true", "signature": "compute-bound"}, **_HEAVY),
+    # Sized for a 2-core CI host: a few seconds of single-stream and server load (at a rate it
+    # carries with room to spare), and short curves.
+    "llama_decoder": ModelSidecar(
+        tags={"zoo": "true", "family": "llm"},
+        warmup_iterations=2,
+        profiled_iterations=3,
+        generation=GenerationWorkload(
+            prompt_tokens=32,
+            output_tokens=16,
+            scenarios=("single_stream", "server"),
+            requests=24,
+            min_duration_s=1.0,
+            batch_size=4,
+            target_qps=20.0,
+            curves=Curves(batch_sizes=(1, 2, 4), prompt_lengths=(16, 64), repeats=2),
+        ),
+    ),
 }
 
 

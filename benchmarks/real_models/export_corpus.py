@@ -7,12 +7,12 @@ small inputs so each file stays a few MB, and exported by a real exporter: the T
 ``onnxruntime`` quantization and transformer-optimizer tools applied to those exports. Nothing is
 downloaded: no ``from_pretrained``, no hub.
 
-Every model has fixed input shapes, keeps its weights inside the ``.onnx`` file, passes
-``onnx.checker.check_model`` and ``onnx.shape_inference.infer_shapes``, and runs once on random
-inputs and on all-zero integer inputs in ``onnxruntime`` (CPU, ``ORT_ENABLE_ALL``) with finite
-outputs before it is kept. Beside each model it writes ``<model>.json``, a sidecar in the
-project's format (bounds of the int64 inputs, tags), and for the whole corpus ``manifest.json``
-(inputs, valid ranges, op types, sizes, sha256) and ``README.md``.
+Every model has fixed input shapes (the KV-cache decoder runs at its RUN_SHAPES), keeps its
+weights in the ``.onnx`` file, passes ``onnx.checker.check_model`` and
+``onnx.shape_inference.infer_shapes``, and runs once on random and on all-zero integer inputs in
+``onnxruntime`` (CPU, ``ORT_ENABLE_ALL``) with finite outputs before it is kept. Beside each model
+it writes ``<model>.json``, a sidecar in the project's format (int64 input bounds, run shapes,
+tags), and for the corpus ``manifest.json`` (inputs, ranges, op types, sizes, sha256) and README.
 
 It needs its own virtual environment, outside the project's (``torch`` is no dependency of the
 project)::
@@ -956,6 +956,151 @@ def build_control_flow_scan_helper(path, built):
 
 
 # --------------------------------------------------------------------------------------------
+# A decoder with its KV cache. Kept after every other model: the dynamo exports embed this
+# file's line numbers, so code added above theirs would change their bytes.
+# --------------------------------------------------------------------------------------------
+
+# The concrete shapes that dynamic inputs run at (checks, manifest, sidecar): model -> input ->
+# shape. Models not named here have fixed shapes.
+RUN_SHAPES: dict[str, dict[str, list[int]]] = {}
+
+LLAMA_KV_LAYERS = 2
+LLAMA_KV_HEADS = 2  # key/value heads (GQA)
+LLAMA_HEAD_DIM = 16  # hidden 64 / 4 query heads
+LLAMA_MAX_POSITIONS = 128
+KV_NAMES = [f"{i}.{p}" for i in range(LLAMA_KV_LAYERS) for p in ("key", "value")]
+KV_INPUTS = ["input_ids", "attention_mask", "position_ids"]
+KV_INPUTS += [f"past_key_values.{n}" for n in KV_NAMES]
+KV_OUTPUTS = ["logits", *(f"present.{n}" for n in KV_NAMES)]
+
+
+class LlamaWithPast(nn.Module):
+    """LlamaForCausalLM with the cache as flat tensors, in the decoder-with-past convention of
+    Hugging Face Optimum and ONNX Runtime GenAI (``past_key_values.N.key`` in, ``present.N.key``
+    out). transformers 5 takes the cache only as a Cache object, built here from the tensors."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, position_ids, past):
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        for i in range(len(past) // 2):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache,
+            use_cache=True,
+        )
+        presents = [t for layer in out.cache.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *presents)
+
+
+def _llama_kv_feed(batch, seq, past, generator=None):
+    """Tokens, an all-ones mask over past + new positions, positions past.., and a past cache."""
+    ids = torch.randint(0, LLAMA_VOCAB, (batch, seq), generator=generator)
+    mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    positions = torch.arange(past, past + seq).expand(batch, seq).contiguous()
+    shape = (batch, LLAMA_KV_HEADS, past, LLAMA_HEAD_DIM)
+    cache = tuple(torch.randn(shape, generator=generator) for _ in KV_NAMES)
+    return ids, mask, positions, cache
+
+
+def _check_llama_kv(module, path: Path) -> None:
+    """The export against the module in onnxruntime: a prefill with an empty past (length 0),
+    then a decode step of one token on the prefill's presents."""
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    ids, mask, positions, past = _llama_kv_feed(2, 6, 0, torch.Generator().manual_seed(SEED))
+    for step in ("prefill", "decode"):
+        with torch.no_grad():
+            expected = module(ids, mask, positions, past)
+        args = (ids, mask, positions, *past)
+        got = sess.run(None, {n: a.numpy() for n, a in zip(KV_INPUTS, args, strict=True)})
+        for name, g, e in zip(KV_OUTPUTS, got, expected, strict=True):
+            if g.shape != tuple(e.shape) or not np.allclose(g, e.numpy(), atol=1e-4, rtol=0):
+                raise RuntimeError(f"{path.name}: {step} {name} differs from the PyTorch model")
+        ids = torch.from_numpy(got[0][:, -1:].argmax(-1))
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)
+        positions = positions[:, -1:] + 1
+        past = tuple(torch.from_numpy(t) for t in got[1:])
+
+
+RUN_SHAPES["llama_kv_dynamo"] = {
+    "input_ids": [1, 8],
+    "attention_mask": [1, 16],
+    "position_ids": [1, 8],
+    **{f"past_key_values.{n}": [1, LLAMA_KV_HEADS, 8, LLAMA_HEAD_DIM] for n in KV_NAMES},
+}
+
+
+@register(
+    "llama_kv_dynamo",
+    "same Llama as llama_dynamo (same seed, same weights) with its KV cache, in the "
+    "decoder-with-past convention of Optimum / ONNX Runtime GenAI: input_ids, attention_mask, "
+    "position_ids, past_key_values.N.key/value -> logits, present.N.key/value; dynamic batch, "
+    "sequence and past dims (the sidecar runs batch 1, sequence 8, past 8)",
+    "dynamo",
+    notes="a cache Concat per layer (present = past + new K/V); the causal and padding mask "
+    "built at run time from the dims (Range/LessOrEqual/GatherND/And/Where), not folded to a "
+    "constant as in llama_dynamo; rotary cos/sin computed at run time from position_ids (Mul "
+    "by inv_freq, Cos/Sin); a prefill with past length 0 runs in onnxruntime",
+    int_ranges={
+        "input_ids": (0, LLAMA_VOCAB),
+        "attention_mask": (0, 2),
+        "position_ids": (0, LLAMA_MAX_POSITIONS),
+    },
+)
+def build_llama_kv_dynamo(path, built):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    seed_all()
+    cfg = LlamaConfig(
+        vocab_size=LLAMA_VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=LLAMA_KV_LAYERS,
+        num_attention_heads=4,
+        num_key_value_heads=LLAMA_KV_HEADS,
+        max_position_embeddings=LLAMA_MAX_POSITIONS,
+        use_cache=True,
+        tie_word_embeddings=False,
+        attn_implementation="eager",
+    )
+    module = LlamaWithPast(LlamaForCausalLM(cfg)).eval()
+    dim = torch.export.Dim
+    batch, seq, past = dim("batch_size"), dim("sequence_length"), dim("past_sequence_length")
+    dynamic = (
+        {0: batch, 1: seq},
+        {0: batch, 1: dim("total_sequence_length")},
+        {0: batch, 1: seq},
+        tuple({0: batch, 2: past} for _ in KV_NAMES),
+    )
+    # Distinct sizes above 1: torch.export would specialize a dim of 1 and tie equal ones.
+    ids, mask, positions, cache = _llama_kv_feed(2, 5, 3)
+    module.eval()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            module,
+            (ids, mask, positions, cache),
+            dynamo=True,
+            opset_version=DYNAMO_OPSET,
+            input_names=KV_INPUTS,
+            output_names=KV_OUTPUTS,
+            dynamic_shapes=dynamic,
+            optimize=True,
+            external_data=False,
+        )
+        program.save(str(path), external_data=False)
+    _inline_weights(path)
+    _check_llama_kv(module, path)
+
+
+# --------------------------------------------------------------------------------------------
 # Verification and documentation
 # --------------------------------------------------------------------------------------------
 
@@ -980,17 +1125,19 @@ _DTYPES = {
 }
 
 
-def random_feed(sess, int_ranges, rng):
+def random_feed(sess, int_ranges, rng, run_shapes=None):
+    """Random inputs; a dynamic input takes its shape from ``run_shapes`` (see RUN_SHAPES)."""
     feed = {}
     for i in sess.get_inputs():
         dt = _DTYPES[i.type]
-        if any(not isinstance(d, int) for d in i.shape):
+        shape = (run_shapes or {}).get(i.name, i.shape)
+        if any(not isinstance(d, int) for d in shape):
             raise RuntimeError(f"input {i.name} has a symbolic shape {i.shape}")
         if np.issubdtype(dt, np.integer):
             lo, hi = int_ranges[i.name]
-            feed[i.name] = rng.integers(lo, hi, size=i.shape, dtype=dt)
+            feed[i.name] = rng.integers(lo, hi, size=shape, dtype=dt)
         else:
-            feed[i.name] = rng.standard_normal(i.shape).astype(dt)
+            feed[i.name] = rng.standard_normal(shape).astype(dt)
     return feed
 
 
@@ -1005,7 +1152,8 @@ def verify(entry: Entry, path: Path) -> dict:
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(SEED)
-    feed = random_feed(sess, entry.int_ranges, rng)
+    run_shapes = RUN_SHAPES.get(entry.name, {})
+    feed = random_feed(sess, entry.int_ranges, rng, run_shapes)
     # Also the data the project makes when no sidecar bounds an integer input: all zeros.
     zeros = {
         k: (np.zeros_like(v) if np.issubdtype(v.dtype, np.integer) else v) for k, v in feed.items()
@@ -1042,6 +1190,7 @@ def verify(entry: Entry, path: Path) -> dict:
                 "name": i.name,
                 "dtype": i.type.removeprefix("tensor(").removesuffix(")"),
                 "shape": list(i.shape),
+                **({"run_shape": run_shapes[i.name]} if i.name in run_shapes else {}),
                 **(
                     {"valid_range": list(entry.int_ranges[i.name])}
                     if i.name in entry.int_ranges
@@ -1141,16 +1290,20 @@ def _op_summary(rec, model_path: Path) -> str:
 def write_sidecar(entry: Entry, rec: dict, out: Path) -> None:
     """``<model>.json`` beside the model, in the project's sidecar format (see
     ``aaco_pipelines/registry/sidecar.py``): the bounds of its integer inputs, so generated ids
-    stay in the vocabulary, and tags naming the family and the exporter."""
+    stay in the vocabulary, the shapes its dynamic inputs run at, and tags naming the family and
+    the exporter."""
     inputs = {
         i["name"]: {
-            "shape": i["shape"],
-            "dtype": i["dtype"],
-            "low": i["valid_range"][0],
-            "high": i["valid_range"][1],
+            "shape": i.get("run_shape", i["shape"]),
+            "dtype": {"float": "float32", "double": "float64"}.get(i["dtype"], i["dtype"]),
+            **(
+                {"low": i["valid_range"][0], "high": i["valid_range"][1]}
+                if "valid_range" in i
+                else {}
+            ),
         }
         for i in rec["inputs"]
-        if "valid_range" in i
+        if "valid_range" in i or "run_shape" in i
     }
     sidecar = {
         **({"inputs": inputs} if inputs else {}),
@@ -1217,8 +1370,8 @@ def write_docs(out: Path, records: list[dict], command: str) -> None:
         "Small but real architectures exported by real exporters, to test the kernel attribution "
         "against graphs this project did not draw itself. Random weights from fixed seeds; "
         "shrunk by narrow widths, few layers and small inputs, with the real topology and the "
-        "exporters' own node naming. Every model has fixed input shapes, keeps its weights "
-        "inside the file, passes `onnx.checker.check_model(full_check=True)` and strict "
+        "exporters' own node naming. Every model but `llama_kv_dynamo.onnx` has fixed input "
+        "shapes, keeps its weights inside the file, passes `onnx.checker.check_model(full_check=True)` and strict "
         "`onnx.shape_inference.infer_shapes`, and ran in onnxruntime (CPU, `ORT_ENABLE_ALL`) on "
         "random inputs and on all-zero integer inputs with finite outputs. Regenerating with the "
         "versions below gives byte-identical files (the dynamo exports embed stack traces with "
@@ -1238,7 +1391,7 @@ def write_docs(out: Path, records: list[dict], command: str) -> None:
         "",
         "Beside each `<model>.onnx` is `<model>.json`, a sidecar in the project's format "
         "(`aaco_pipelines/registry/sidecar.py`): the `low`/`high` of every int64 input, so "
-        "generated ids stay inside the vocabulary, and tags. `manifest.json` holds the facts of "
+        "generated ids stay inside the vocabulary, the shapes dynamic inputs run at, and tags. `manifest.json` holds the facts of "
         "this page in machine form (every op-type count, input and output shapes, valid ranges, "
         "sha256 of each file, versions).",
         "",
@@ -1287,6 +1440,7 @@ def write_docs(out: Path, records: list[dict], command: str) -> None:
         ins = "<br>".join(
             f"`{i['name']}`: {i['dtype']} {i['shape']}"
             + (f" in [{i['valid_range'][0]}, {i['valid_range'][1]})" if "valid_range" in i else "")
+            + (f", runs at {i['run_shape']}" if "run_shape" in i else "")
             for i in r["inputs"]
         )
         outs = "<br>".join(f"`{o['name']}`: {o['dtype']} {o['shape']}" for o in r["outputs"])
@@ -1297,6 +1451,14 @@ def write_docs(out: Path, records: list[dict], command: str) -> None:
         "`control_flow_ts.onnx`'s output keeps the symbolic first dimension `Ify_dim_0` that the "
         "TorchScript exporter gives the result of an `If` (it is 4 at run time); its input is "
         "fixed like every other.",
+        "",
+        "`llama_kv_dynamo.onnx` is the one model with dynamic inputs, as a generation runtime "
+        "feeds it: a prefill passes the prompt with empty past tensors (past length 0), each "
+        "decode step one token with the previous step's presents as past, and attention_mask "
+        "covers past + new positions. The exporter names the presents' length "
+        "`past_sequence_length + sequence_length` (once in the other order). Its sidecar and the checks run it at batch 1, "
+        "sequence 8, past 8 (`run_shape` in the manifest); the build also checks it against the "
+        "PyTorch model in onnxruntime for a prefill with past length 0 and a decode step.",
         "",
         "## Node names by exporter",
         "",
