@@ -8,7 +8,9 @@ from pathlib import Path
 import dagster as dg
 
 from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.tracelake.queries import session_quality
+from aaco_pipelines.generation.workload import SCENARIOS
+from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
+from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from assets.partitions import models_partitions
 from resources import TraceLakeResource
@@ -32,7 +34,27 @@ CHECKS = [
         asset="tracelake_session",
         description=f"Host telemetry was sampled at {MIN_TELEMETRY_HZ:.0f} Hz or more.",
     ),
+    dg.AssetCheckSpec(
+        "generation_complete",
+        asset="tracelake_session",
+        blocking=True,
+        description="An LLM generation session: every batch ran a prefill and one decode step per "
+        "further token, its KV cache grew one position a step, and every request is there.",
+    ),
 ]
+# The figures of a generation session shown on the asset, per scenario: (metric, label, scale).
+GENERATION_FIGURES = (
+    ("ttft_p50_ns", "TTFT p50 (ms)", 1e-6),
+    ("ttft_p99_ns", "TTFT p99 (ms)", 1e-6),
+    ("tpot_p50_ns", "TPOT p50 (ms)", 1e-6),
+    ("tpot_p99_ns", "TPOT p99 (ms)", 1e-6),
+    ("itl_p99_ns", "ITL p99 (ms)", 1e-6),
+    ("e2e_p50_ns", "e2e p50 (ms)", 1e-6),
+    ("output_tokens_per_s", "tokens/s", 1.0),
+    ("requests_per_s", "requests/s", 1.0),
+    ("goodput_per_s", "goodput/s", 1.0),
+    ("slo_attainment", "within SLO", 1.0),
+)
 
 
 @dg.asset(
@@ -56,9 +78,60 @@ def tracelake_session(
             "tracelake": dg.MetadataValue.path(tracelake.database),
             "schema_version": SCHEMA_VERSION,
             **{f"rows_{name}": n for name, n in counts.items()},
+            **generation_metadata(tracelake.lake, bundle.session_id),
         },
     )
     yield from quality_checks(session_quality(tracelake.lake, bundle.session_id))
+    yield generation_check(tracelake.lake, bundle.session_id)
+
+
+def generation_metadata(lake, session_id: str) -> dict:
+    """A generation session's figures per scenario (a Markdown table), its latency-throughput
+    and TTFT-prompt curves and its TTFT/TPOT distributions; nothing for a forward session."""
+    metrics = lake.query(
+        "SELECT * FROM generation_metrics WHERE session_id = $sid", {"sid": session_id}
+    )
+    if metrics.num_rows == 0:
+        return {}
+    requests = lake.query(
+        "SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid", {"sid": session_id}
+    )
+    figures = {
+        (r["run"], r["metric"]): r["value"]
+        for r in metrics.to_pylist()
+        if r["source"] == "aaco" and r["batch_size"] is None
+    }
+    runs = [run for run in SCENARIOS if any(key[0] == run for key in figures)]
+    header = "| scenario | " + " | ".join(label for _, label, _ in GENERATION_FIGURES) + " |"
+    rows = [header, "|" + " --- |" * (len(GENERATION_FIGURES) + 1)]
+    for run in runs:
+        cells = [
+            _cell(figures.get((run, metric)), scale) for metric, _, scale in GENERATION_FIGURES
+        ]
+        rows.append(f"| {run} | " + " | ".join(cells) + " |")
+    return {
+        "generation_figures": dg.MetadataValue.md("\n".join(rows)),
+        "generation_plots": dg.MetadataValue.md(
+            markdown_image(generation_curves(metrics), "latency-throughput and TTFT curves")
+            + "\n\n"
+            + markdown_image(token_latencies(requests), "TTFT and TPOT distributions")
+        ),
+    }
+
+
+def _cell(value: float | None, scale: float) -> str:
+    return "-" if value is None else f"{value * scale:.4g}"
+
+
+def generation_check(lake, session_id: str) -> dg.AssetCheckResult:
+    """generation_complete: passes trivially (and says so) for a forward-pass session."""
+    q = generation_quality(lake, session_id)
+    wrong = {k: v for k, v in q.items() if k not in ("batches", "requests")}
+    return dg.AssetCheckResult(
+        check_name="generation_complete",
+        passed=not any(wrong.values()),
+        metadata=q if q["batches"] else {"workload": "forward passes: nothing to check"},
+    )
 
 
 def quality_checks(q: dict):

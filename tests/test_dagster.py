@@ -13,7 +13,9 @@ import models
 import pytest
 from conftest import REPO, add_model
 
+from aaco_pipelines.generation.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.tracelake.store import TraceLake
 from assets import MODEL_ASSETS, NIGHT_ASSETS, models_partitions
 from assets.partitions import NIGHT_TAG
@@ -92,6 +94,7 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
             "iterations_complete": True,
             "kernel_trace_present": True,
             "telemetry_rate": True,
+            "generation_complete": True,  # nothing to check for forward passes
             "kernel_events_present": True,
             "kernel_time_within_wall": True,
             "no_performance_regression": True,
@@ -130,6 +133,28 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
             assert fragment in message, (slug, message)
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
     assert not any((aaco_paths.sessions / ".staging").iterdir())
+
+
+def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_paths):
+    workload = GenerationWorkload(
+        prompt_tokens=16, output_tokens=8, requests=8, min_duration_s=0.2,
+        curves=Curves(batch_sizes=(1, 2), prompt_lengths=(8, 32), repeats=1),
+    )  # fmt: skip
+    sidecar = ModelSidecar(warmup_iterations=1, profiled_iterations=1, generation=workload)
+    add_model(aaco_paths, "llm", llama_decoder(), sidecar)
+    result = _materialize(instance, aaco_paths, "llm")
+    assert result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert all(c.passed for c in checks.values()), checks
+    generation = checks["generation_complete"].metadata
+    assert generation["batches"].value > 0 and generation["steps_with_wrong_kv_growth"].value == 0
+    meta = instance.get_latest_materialization_event(
+        dg.AssetKey("tracelake_session")
+    ).asset_materialization.metadata
+    table = meta["generation_figures"].value
+    assert table.splitlines()[2].startswith("| single_stream | ")
+    plots = meta["generation_plots"].value
+    assert plots.count("](data:image/png;base64,") == 2
 
 
 def test_model_registry_sensor(instance, aaco_paths):

@@ -162,7 +162,8 @@ def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
 def generation_sessions_row(row: pa.Table, bundle: SessionBundle, tables: dict) -> pa.Table:
     """A generation session's row: its latencies are the headline scenario's end-to-end request
     latencies (the measured pass), its throughput that scenario's completed requests per second,
-    and its profiling overhead the profiled decode steps' median against the measured ones' at
+    its profiled iterations the runs of the profile (a prefill or a decode step each), and its
+    profiling overhead the profiled decode steps' median against the measured ones' at
     batch 1 (null when no scenario decoded at batch 1)."""
     scenario = bundle.request["generation"]["workload"]["scenarios"][0]
     metrics = tables["generation_metrics"].to_pylist()
@@ -184,7 +185,9 @@ def generation_sessions_row(row: pa.Table, bundle: SessionBundle, tables: dict) 
     if profiled.any() and measured.any():
         base = float(np.median(durations[measured]))
         overhead = (float(np.median(durations[profiled])) - base) / base * 100.0
+    passes = tables["iterations"]["pass"].to_numpy(zero_copy_only=False)
     changes = {
+        "profiled_iterations": int((passes == "profiled").sum()),
         "workload": "generation",
         "scenario": scenario,
         "throughput_per_s": requests_per_s,

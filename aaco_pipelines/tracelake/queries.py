@@ -36,3 +36,40 @@ def model_sessions(lake: TraceLake, model_slug: str) -> list[dict]:
            FROM sessions WHERE model_slug = ? ORDER BY started_at""",
         [model_slug],
     ).to_pylist()
+
+
+# A generation session landed whole: every batch ran one prefill and one decode step per further
+# token, its cache grew by exactly one position a step, and every batch's requests are there.
+GENERATION_QUALITY_SQL = """
+WITH batches AS (
+    SELECT run, batch_id, count(*) AS steps, max(step) AS last_step,
+           count(*) FILTER (WHERE kv_length <> first_prompt + step) AS wrong_kv,
+           count(*) FILTER (WHERE phase <> CASE WHEN step = 0 THEN 'prefill' ELSE 'decode' END)
+               AS wrong_phase,
+           any_value(batch_size) AS batch_size
+    FROM (SELECT *, first_value(input_tokens) OVER (PARTITION BY run, batch_id ORDER BY step)
+                    AS first_prompt
+          FROM generation_steps WHERE session_id = $sid)
+    GROUP BY run, batch_id
+),
+answered AS (
+    SELECT run, batch_id, count(*) AS requests, any_value(output_tokens) AS output_tokens
+    FROM requests WHERE session_id = $sid GROUP BY run, batch_id
+)
+SELECT
+    (SELECT count(*) FROM batches) AS batches,
+    (SELECT count(*) FROM batches b JOIN answered a USING (run, batch_id)
+      WHERE b.steps <> a.output_tokens OR b.last_step <> a.output_tokens - 1) AS batches_with_wrong_step_count,
+    (SELECT coalesce(sum(wrong_kv), 0)::BIGINT FROM batches) AS steps_with_wrong_kv_growth,
+    (SELECT coalesce(sum(wrong_phase), 0)::BIGINT FROM batches) AS steps_with_wrong_phase,
+    (SELECT count(*) FROM batches b JOIN answered a USING (run, batch_id)
+      WHERE a.requests <> b.batch_size) AS batches_with_missing_requests,
+    (SELECT count(*) FROM requests WHERE session_id = $sid) AS requests
+"""
+
+
+def generation_quality(lake: TraceLake, session_id: str) -> dict:
+    """Counts that tell whether a generation session's steps and requests are whole (all zero
+    but `batches` and `requests` when they are)."""
+    table = lake.query(GENERATION_QUALITY_SQL, params={"sid": session_id})
+    return {name: table.column(name)[0].as_py() for name in table.column_names}

@@ -1,0 +1,404 @@
+"""LLM generation on real runs: the zoo's Llama decoder measured under LoadGen's scenarios.
+
+One session of the zoo decoder (single stream, server, offline, curves) is measured and analysed
+once for the module; the tests check its requests and steps against what generation means
+(exact token counts, KV-cache growth and step counts), its figures against independent
+computations (numpy over the rows, and LoadGen's own summary), the server's arrivals against the
+target rate, and that a slower decoder turns the TPOT verdict to regression.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from conftest import REPO
+from scipy import stats
+
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.generation.decoder_io import detect_decoder_io
+from aaco_pipelines.generation.workload import Curves, GenerationWorkload, ServiceLevel
+from aaco_pipelines.pipeline import measure_model
+from aaco_pipelines.registry.scan import scan_registry
+from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
+from aaco_pipelines.registry.zoo import llama_decoder
+from aaco_pipelines.tracelake.queries import generation_quality
+from aaco_pipelines.tracelake.store import TraceLake
+
+REAL_DECODER = REPO / "tests" / "data" / "real_models" / "llama_kv_dynamo.onnx"
+OUTPUT_TOKENS = 8
+PROMPT_TOKENS = 16
+SERVER_QPS = 40.0
+WORKLOAD = GenerationWorkload(
+    prompt_tokens=PROMPT_TOKENS,
+    output_tokens=OUTPUT_TOKENS,
+    scenarios=("single_stream", "server", "offline"),
+    requests=48,
+    min_duration_s=0.5,
+    batch_size=4,
+    target_qps=SERVER_QPS,
+    slo=ServiceLevel(ttft_ms=500.0, tpot_ms=100.0),
+    curves=Curves(batch_sizes=(1, 2, 4), prompt_lengths=(8, 32), repeats=2),
+)
+SIDECAR = ModelSidecar(warmup_iterations=1, profiled_iterations=2, generation=WORKLOAD)
+# Just enough for a drift history: one short scenario, no curves.
+QUICK = ModelSidecar(
+    warmup_iterations=1,
+    profiled_iterations=1,
+    generation=GenerationWorkload(
+        prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS, requests=12, min_duration_s=0.2
+    ),
+)
+
+
+def _paths(home: Path) -> AacoPaths:
+    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
+    paths.registry.mkdir(parents=True)
+    return paths
+
+
+def _register(paths: AacoPaths, name: str, model: onnx.ModelProto | Path, sidecar: ModelSidecar):
+    target = paths.registry / f"{name}.onnx"
+    if isinstance(model, Path):
+        shutil.copyfile(model, target)
+    else:
+        onnx.save(model, target)
+    sidecar.save(paths.registry / f"{name}.yaml")
+    return next(m for m in scan_registry(paths.registry) if m.slug == name)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    paths = _paths(tmp_path_factory.mktemp("generation"))
+    bundle = measure_model(_register(paths, "llama", llama_decoder(), SIDECAR), paths, analyze=True)
+    lake = TraceLake(paths.tracelake)
+    return lake, bundle.session_id
+
+
+def _rows(lake, sql: str, sid: str) -> list[dict]:
+    return lake.query(sql, {"sid": sid}).to_pylist()
+
+
+def _metrics(lake, sid: str, source: str = "aaco") -> dict[tuple, float]:
+    rows = _rows(
+        lake,
+        "SELECT run, batch_size, prompt_tokens, metric, value FROM generation_metrics "
+        f"WHERE session_id = $sid AND source = '{source}'",
+        sid,
+    )
+    return {(r["run"], r["batch_size"], r["prompt_tokens"], r["metric"]): r["value"] for r in rows}
+
+
+# --- what generation means: exact counts ------------------------------------------------------
+
+
+def test_every_batch_has_one_step_per_token_and_its_cache_grows_one_position_a_step(measured):
+    lake, sid = measured
+    steps = _rows(lake, "SELECT * FROM generation_steps WHERE session_id = $sid", sid)
+    batches: dict[tuple, list[dict]] = {}
+    for step in steps:
+        batches.setdefault((step["run"], step["batch_id"]), []).append(step)
+    assert {"single_stream", "server", "offline", "curve", "warmup", "profiled"} <= {
+        run for run, _ in batches
+    }
+    for rows in batches.values():
+        rows.sort(key=lambda r: r["step"])
+        prompt = rows[0]["input_tokens"]
+        assert [r["step"] for r in rows] == list(range(OUTPUT_TOKENS))
+        assert [r["phase"] for r in rows] == ["prefill"] + ["decode"] * (OUTPUT_TOKENS - 1)
+        assert [r["input_tokens"] for r in rows[1:]] == [1] * (OUTPUT_TOKENS - 1)
+        assert [r["kv_length"] for r in rows] == [prompt + s for s in range(OUTPUT_TOKENS)]
+        # 2 layers x (K and V) x 2 KV heads x 16 dims x 4 bytes per position and sequence
+        assert [r["kv_bytes"] for r in rows] == [
+            r["batch_size"] * r["kv_length"] * 2 * 2 * 2 * 16 * 4 for r in rows
+        ]
+        assert all(r["start_ns"] < r["end_ns"] for r in rows)
+        assert all(a["end_ns"] <= b["start_ns"] for a, b in zip(rows, rows[1:], strict=False))
+    assert {k: v for k, v in generation_quality(lake, sid).items() if k not in (
+        "batches", "requests")} == {
+        "batches_with_wrong_step_count": 0,
+        "steps_with_wrong_kv_growth": 0,
+        "steps_with_wrong_phase": 0,
+        "batches_with_missing_requests": 0,
+    }  # fmt: skip
+
+
+def test_scenarios_batch_as_their_rules_say_and_loadgen_counts_the_same_tokens(measured):
+    lake, sid = measured
+    runs = _rows(
+        lake,
+        "SELECT run, count(*) AS n, max(batch_size) AS biggest, min(output_tokens) AS least, "
+        "max(output_tokens) AS most FROM requests WHERE session_id = $sid GROUP BY run",
+        sid,
+    )
+    by_run = {r["run"]: r for r in runs}
+    assert by_run["single_stream"]["biggest"] == 1  # one query at a time
+    assert by_run["offline"]["biggest"] == WORKLOAD.batch_size  # all at once: full batches
+    assert by_run["server"]["biggest"] <= WORKLOAD.batch_size
+    for run in WORKLOAD.scenarios:
+        assert by_run[run]["n"] >= WORKLOAD.requests  # LoadGen's minimum query count
+        assert by_run[run]["least"] == by_run[run]["most"] == OUTPUT_TOKENS
+    # LoadGen counts the tokens of our answers itself: its rate agrees with ours.
+    ours, loadgen = _metrics(lake, sid), _metrics(lake, sid, "loadgen")
+    for run in ("server", "offline"):
+        assert loadgen[(run, None, None, "output_tokens_per_s")] == pytest.approx(
+            ours[(run, None, None, "output_tokens_per_s")], rel=0.05
+        )
+
+
+def test_ttft_is_queueing_plus_the_measured_prefill_step(measured):
+    lake, sid = measured
+    rows = _rows(
+        lake,
+        "SELECT r.*, s.end_ns - s.start_ns AS prefill_step_ns, s.phase "
+        "FROM requests r JOIN generation_steps s ON s.session_id = r.session_id "
+        "AND s.run = r.run AND s.batch_id = r.batch_id AND s.step = 0 "
+        "WHERE r.session_id = $sid AND r.run IN ('single_stream', 'server', 'offline')",
+        sid,
+    )
+    assert rows
+    for r in rows:
+        assert r["phase"] == "prefill"
+        assert r["first_token_ns"] - r["start_ns"] == r["prefill_step_ns"]
+        assert r["ttft_ns"] == r["queue_ns"] + r["prefill_step_ns"]
+        assert r["tpot_ns"] == pytest.approx(
+            (r["end_ns"] - r["first_token_ns"]) / (OUTPUT_TOKENS - 1)
+        )
+    single = [r for r in rows if r["run"] == "single_stream"]
+    ttft = np.median([r["ttft_ns"] for r in single])
+    prefill = np.median([r["prefill_step_ns"] for r in single])
+    assert ttft - prefill < 0.5 * prefill  # one query at a time: little queueing
+
+
+# --- figures against independent computations ------------------------------------------------
+
+
+def test_percentiles_match_numpy_over_the_requests_and_steps(measured):
+    lake, sid = measured
+    requests = lake.query("SELECT * FROM requests WHERE session_id = $sid", {"sid": sid})
+    steps = lake.query("SELECT * FROM generation_steps WHERE session_id = $sid", {"sid": sid})
+    figures = _metrics(lake, sid)
+    run_of = requests["run"].to_numpy(zero_copy_only=False)
+    for run in WORKLOAD.scenarios:
+        mine = requests.filter(run_of == run)
+        for column, name in (("ttft_ns", "ttft"), ("tpot_ns", "tpot"), ("e2e_ns", "e2e")):
+            values = mine[column].to_numpy().astype(float)
+            for q in (50, 90, 99):
+                expected = np.percentile(values, q)  # linear, as quantile_cont
+                assert figures[(run, None, None, f"{name}_p{q}_ns")] == pytest.approx(expected)
+        duration = (mine["end_ns"].to_numpy().max() - mine["arrival_ns"].to_numpy().min()) / 1e9
+        tokens = mine["output_tokens"].to_numpy().sum()
+        assert figures[(run, None, None, "output_tokens_per_s")] == pytest.approx(tokens / duration)
+        assert figures[(run, None, None, "requests_per_s")] == pytest.approx(
+            mine.num_rows / duration
+        )
+        # ITL: each decode step gives every sequence of its batch one token.
+        itl = []
+        step_run = steps["run"].to_numpy(zero_copy_only=False)
+        for batch in set(mine["batch_id"].to_pylist()):
+            rows = sorted(
+                (r for r in steps.filter(step_run == run).to_pylist() if r["batch_id"] == batch),
+                key=lambda r: r["step"],
+            )
+            ends = np.array([r["end_ns"] for r in rows])
+            itl += list(np.repeat(np.diff(ends), rows[0]["batch_size"]))
+        assert figures[(run, None, None, "itl_p99_ns")] == pytest.approx(np.percentile(itl, 99))
+
+
+def test_figures_agree_with_loadgens_own_summary(measured):
+    """LoadGen times a query from its scheduled issue, we from the issue callback: ours may be
+    a little shorter, never longer, than LoadGen's; nearest-rank against interpolated
+    percentiles differ by at most a neighbouring sample."""
+    lake, sid = measured
+    ours, loadgen = _metrics(lake, sid), _metrics(lake, sid, "loadgen")
+    for run, metric in (
+        ("single_stream", "tpot_p50_ns"),
+        ("server", "tpot_p50_ns"),
+        ("server", "ttft_p50_ns"),
+        ("single_stream", "e2e_p50_ns"),
+    ):
+        theirs, mine = loadgen[(run, None, None, metric)], ours[(run, None, None, metric)]
+        assert mine <= theirs * 1.05 and mine >= theirs * 0.7, (run, metric, mine, theirs)
+
+
+def test_server_arrivals_are_poisson_at_the_target_rate(measured):
+    lake, sid = measured
+    arrivals = np.array(
+        [
+            r["arrival_ns"]
+            for r in _rows(
+                lake,
+                "SELECT arrival_ns FROM requests WHERE session_id = $sid AND run = 'server' "
+                "ORDER BY arrival_ns",
+                sid,
+            )
+        ]
+    )
+    gaps = np.diff(arrivals) / 1e9
+    rate = len(gaps) / gaps.sum()
+    # The rate estimate of n Poisson gaps has a relative sd of 1/sqrt(n): within 3.5 of them.
+    assert abs(rate / SERVER_QPS - 1.0) < 3.5 / np.sqrt(len(gaps)), rate
+    # Exponential gaps at the target rate (LoadGen's server scenario), not a fixed period.
+    assert stats.kstest(gaps, "expon", args=(0, 1 / SERVER_QPS)).pvalue > 1e-3
+    assert np.std(gaps) / np.mean(gaps) > 0.5
+    figures = _metrics(lake, sid)
+    loadgen = _metrics(lake, sid, "loadgen")
+    assert figures[("server", None, None, "arrival_rate_per_s")] == pytest.approx(rate, rel=1e-6)
+    assert loadgen[("server", None, None, "arrival_rate_per_s")] == pytest.approx(rate, rel=0.1)
+
+
+def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second(measured):
+    lake, sid = measured
+    curve = {(b, p, m): v for (run, b, p, m), v in _metrics(lake, sid).items() if run == "curve"}
+    points = {(b, p) for b, p, _ in curve}
+    assert points == {(1, 16), (2, 16), (4, 16), (1, 8), (1, 32)}
+    for b, p in points:
+        assert curve[(b, p, "requests")] == WORKLOAD.curves.repeats * b
+    rates = [curve[(b, PROMPT_TOKENS, "output_tokens_per_s")] for b in (1, 4)]
+    assert rates[1] > 1.5 * rates[0]  # batching four sequences more than doubles throughput
+
+
+# --- phases, session row, headline -----------------------------------------------------------
+
+
+def test_kernel_time_is_attributed_to_onnx_nodes_per_phase(measured):
+    lake, sid = measured
+    rows = _rows(
+        lake,
+        "SELECT phase, level, name, share FROM phase_breakdown WHERE session_id = $sid",
+        sid,
+    )
+    for phase in ("prefill", "decode"):
+        nodes = [r for r in rows if r["phase"] == phase and r["level"] == "node"]
+        assert sum(r["share"] for r in nodes) == pytest.approx(1.0)
+        assert any(r["name"].startswith("layer0/attention") for r in nodes)
+    # the same graph runs in both phases, and each phase's node time fits in its profiled steps
+    names = {
+        p: {r["name"] for r in rows if r["phase"] == p and r["level"] == "node"}
+        for p in ("prefill", "decode")
+    }
+    assert names["prefill"] == names["decode"]
+    for r in _rows(
+        lake,
+        "SELECT b.phase, sum(b.mean_ns) AS node_ns, any_value(s.step_ns) AS step_ns "
+        "FROM phase_breakdown b JOIN (SELECT phase, avg(end_ns - start_ns) AS step_ns "
+        "  FROM generation_steps WHERE session_id = $sid AND run = 'profiled' AND iteration >= 0 "
+        "  GROUP BY phase) s USING (phase) "
+        "WHERE b.session_id = $sid AND b.level = 'op_type' GROUP BY b.phase",
+        sid,
+    ):
+        assert 0 < r["node_ns"] < r["step_ns"], r
+
+
+def test_the_session_row_is_the_headline_scenario(measured):
+    lake, sid = measured
+    (row,) = _rows(lake, "SELECT * FROM sessions WHERE session_id = $sid", sid)
+    e2e = [
+        r["e2e_ns"]
+        for r in _rows(
+            lake,
+            "SELECT e2e_ns FROM requests WHERE session_id = $sid AND run = 'single_stream'",
+            sid,
+        )
+    ]
+    assert row["workload"] == "generation" and row["scenario"] == "single_stream"
+    assert row["latency_p50_ns"] == round(np.percentile(e2e, 50))
+    assert row["measured_iterations"] == len(e2e)
+    verdicts = {
+        r["metric"]
+        for r in _rows(lake, "SELECT metric FROM drift_verdicts WHERE session_id = $sid", sid)
+    }
+    assert {"ttft_p50_ns", "tpot_p50_ns", "itl_p99_ns", "output_tokens_per_s"} <= verdicts
+
+
+# --- drift: a slower decoder ----------------------------------------------------------------
+
+
+def test_a_slower_decoder_turns_the_tpot_verdict_to_regression(tmp_path):
+    paths = _paths(tmp_path)
+    for _ in range(3):  # the history: min_history points (their figures need no analysis)
+        measure_model(_register(paths, "llm", llama_decoder(), QUICK), paths)
+    slower = _register(paths, "llm", llama_decoder(layers=8, intermediate=512), QUICK)
+    bundle = measure_model(slower, paths, analyze=True)
+    verdicts = {
+        r["metric"]: r
+        for r in _rows(
+            TraceLake(paths.tracelake),
+            "SELECT * FROM drift_verdicts WHERE session_id = $sid",
+            bundle.session_id,
+        )
+    }
+    assert verdicts["tpot_p50_ns"]["verdict"] == "regression", {
+        k: (v["verdict"], v["effect_pct"], v["decided_by"]) for k, v in verdicts.items()
+    }
+    assert verdicts["tpot_p50_ns"]["effect_pct"] > 20.0
+    assert verdicts["output_tokens_per_s"]["verdict"] == "regression", verdicts[
+        "output_tokens_per_s"
+    ]
+    assert verdicts["ttft_p50_ns"]["verdict"] == "regression", verdicts["ttft_p50_ns"]
+
+
+# --- the convention, as real exporters write it ------------------------------------------------
+
+
+def test_the_real_exporters_decoder_is_found_and_generated_from(tmp_path):
+    model = onnx.load(REAL_DECODER, load_external_data=False)
+    io = detect_decoder_io(model, REAL_DECODER)
+    assert (io.layers, io.kv_heads, io.head_dim, io.vocab) == (2, 2, 16, 512)
+    assert io.has_attention_mask and io.has_position_ids
+    paths = _paths(tmp_path)
+    bundle = measure_model(_register(paths, "hf_llama", REAL_DECODER, QUICK), paths)
+    lake = TraceLake(paths.tracelake)
+    quality = generation_quality(lake, bundle.session_id)
+    assert quality["requests"] >= 12 and quality["steps_with_wrong_kv_growth"] == 0
+
+
+def test_a_decoder_without_a_sidecar_is_a_generation_workload_with_the_defaults(tmp_path):
+    from aaco_pipelines.generation.decoder_io import generation_plan
+
+    path = tmp_path / "llm.onnx"
+    onnx.save(llama_decoder(), path)
+    plan = generation_plan(onnx.load(path), load_sidecar(path), path)
+    assert plan["workload"] == GenerationWorkload().to_dict()
+    assert plan["vocab"] == 512 and plan["decoder"]["layers"] == 2
+
+
+def test_a_partial_convention_is_refused_naming_the_model(tmp_path):
+    model = llama_decoder()
+    del model.graph.output[-1]  # present.1.value
+    path = tmp_path / "broken.onnx"
+    with pytest.raises(AacoInputError, match="decoder convention") as info:
+        detect_decoder_io(model, path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"scenarios": ["batch"]}, "generation.scenarios must be"),
+        ({"slo": {"ttft_ms": 0}}, "generation.slo.ttft_ms must be a positive number"),
+        ({"curves": {"batch_sizes": [0]}}, "generation.curves.batch_sizes must be"),
+        ({"output_tokens": 1.5}, "generation.output_tokens must be a positive integer"),
+        ({"kv_cache": {"layout": "bshd"}}, "generation.kv_cache.layout must be"),
+        ({"prompt": 3}, "unknown keys \\['prompt'\\] under generation"),
+    ],
+)
+def test_a_bad_generation_section_is_one_line_naming_the_sidecar(tmp_path, section, message):
+    path = tmp_path / "llm.onnx"
+    onnx.save(llama_decoder(), path)
+    (tmp_path / "llm.json").write_text(__import__("json").dumps({"generation": section}))
+    with pytest.raises(AacoInputError, match=message) as info:
+        load_sidecar(path)
+    assert "llm.json" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_sidecar_section_round_trips(tmp_path):
+    path = tmp_path / "m.onnx"
+    SIDECAR.save(tmp_path / "m.yaml")
+    assert load_sidecar(path) == SIDECAR
+    assert dataclasses.replace(SIDECAR, generation=None).to_dict().get("generation") is None
