@@ -146,7 +146,8 @@ def progress_printer() -> Callable[[str], None]:
 
 RUN_SUMMARY_SQL = """
 SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
-       s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence
+       s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence,
+       s.workload, s.scenario
 FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
 """
 
@@ -170,7 +171,35 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         ("throughput", f"{row['throughput_per_s']:.1f} /s"),
         ("bottleneck", bottleneck),
     ]
+    if row["workload"] == "generation":
+        cells[3] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
+        cells += generation_summary(lake_path, session_id)
     return "\n".join(f"  {name:13} {value}" for name, value in cells)
+
+
+GENERATION_SUMMARY_SQL = """
+SELECT run, metric, value FROM generation_metrics
+WHERE session_id = ? AND source = 'aaco' AND batch_size IS NULL AND run NOT IN ('curve')
+"""
+
+
+def generation_summary(lake_path: Path, session_id: str) -> list[tuple[str, str]]:
+    """One line per scenario of a generation session: TTFT, TPOT, tokens/s, goodput."""
+    from aaco_pipelines.generation.workload import SCENARIOS
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    rows = TraceLake(lake_path).query(GENERATION_SUMMARY_SQL, [session_id]).to_pylist()
+    figures = {(r["run"], r["metric"]): r["value"] for r in rows}
+    lines = []
+    for run in SCENARIOS:
+        if (run, "ttft_p50_ns") not in figures:
+            continue
+        f = {metric: value for (r, metric), value in figures.items() if r == run}
+        lines.append((run, f"TTFT p50 {f['ttft_p50_ns'] / 1e6:.3f} ms, p99 "
+                      f"{f['ttft_p99_ns'] / 1e6:.3f} ms; TPOT p50 {f.get('tpot_p50_ns', 0) / 1e6:.3f} ms; "
+                      f"{f['output_tokens_per_s']:.0f} tokens/s; goodput {f['goodput_per_s']:.1f} /s "
+                      f"({f['slo_attainment']:.0%} within SLO)"))  # fmt: skip
+    return lines
 
 
 def cmd_run(args, paths: AacoPaths) -> int:

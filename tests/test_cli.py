@@ -18,14 +18,14 @@ from aaco_pipelines.tracelake.store import TraceLake
 def test_zoo_build_if_empty_and_registry_list(aaco_paths, capsys):
     assert main(["zoo", "build", "--if-empty"]) == 0
     written = sorted(p.name for p in aaco_paths.registry.glob("*.onnx"))
-    assert len(written) == 6 and "bert_encoder.onnx" in written
+    assert len(written) == 7 and "llama_decoder.onnx" in written
     mtimes = {p: p.stat().st_mtime_ns for p in aaco_paths.registry.iterdir()}
     assert main(["zoo", "build", "--if-empty"]) == 0
     assert {p: p.stat().st_mtime_ns for p in aaco_paths.registry.iterdir()} == mtimes
     capsys.readouterr()
     assert main(["registry", "list"]) == 0
     out = capsys.readouterr().out
-    assert "6 models" in out and "bert_encoder" in out and "bert_encoder.yaml" in out
+    assert "7 models" in out and "bert_encoder" in out and "bert_encoder.yaml" in out
     assert "last verdict" in out and "no TraceLake" in out  # no sessions yet, and it says so
     assert not aaco_paths.tracelake.exists()
 

@@ -402,3 +402,75 @@ def test_the_sidecar_section_round_trips(tmp_path):
     SIDECAR.save(tmp_path / "m.yaml")
     assert load_sidecar(path) == SIDECAR
     assert dataclasses.replace(SIDECAR, generation=None).to_dict().get("generation") is None
+
+
+def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(measured):
+    from aaco_pipelines.cli import run_summary
+
+    lake, sid = measured
+    lines = run_summary(lake.path, sid).splitlines()
+    assert any(
+        line.split()[:2]
+        == [
+            "requests",
+            str(
+                _rows(
+                    lake,
+                    "SELECT measured_iterations AS n FROM sessions WHERE session_id = $sid",
+                    sid,
+                )[0]["n"]
+            ),
+        ]
+        for line in lines
+    )
+    for run in WORKLOAD.scenarios:
+        (line,) = [line for line in lines if line.split()[0] == run]
+        assert (
+            "TTFT p50" in line and "TPOT p50" in line and "tokens/s" in line and "goodput" in line
+        )
+
+
+def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plots(measured):
+    from aaco_pipelines.report.content import render_json
+    from aaco_pipelines.report.html import render_html
+
+    lake, sid = measured
+    generation = render_json(lake, sid)["generation"]
+    assert generation["headline"] == "single_stream"
+    assert [s["scenario"] for s in generation["scenarios"]] == list(WORKLOAD.scenarios)
+    server = generation["scenarios"][1]
+    assert server["loadgen_tpot_p50_ns"] > 0 and server["tpot_p50_ns"] > 0
+    assert {(p["batch_size"], p["prompt_tokens"]) for p in generation["curves"]} == {
+        (1, 16), (2, 16), (4, 16), (1, 8), (1, 32)
+    }  # fmt: skip
+    assert generation["phases"]["prefill"] and generation["phases"]["decode"]
+    html = render_html(lake, sid)
+    assert 'id="generation"' in html
+    assert html.count("data:image/png;base64,") >= 2 + html.count('id="drift-')
+
+
+def test_a_v8_lake_migrates_its_sessions_as_forward_passes(measured, tmp_path):
+    import duckdb
+
+    from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
+
+    lake, sid = measured
+    copy = tmp_path / "v8.duckdb"
+    shutil.copyfile(lake.path, copy)
+    with duckdb.connect(str(copy)) as con:  # back to v8's shape
+        con.execute("DROP VIEW sessions")
+        for column in ("workload", "scenario"):
+            con.execute(f"ALTER TABLE session_records DROP COLUMN {column}")
+        for table in ("requests", "generation_steps", "generation_metrics", "phase_breakdown"):
+            con.execute(f"DROP TABLE {table}")
+        con.execute("DELETE FROM schema_info")
+        con.execute("INSERT INTO schema_info VALUES (8, now())")
+    old = TraceLake(copy)
+    with old.connect(write=True):
+        pass  # the next write migrates
+    assert old.schema_version() == SCHEMA_VERSION
+    (row,) = _rows(old, "SELECT workload, scenario FROM sessions WHERE session_id = $sid", sid)
+    assert row == {"workload": "forward", "scenario": None}
+    assert _rows(old, "SELECT count(*) AS n FROM requests WHERE session_id = $sid", sid) == [
+        {"n": 0}
+    ]

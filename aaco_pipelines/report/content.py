@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis import metrics as metrics_module
 from aaco_pipelines.analysis.classification import SIGNAL_RULES
+from aaco_pipelines.generation.workload import SCENARIOS
 from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.report.data import ReportData, gather
 from aaco_pipelines.report.summary import latency_summary
@@ -70,6 +71,49 @@ def report_content(data: ReportData) -> dict:
         },
         "telemetry": _telemetry(data.telemetry),
         "drift": [_drift(row) for row in data.drift],
+        "generation": _generation(data),
+    }
+
+
+GENERATION_FIGURES = (
+    "requests", "ttft_p50_ns", "ttft_p90_ns", "ttft_p99_ns", "tpot_p50_ns", "tpot_p90_ns",
+    "tpot_p99_ns", "itl_p50_ns", "itl_p99_ns", "e2e_p50_ns", "e2e_p99_ns", "queue_mean_ns",
+    "output_tokens_per_s", "requests_per_s", "goodput_per_s", "slo_attainment",
+    "arrival_rate_per_s",
+)  # fmt: skip
+CURVE_FIGURES = ("ttft_p50_ns", "tpot_p50_ns", "e2e_p50_ns", "output_tokens_per_s")
+
+
+def _generation(data: ReportData) -> dict | None:
+    """Per scenario its figures (LoadGen's beside, as `loadgen_<metric>`), the curve points and
+    the top op types per phase; None for a forward-pass session."""
+    rows = data.generation_metrics.to_pylist()
+    if not rows:
+        return None
+    scenarios: dict[str, dict] = {}
+    curves: dict[tuple, dict] = {}
+    for r in rows:
+        if r["run"] == "curve" and r["source"] == "aaco":
+            point = curves.setdefault(
+                (r["batch_size"], r["prompt_tokens"]),
+                {"batch_size": r["batch_size"], "prompt_tokens": r["prompt_tokens"]},
+            )
+            if r["metric"] in CURVE_FIGURES:
+                point[r["metric"]] = r["value"]
+        elif r["batch_size"] is None and r["metric"] in (*GENERATION_FIGURES, "result_valid"):
+            prefix = "" if r["source"] == "aaco" else "loadgen_"
+            scenarios.setdefault(r["run"], {"scenario": r["run"]})[prefix + r["metric"]] = r[
+                "value"
+            ]
+    phases = data.phase_breakdown.to_pylist()
+    return {
+        "headline": data.session.get("scenario"),
+        "scenarios": [scenarios[run] for run in SCENARIOS if run in scenarios],
+        "curves": [curves[k] for k in sorted(curves)],
+        "phases": {
+            phase: [r for r in phases if r["phase"] == phase][:TOP_OP_TYPES]
+            for phase in ("prefill", "decode")
+        },
     }
 
 

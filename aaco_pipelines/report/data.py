@@ -83,6 +83,10 @@ class ReportData:
     envelope: dict | None
     bottleneck: dict | None  # with posterior, evidence and recommendations parsed
     drift: list[dict]  # drift_verdicts rows, JSON columns still as text
+    # a generation session's figures (aaco's and LoadGen's), request latencies, phase breakdown
+    generation_metrics: pa.Table
+    requests: pa.Table  # run, ttft_ns, tpot_ns
+    phase_breakdown: pa.Table  # op-type level: phase, name, mean_ns, share
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
@@ -159,6 +163,14 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         drift=rows(
             "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
         ).to_pylist(),
+        generation_metrics=rows(
+            "SELECT * EXCLUDE (session_id) FROM generation_metrics WHERE session_id = $sid"
+        ),
+        requests=rows("SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid"),
+        phase_breakdown=rows(
+            "SELECT phase, name, mean_ns, share FROM phase_breakdown WHERE session_id = $sid "
+            "AND level = 'op_type' ORDER BY phase DESC, mean_ns DESC"
+        ),
     )
 
 

@@ -71,6 +71,15 @@ def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
             "Telemetry, passes shaded",
             plots.telemetry(data.telemetry, data.passes),
         )
+    if data.generation_metrics.num_rows:
+        found["generation-curves"] = (
+            "Latency against throughput (batch size) and TTFT against prompt length",
+            plots.generation_curves(data.generation_metrics),
+        )
+        found["token-latencies"] = (
+            "TTFT and TPOT distributions per scenario",
+            plots.token_latencies(data.requests),
+        )
     for row in data.drift:
         if row["metric"] in DRIFT_PLOT_METRICS:
             found[drift_plot_id(row["metric"])] = (

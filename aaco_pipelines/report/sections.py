@@ -45,6 +45,7 @@ def report_sections(content: dict) -> list[Section]:
         _roofline(content["roofline"]),
         _telemetry(content["telemetry"]),
         _drift(content["drift"]),
+        *([_generation(content["generation"])] if content.get("generation") else []),
         _environment(content["environment"]),
     ]
 
@@ -295,6 +296,55 @@ def _drift(verdicts: list[dict]) -> Section:
         ["Verdicts on this session against the model's earlier sessions."],
         [Table("", rows, columns)],
         [drift_plot_id(m) for m in DRIFT_PLOT_METRICS if m in shown],
+    )
+
+
+def _generation(generation: dict) -> Section:
+    """LLM generation: figures per scenario (LoadGen's own beside), the curves, time per phase."""
+    figures = [
+        ("scenario", "scenario", None),
+        ("requests", "requests", num),
+        ("ttft_p50_ns", "TTFT p50", duration),
+        ("ttft_p99_ns", "TTFT p99", duration),
+        ("loadgen_ttft_p50_ns", "TTFT p50 (LoadGen)", duration),
+        ("tpot_p50_ns", "TPOT p50", duration),
+        ("tpot_p99_ns", "TPOT p99", duration),
+        ("loadgen_tpot_p50_ns", "TPOT p50 (LoadGen)", duration),
+        ("itl_p99_ns", "ITL p99", duration),
+        ("e2e_p50_ns", "e2e p50", duration),
+        ("queue_mean_ns", "queueing (mean)", duration),
+        ("output_tokens_per_s", "tokens/s", num),
+        ("goodput_per_s", "goodput/s", num),
+        ("slo_attainment", "within SLO", pct),
+    ]
+    curves = [
+        ("batch_size", "batch", num),
+        ("prompt_tokens", "prompt tokens", num),
+        ("ttft_p50_ns", "TTFT p50", duration),
+        ("tpot_p50_ns", "TPOT p50", duration),
+        ("e2e_p50_ns", "e2e p50", duration),
+        ("output_tokens_per_s", "tokens/s", num),
+    ]
+    phase = [
+        ("name", "op type", None),
+        ("mean_ns", "mean / step", duration),
+        ("share", "share", pct),
+    ]
+    return Section(
+        "generation",
+        "LLM generation",
+        [
+            f"Headline scenario: {generation['headline']} (the session's latency and drift "
+            "series). TTFT = queueing + prefill; TPOT = (last - first token) / (tokens - 1); "
+            "LoadGen's own figures time from its scheduled issue."
+        ],
+        [
+            Table("Scenarios", generation["scenarios"], figures),
+            Table("Curves", generation["curves"], curves),
+            Table("Prefill: top op types", generation["phases"]["prefill"], phase),
+            Table("Decode: top op types", generation["phases"]["decode"], phase),
+        ],
+        ["generation-curves", "token-latencies"],
     )
 
 
