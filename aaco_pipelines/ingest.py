@@ -294,6 +294,7 @@ def _sessions_row(
         "runtime_fingerprint": "external",
         "bundle_path": str(bundle.path),
         "env_json": json.dumps(environment or {}, default=str),
+        "workload": "forward",  # a trace's span, as one forward pass
     }
     return pa.Table.from_pylist([row], schema=SESSIONS)
 

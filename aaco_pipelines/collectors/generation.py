@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.generation.decoder_io import DecoderIO
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import (
     GENERATION_METRICS,
@@ -183,14 +184,10 @@ def generation_tables(bundle: SessionBundle) -> dict[str, pa.Table] | None:
         return None
     raw_requests = _read_parts(bundle, "requests")
     raw_steps = _read_parts(bundle, "steps")
-    decoder, workload = plan["decoder"], plan["workload"]
-    import numpy as np
-
-    per_token = 2 * decoder["layers"] * decoder["kv_heads"] * decoder["head_dim"]
-    per_token *= np.dtype(decoder["kv_dtype"]).itemsize
+    workload = plan["workload"]
     params = {
         "sid": bundle.session_id,
-        "kv_bytes_per_token": per_token,
+        "kv_bytes_per_token": DecoderIO(**plan["decoder"]).kv_bytes(batch=1, length=1),
         "profiled_warmup": bundle.session.get("profiled_warmup_iterations", 0),
     }
     with engine.connect() as con:

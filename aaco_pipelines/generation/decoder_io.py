@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from aaco_pipelines.errors import AacoInputError
@@ -47,8 +48,6 @@ class DecoderIO:
 
     def kv_bytes(self, batch: int, length: int) -> int:
         """Bytes of the whole cache (keys and values of every layer) at this length."""
-        import numpy as np
-
         per_token = 2 * self.layers * self.kv_heads * self.head_dim
         return batch * length * per_token * np.dtype(self.kv_dtype).itemsize
 
