@@ -321,8 +321,10 @@ def test_the_session_row_is_the_headline_scenario(measured):
 
 def test_a_slower_decoder_turns_the_tpot_verdict_to_regression(tmp_path):
     paths = _paths(tmp_path)
-    for _ in range(3):  # the history: min_history points (their figures need no analysis)
-        measure_model(_register(paths, "llm", llama_decoder(), QUICK), paths)
+    history = [  # min_history points, analysed (aaco diff splits TTFT by their prefill kernels)
+        measure_model(_register(paths, "llm", llama_decoder(), QUICK), paths, analyze=True)
+        for _ in range(3)
+    ]
     slower = _register(paths, "llm", llama_decoder(layers=8, intermediate=512), QUICK)
     bundle = measure_model(slower, paths, analyze=True)
     verdicts = {
@@ -342,6 +344,27 @@ def test_a_slower_decoder_turns_the_tpot_verdict_to_regression(tmp_path):
     assert verdicts["output_tokens_per_s"]["effect_pct"] < 0.0
     assert verdicts["ttft_p50_ns"]["effect_pct"] > 0.0
     assert "improvement" not in {v["verdict"] for v in verdicts.values()}
+    _diff_explains_the_ttft_change(paths, [b.session_id for b in history], bundle.session_id)
+
+
+def _diff_explains_the_ttft_change(paths: AacoPaths, baseline: list[str], current: str) -> None:
+    """aaco diff: the TTFT change is queueing + prefill kernel + host time, and a decoder with
+    four times the layers is slower in its prefill kernels, not in its queue (single stream)."""
+    from aaco_pipelines.cli import diff_text
+    from aaco_pipelines.governance.gate import gate_verdict
+
+    verdict = gate_verdict(TraceLake(paths.tracelake), current, baseline=baseline)
+    generation = verdict.generation
+    assert generation["scenario"] == "single_stream"
+    assert generation["tpot_p50_ns"]["effect_pct"] > 20.0
+    explained = generation["ttft_explained"]
+    parts = [explained[f"{p}_ms"] for p in ("queueing", "prefill_kernel", "host")]
+    assert sum(parts) == pytest.approx(explained["ttft_mean_delta_ms"], rel=1e-6, abs=1e-9)
+    assert explained["ttft_mean_delta_ms"] > 0.0
+    assert explained["prefill_kernel_ms"] > 0.0
+    assert explained["dominant"] != "queueing"
+    text = diff_text(verdict)
+    assert "TTFT change" in text and "prefill kernel" in text and "TPOT p50" in text
 
 
 # --- the convention, as real exporters write it ------------------------------------------------

@@ -1,5 +1,8 @@
 """What changed in a generation session against its baseline, and where a TTFT change went.
 
+The figures compare the current session with the median of the baseline's sessions; the TTFT
+split compares it with their mean, so that the parts add up.
+
 A request's time to first token is its queueing (arrival to prefill start) plus its prefill span
 (prefill start to first token), exactly, so their means add up to the mean TTFT. The prefill span
 splits into kernel time and host time by the profiled pass: the share of a prefill step that its
@@ -44,14 +47,15 @@ def generation_effects(lake, baseline_ids: list[str], current: str) -> dict | No
     if scenario is None:
         return None
     rows = lake.query(FIGURES_SQL, {"ids": [*baseline_ids, current], "scenario": scenario})
-    before = _medians(rows, set(baseline_ids))
-    after = _medians(rows, {current})
+    before = _over_sessions(rows, set(baseline_ids), np.median)
+    after = _over_sessions(rows, {current}, np.median)
     if "ttft_mean_ns" not in before or "ttft_mean_ns" not in after:
         return None
     return {
         "scenario": scenario,
         **{name: _change(before.get(name), after.get(name)) for name in FIGURES},
-        "ttft_explained": ttft_explained(before, after),
+        # means over the baseline's sessions: a mean of sums is the sum of the means
+        "ttft_explained": ttft_explained(_over_sessions(rows, set(baseline_ids), np.mean), after),
     }
 
 
@@ -82,12 +86,13 @@ def _ttft_parts(figures: dict) -> dict[str, float]:
     }
 
 
-def _medians(rows, ids: set[str]) -> dict[str, float]:
+def _over_sessions(rows, ids: set[str], statistic) -> dict[str, float]:
+    """metric -> `statistic` of its values over the sessions `ids`."""
     values: dict[str, list[float]] = {}
     for sid, metric, value in zip(*(rows[c].to_pylist() for c in rows.column_names), strict=True):
         if sid in ids and value is not None:
             values.setdefault(metric, []).append(value)
-    return {metric: float(np.median(v)) for metric, v in values.items()}
+    return {metric: float(statistic(v)) for metric, v in values.items()}
 
 
 def _change(before: float | None, after: float | None) -> dict | None:
