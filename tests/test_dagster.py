@@ -155,6 +155,11 @@ def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_pa
     assert table.splitlines()[2].startswith("| single_stream | ")
     plots = meta["generation_plots"].value
     assert plots.count("](data:image/png;base64,") == 2
+    run_meta = instance.get_latest_materialization_event(
+        dg.AssetKey("benchmark_run")
+    ).asset_materialization.metadata
+    assert run_meta["scenarios"].value == "single_stream" and run_meta["requests"].value >= 8
+    assert "profiling_overhead_pct" not in run_meta  # a request against a step: meaningless
 
 
 def test_model_registry_sensor(instance, aaco_paths):
