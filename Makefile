@@ -4,7 +4,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aaco-installed
 
-.PHONY: setup browser run test bench bench-gpu lint
+.PHONY: setup browser services run test bench bench-gpu lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,18 @@ browser:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	} || echo "warning: chromium could not be installed; the UI end-to-end test will be skipped" >&2
 
-test: setup browser
+# Real services for the scale-out tests (tests/services.py starts and stops them itself): Debian's
+# PostgreSQL and redis, installed once like chromium; where they cannot be, those tests skip.
+services:
+	@{ [ -x "$$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | tail -n 1)" ] && \
+	   command -v redis-server >/dev/null 2>&1; } || { \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
+	  echo "installing postgresql and redis-server for the scale-out tests"; \
+	  $$sudo apt-get update -qq && \
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; \
+	} || echo "warning: postgresql/redis-server could not be installed; the scale-out tests will be skipped" >&2
+
+test: setup browser services
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: setup

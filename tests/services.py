@@ -1,0 +1,111 @@
+"""Real services for tests: a PostgreSQL server started from Debian's binaries on a free loopback
+port, in a folder of its own, and stopped by its PID.
+
+`make test` installs the packages (like chromium). Where they are missing the tests that need
+them skip with the reason, except in CI (`AACO_SERVICES_REQUIRED=1`), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REQUIRED = os.environ.get("AACO_SERVICES_REQUIRED") == "1"
+POSTGRES_USER = "aaco"
+
+
+def missing(service: str, reason: str) -> None:
+    """Skip (fail in CI) a test whose service cannot run here."""
+    message = f"{service} unavailable: {reason} (make test installs it)"
+    if REQUIRED:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bin() -> Path | None:
+    """The folder of initdb and pg_ctl (Debian keeps them out of PATH, per version)."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent  # a symlink in PATH: its real folder has createdb
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return versions[-1].parent if versions else None
+
+
+def _as_postgres(command: list[str]) -> list[str]:
+    """Postgres refuses to run as root: as root, run it as Debian's `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[str]:
+    """A fresh server with one database; yields its SQLAlchemy URL (psycopg2, explicit)."""
+    binaries = postgres_bin()
+    if binaries is None:
+        missing("PostgreSQL", "initdb not found (Debian package postgresql)")
+    base = Path(tempfile.mkdtemp(prefix="aaco-pg-"))
+    base.chmod(0o755)
+    data, sockets = base / "data", base / "sockets"
+    sockets.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(base, "postgres")
+        shutil.chown(sockets, "postgres")
+    port = free_port()
+    pid = None
+    try:
+        subprocess.run(
+            _as_postgres([str(binaries / "initdb"), "-D", str(data), "-U", POSTGRES_USER,
+                          "--auth=trust", "-E", "UTF8"]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
+        subprocess.run(
+            _as_postgres([str(binaries / "pg_ctl"), "-D", str(data), "-o", options,
+                          "-l", str(base / "server.log"), "-w", "-t", "60", "start"]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        pid = int((data / "postmaster.pid").read_text().split()[0])
+        subprocess.run(
+            [str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U",
+             POSTGRES_USER, "dagster"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        yield f"postgresql+psycopg2://{POSTGRES_USER}@127.0.0.1:{port}/dagster"
+    except subprocess.CalledProcessError as exc:
+        log = base / "server.log"
+        detail = log.read_text()[-2000:] if log.is_file() else ""
+        raise RuntimeError(f"{exc.cmd} failed: {exc.stderr!r} {detail}") from exc
+    finally:
+        if pid is not None:
+            _stop(pid)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _stop(pid: int, timeout_s: float = 30.0) -> None:
+    """Fast shutdown (SIGINT) by PID, then SIGKILL if it lingers."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGINT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
