@@ -277,6 +277,17 @@ def test_kernel_time_is_attributed_to_onnx_nodes_per_phase(measured):
         nodes = [r for r in rows if r["phase"] == phase and r["level"] == "node"]
         assert sum(r["share"] for r in nodes) == pytest.approx(1.0)
         assert any(r["name"].startswith("layer0/attention") for r in nodes)
+    # FLOPs are the graph's at prefill shapes: known for the prefill, not claimed for a decode
+    flops = {
+        r["phase"]: r["flops"]
+        for r in _rows(
+            lake,
+            "SELECT phase, sum(flops) AS flops FROM phase_breakdown WHERE session_id = $sid "
+            "AND level = 'node' GROUP BY phase",
+            sid,
+        )
+    }
+    assert flops["prefill"] > 0 and flops["decode"] is None
     # the same graph runs in both phases, and each phase's node time fits in its profiled steps
     names = {
         p: {r["name"] for r in rows if r["phase"] == p and r["level"] == "node"}

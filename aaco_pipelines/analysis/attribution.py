@@ -605,8 +605,9 @@ def phase_breakdown(
     lake, session_id: str, sha: str, mapping: pa.Table, kernels: pa.Table
 ) -> pa.Table:
     """A generation session's breakdown per phase: the profiled runs that were prefills, then
-    those that were decode steps, each through the same breakdown (mean time per step). Empty
-    for a forward-pass session."""
+    those that were decode steps, each through the same breakdown (mean time per step). Node
+    FLOPs and bytes are the graph's, extracted at prefill shapes: a decode step's are left
+    unknown. Empty for a forward-pass session."""
     steps = lake.query(
         "SELECT iteration, phase FROM generation_steps "
         "WHERE session_id = $sid AND run = 'profiled' AND iteration >= 0",
@@ -625,6 +626,10 @@ def phase_breakdown(
                 "kernels": kernels.filter(pc.is_in(kernels["iteration"], iterations)),
             },
         )
+        if phase == "decode":  # the graph's costs are a prefill's (its extraction shapes)
+            for column in ("flops", "bytes_moved"):
+                index = part.schema.get_field_index(column)
+                part = part.set_column(index, column, pa.nulls(part.num_rows, pa.int64()))
         parts.append(part.add_column(0, "phase", pa.array([phase] * part.num_rows, pa.string())))
     return (
         conform(pa.concat_tables(parts), PHASE_BREAKDOWN) if parts else empty_table(PHASE_BREAKDOWN)
