@@ -181,3 +181,34 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
     del series["change_points"]
     assert [at for at, _ in series_change_points(series)] == [7]
     assert points[0]["shift_pct"] == pytest.approx(20, abs=2) and points[0]["confidence"] > 0.95
+
+
+def test_a_models_series_are_per_target(tmp_path):
+    """The same model on the CPU and on a GPU: two histories, never one mixed series."""
+    import datetime as dt
+
+    from aaco_pipelines.governance.series import model_series
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    lake = TraceLake(tmp_path / "lake.duckdb")
+    start = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+    rows = [
+        {
+            "session_id": f"{target}-{i}",
+            "model_slug": "m",
+            "target": target,
+            "started_at": start + dt.timedelta(hours=2 * i + (target == "gpu0")),
+            "model_sha256": "sha",
+            "runtime_fingerprint": "rt",
+            "latency_p50_ns": p50,
+            "latency_p99_ns": p50 * 2,
+            "throughput_per_s": 1e9 / p50,
+        }
+        for target, p50 in (("cpu", 1_000_000), ("gpu0", 50_000))
+        for i in range(4)
+    ]
+    store_sessions(lake, rows)
+    for target, p50 in (("cpu", 1_000_000), ("gpu0", 50_000)):
+        series = model_series(lake, "m", f"{target}-3")["latency_p50_ns"]
+        assert series["session_ids"] == [f"{target}-{i}" for i in range(4)]
+        assert set(series["values"]) == {p50}

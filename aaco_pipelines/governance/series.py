@@ -1,5 +1,5 @@
-"""Drift series: one point per session of a model, per metric, in time order, with markers
-where the model version or the runtime fingerprint changed; and their verdicts.
+"""Drift series: one point per session of a model on one target, per metric, in time order,
+with markers where the model version or the runtime fingerprint changed; and their verdicts.
 
 Metrics: latency p50 and p99 (higher is worse), throughput (lower is worse), and the mean time
 per iteration of the current session's top op types (higher is worse). A generation session's
@@ -64,12 +64,14 @@ SESSION_METRICS = {  # metric -> (sessions column, higher is worse)
     "throughput_per_s": ("throughput_per_s", False),
 }
 
-# A model's history: its completed sessions, and the session being judged (not complete yet).
+# A model's history on the judged session's target (a CPU and a GPU are two series): its
+# completed sessions there, and the session being judged (not complete yet).
 SESSIONS_SQL = """
 SELECT session_id, started_at, model_sha256, runtime_fingerprint,
        latency_p50_ns, latency_p99_ns, throughput_per_s
-FROM session_records WHERE model_slug = $slug AND started_at <= (
-    SELECT started_at FROM session_records WHERE session_id = $sid)
+FROM session_records WHERE model_slug = $slug
+  AND target IS NOT DISTINCT FROM (SELECT target FROM session_records WHERE session_id = $sid)
+  AND started_at <= (SELECT started_at FROM session_records WHERE session_id = $sid)
   AND (session_id = $sid OR session_id IN (SELECT session_id FROM completed_sessions))
 ORDER BY started_at, session_id
 """
