@@ -289,7 +289,8 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(ins
     models.save(models.slower_mlp(200, **dims), path)  # a new version of the model: extra ops
     success, checks, verdicts = measure()
     p50 = verdicts["latency_p50_ns"]
-    assert p50["verdict"] == "regression" and p50["effect_pct"] > 50
+    series = json.loads(p50["series_json"])["values"]
+    assert p50["verdict"] == "regression" and p50["effect_pct"] > 50, (summary(verdicts), series)
     assert p50["ci_low"] > 0 and p50["decided_by"] in ("cusum", "ewma", "z_threshold")
     assert json.loads(p50["series_json"])["markers"][-1] == ["model_version"]
     check = checks["no_performance_regression"]
