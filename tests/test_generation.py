@@ -512,3 +512,21 @@ def test_a_v8_lake_migrates_its_sessions_as_forward_passes(measured, tmp_path):
     assert _rows(old, "SELECT count(*) AS n FROM requests WHERE session_id = $sid", sid) == [
         {"n": 0}
     ]
+
+
+def test_every_figure_has_the_unit_its_name_says(measured):
+    lake, sid = measured
+    units = {
+        (r["metric"], r["source"]): r["unit"]
+        for r in _rows(
+            lake,
+            "SELECT DISTINCT metric, source, unit FROM generation_metrics WHERE session_id = $sid",
+            sid,
+        )
+    }
+    assert units[("ttft_p50_ns", "aaco")] == units[("ttft_p50_ns", "loadgen")] == "ns"
+    assert (
+        units[("output_tokens_per_s", "aaco")] == units[("output_tokens_per_s", "loadgen")] == "1/s"
+    )
+    assert units[("duration_s", "aaco")] == "s"
+    assert units[("slo_attainment", "aaco")] == units[("result_valid", "loadgen")] == ""

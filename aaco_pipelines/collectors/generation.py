@@ -165,11 +165,7 @@ figures AS (
                       median(requests_per_s) AS requests_per_s FROM per_batch GROUP BY ALL) b
         ON b.run = p.run AND b.batch_size = p.batch_size AND b.prompt_tokens = p.prompt_tokens
 )
-SELECT $sid AS session_id, run, batch_size, prompt_tokens, metric, value,
-       CASE WHEN metric LIKE '%\\_ns' ESCAPE '\\' THEN 'ns'
-            WHEN metric LIKE '%\\_per\\_s' ESCAPE '\\' THEN '1/s'
-            WHEN metric = 'duration_s' THEN 's' ELSE '' END AS unit,
-       'aaco' AS source
+SELECT $sid AS session_id, run, batch_size, prompt_tokens, metric, value, 'aaco' AS source
 FROM (UNPIVOT (SELECT * EXCLUDE (within_slo) FROM figures)
       ON COLUMNS(* EXCLUDE (run, batch_size, prompt_tokens)) INTO NAME metric VALUE value)
 WHERE value IS NOT NULL
@@ -205,6 +201,8 @@ def generation_tables(bundle: SessionBundle) -> dict[str, pa.Table] | None:
                 "slo_tpot_ns": workload["slo"]["tpot_ms"] * 1e6,
             },
         ).to_arrow_table()
+    units = [_unit(metric) for metric in metrics["metric"].to_pylist()]  # a few hundred figures
+    metrics = metrics.append_column("unit", pa.array(units, pa.string()))
     loadgen = loadgen_metrics(bundle, workload["scenarios"])
     return {
         "requests": conform(requests, REQUESTS),
@@ -276,4 +274,9 @@ def parse_loadgen_summary(path: Path) -> dict[str, float]:
 
 
 def _unit(metric: str) -> str:
-    return "ns" if metric.endswith("_ns") else "1/s" if metric.endswith("_per_s") else ""
+    """A figure's unit, from its name's suffix (the names say it: ttft_p50_ns, requests_per_s)."""
+    if metric.endswith("_ns"):
+        return "ns"
+    if metric.endswith("_per_s"):
+        return "1/s"
+    return "s" if metric.endswith("_s") else ""

@@ -33,9 +33,24 @@ def now_ns() -> int:
     return time.perf_counter_ns() + _EPOCH_OFFSET_NS
 
 
+class ColumnLog:
+    """Rows appended as columns (one list per field of the dataclass), read as a dict of lists:
+    what a Parquet table of a run is written from."""
+
+    def add(self, **row) -> None:
+        for key, value in row.items():
+            getattr(self, key).append(value)
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+    def __len__(self) -> int:
+        return len(next(iter(vars(self).values())))
+
+
 @dataclass
-class StepLog:
-    """Every step of every batch, columnar: appended to by `Generator.generate`."""
+class StepLog(ColumnLog):
+    """Every step of every batch: appended to by `Generator.generate`."""
 
     batch_id: list[int] = field(default_factory=list)
     step: list[int] = field(default_factory=list)
@@ -45,13 +60,6 @@ class StepLog:
     kv_length: list[int] = field(default_factory=list)  # the presents' length after the step
     start_ns: list[int] = field(default_factory=list)
     end_ns: list[int] = field(default_factory=list)  # the step's tokens sampled
-
-    def add(self, **row) -> None:
-        for key, value in row.items():
-            getattr(self, key).append(value)
-
-    def to_dict(self) -> dict:
-        return dict(vars(self))
 
 
 @dataclass(frozen=True)

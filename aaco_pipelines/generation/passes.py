@@ -70,7 +70,7 @@ def _warm_up(generator, workload, request, vocab, seed, requests, steps, passes,
     count = request["warmup_iterations"]
     progress(f"warmup: {count} requests at batch 1, one batch of {workload.batch_size}")
     generator.steps = steps.setdefault("warmup", StepLog())
-    log = requests.setdefault("warmup", RequestLog.empty())
+    log = requests.setdefault("warmup", RequestLog())
     prompts = make_prompts(max(count, workload.batch_size), workload.prompt_tokens, vocab, seed)
     for i in range(count):
         run_batch(generator, log, prompts[i : i + 1], workload.output_tokens, [(i, i, _now())])
@@ -104,7 +104,7 @@ def _profile(ort, request, workload, decoder, vocab, seed, out, requests, steps,
     session = create_session(ort, request, options, out / "optimized_model.onnx")
     profiling_start_ns = session.get_profiling_start_time_ns()
     generator = Generator(session, decoder, steps.setdefault("profiled", StepLog()))
-    log = requests.setdefault("profiled", RequestLog.empty())
+    log = requests.setdefault("profiled", RequestLog())
     prompts = make_prompts(count + 1, workload.prompt_tokens, vocab, seed)
     generator.generate(prompts[:1], workload.output_tokens)  # warm-up: not logged as a request
     warmup_runs = len(generator.steps.step)
@@ -142,9 +142,9 @@ def _pass_latencies(log: RequestLog) -> dict:
 def _write(out: Path, which: str, requests: dict, steps: dict) -> None:
     for name, logs in (("requests", requests), ("steps", steps)):
         tables = [
-            pa.table({"run": [run] * len(next(iter(cols.values()))), **cols})
+            pa.table(log.to_dict()).add_column(0, "run", pa.array([run] * len(log), pa.string()))
             for run, log in logs.items()
-            if (cols := log.to_dict()) and len(next(iter(cols.values())))
+            if len(log)
         ]
         if tables:
             pq.write_table(pa.concat_tables(tables), out / f"generation_{name}.{which}.parquet")

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.generation.engine import Generator, StepLog, now_ns
+from aaco_pipelines.generation.engine import ColumnLog, Generator, StepLog, now_ns
 from aaco_pipelines.generation.workload import GenerationWorkload
 
 # LoadGen's scenario for each of ours.
@@ -29,26 +29,19 @@ MAX_DISTINCT_PROMPTS = 64  # LoadGen's performance sample set: prompts it draws 
 
 
 @dataclass
-class RequestLog:
-    """Every request of a run, columnar."""
+class RequestLog(ColumnLog):
+    """Every request of a run."""
 
-    request_id: list[int]
-    sample_index: list[int]
-    batch_id: list[int]
-    batch_size: list[int]
-    prompt_tokens: list[int]
-    output_tokens: list[int]
-    arrival_ns: list[int]
-    start_ns: list[int]
-    first_token_ns: list[int]
-    end_ns: list[int]
-
-    @classmethod
-    def empty(cls) -> RequestLog:
-        return cls(*([] for _ in range(10)))
-
-    def to_dict(self) -> dict:
-        return dict(vars(self))
+    request_id: list[int] = field(default_factory=list)
+    sample_index: list[int] = field(default_factory=list)
+    batch_id: list[int] = field(default_factory=list)
+    batch_size: list[int] = field(default_factory=list)
+    prompt_tokens: list[int] = field(default_factory=list)
+    output_tokens: list[int] = field(default_factory=list)
+    arrival_ns: list[int] = field(default_factory=list)
+    start_ns: list[int] = field(default_factory=list)
+    first_token_ns: list[int] = field(default_factory=list)
+    end_ns: list[int] = field(default_factory=list)
 
 
 def make_prompts(count: int, length: int, vocab: int, seed: int) -> np.ndarray:
@@ -64,16 +57,12 @@ def run_batch(
     batch_id = generator.batches_run
     result = generator.generate(prompts, output_tokens, on_first_token)
     for request_id, sample_index, arrival in queries:
-        log.request_id.append(request_id)
-        log.sample_index.append(sample_index)
-        log.batch_id.append(batch_id)
-        log.batch_size.append(len(queries))
-        log.prompt_tokens.append(prompts.shape[1])
-        log.output_tokens.append(output_tokens)
-        log.arrival_ns.append(arrival)
-        log.start_ns.append(result.start_ns)
-        log.first_token_ns.append(result.first_token_ns)
-        log.end_ns.append(result.end_ns)
+        log.add(
+            request_id=request_id, sample_index=sample_index, batch_id=batch_id,
+            batch_size=len(queries), prompt_tokens=prompts.shape[1], output_tokens=output_tokens,
+            arrival_ns=arrival, start_ns=result.start_ns, first_token_ns=result.first_token_ns,
+            end_ns=result.end_ns,
+        )  # fmt: skip
     return result.tokens
 
 
@@ -83,7 +72,7 @@ class _ServingThread:
     def __init__(self, generator, prompts, workload: GenerationWorkload, max_batch: int, lg):
         self.generator, self.prompts, self.workload, self.lg = generator, prompts, workload, lg
         self.max_batch = max_batch
-        self.log = RequestLog.empty()
+        self.log = RequestLog()
         self.pending: deque[tuple[int, int, int]] = deque()
         self.wake = threading.Condition()
         self.stopping = False
@@ -213,7 +202,7 @@ def run_curves(
     """Batches straight through the generator (no queueing): at every batch size of the curve
     with prompt_tokens, and at every prompt length with batch 1, `repeats` times each after one
     batch of warm-up (a new shape's first run allocates)."""
-    log = RequestLog.empty()
+    log = RequestLog()
     points = [(b, workload.prompt_tokens) for b in workload.curves.batch_sizes]
     points += [(1, p) for p in workload.curves.prompt_lengths]
     next_id = 0

@@ -138,13 +138,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
     the key, not a failure later in the worker, which knows neither."""
     if not isinstance(data, dict):
         raise AacoInputError("sidecar must be a mapping", path=path, fix=SIDECAR_HELP)
-    unknown = set(map(str, data)) - KNOWN_KEYS
-    if unknown:
-        raise AacoInputError(
-            f"unknown sidecar keys {sorted(unknown)}",
-            path=path,
-            fix=f"use only {sorted(KNOWN_KEYS)}",
-        )
+    _refuse_unknown_keys(data, KNOWN_KEYS, "unknown sidecar keys {}", path)
     counts = {
         key: _count(data, key, path, default)
         for key, default in (
@@ -181,13 +175,7 @@ def _generation(data, path: Path) -> GenerationWorkload:
         return GenerationWorkload()
     if not isinstance(data, dict):
         raise _wrong("generation", data, "a mapping", path, "{prompt_tokens: 32}")
-    unknown = set(map(str, data)) - GENERATION_KEYS
-    if unknown:
-        raise AacoInputError(
-            f"unknown keys {sorted(unknown)} under generation",
-            path=path,
-            fix=f"use only {sorted(GENERATION_KEYS)}",
-        )
+    _refuse_unknown_keys(data, GENERATION_KEYS, "unknown keys {} under generation", path)
     base = GenerationWorkload()
     return GenerationWorkload(
         prompt_tokens=_count(data, "prompt_tokens", path, base.prompt_tokens, "generation."),
@@ -287,13 +275,7 @@ def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
             path=path,
             fix=f"write inputs: {name}: {{shape: [...]}}",
         )
-    unknown = set(map(str, spec)) - INPUT_KEYS
-    if unknown:
-        raise AacoInputError(
-            f"unknown keys {sorted(unknown)} in input '{name}'",
-            path=path,
-            fix=f"use only {sorted(INPUT_KEYS)}",
-        )
+    _refuse_unknown_keys(spec, INPUT_KEYS, f"unknown keys {{}} in input '{name}'", path)
     shape = spec["shape"]
     if not isinstance(shape, list) or not all(_is_count(d) and d > 0 for d in shape):
         raise AacoInputError(
@@ -317,6 +299,16 @@ def _bound(name: str, key: str, value, path: Path) -> float | None:
         example = "0" if key == "low" else "1"
         raise _wrong(f"inputs.{name}.{key}", value, "a finite number", path, example)
     return value
+
+
+def _refuse_unknown_keys(data: dict, known: set[str], problem: str, path: Path) -> None:
+    """A key the format does not have (a typo, most likely) is an error listing the known ones;
+    `problem` has a {} for the unknown keys."""
+    unknown = set(map(str, data)) - known
+    if unknown:
+        raise AacoInputError(
+            problem.format(sorted(unknown)), path=path, fix=f"use only {sorted(known)}"
+        )
 
 
 def _count(data: dict, key: str, path: Path, default: int, prefix: str = "") -> int:
