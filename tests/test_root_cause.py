@@ -40,10 +40,12 @@ def _session(i: int, p50: int, sha="m1", ort="1.22.2", slug="mlp") -> dict:
     }
 
 
-def _lake(tmp_path, current: dict, current_ops: dict, telemetry=None) -> TraceLake:
+def _lake(
+    tmp_path, current: dict, current_ops: dict, telemetry=None, base_p50=BASE_P50
+) -> TraceLake:
     """Four quiet baseline sessions s0..s3 with the same op times, then `current` as s4."""
     lake = TraceLake(tmp_path / "lake.duckdb")
-    sessions = [_session(i, p50) for i, p50 in enumerate(BASE_P50)] + [current]
+    sessions = [_session(i, p50) for i, p50 in enumerate(base_p50)] + [current]
     ops = [
         {
             "session_id": s["session_id"],
@@ -127,6 +129,20 @@ def test_a_slower_op_in_a_new_model_version(tmp_path):
         ("op_time", "MatMul"),
     ]
     assert suspects[1].explained_ms == pytest.approx(0.035)
+
+
+def test_a_change_far_beyond_a_noisy_baseline_is_no_noise(tmp_path):
+    """CI's failure, kept: a busy host's baseline (sd ~ half the median) and a 3x slower model
+    file. A Gaussian 'real change' of 10% of the median scored this like a 9-sigma noise draw
+    and ranked noise above the op that took the time."""
+    busy = (100_000, 200_000, 50_000, 105_000)
+    lake = _lake(tmp_path, _session(4, 300_000, sha="m2"), {**OPS, "Relu": 247_000.0}, None, busy)
+    suspects = explain_change(lake, BASELINE, "s4")
+    _check_distribution(suspects)
+    relu = next(s for s in suspects if s.kind == "op_time")
+    noise = next(s for s in suspects if s.kind == "noise")
+    assert suspects[0].kind == "model_version"
+    assert relu.name == "Relu" and relu.posterior > 10 * noise.posterior
 
 
 def test_lower_clocks_rank_clocks_first(tmp_path):

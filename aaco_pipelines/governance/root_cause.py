@@ -6,7 +6,9 @@ session-to-session sd (1.4826 MAD, at least `noise_floor` of the median) widened
 median's own error, tau = `effect_scale` * median: the typical size of a real change. Each
 suspect k (a binary change: model file, runtime, provider; or a measured one: op time, kernels,
 clocks) is a hypothesis "k alone caused D", with prior PRIORS[kind] shared equally by the
-suspects of that kind, and likelihood N(D; 0, sigma^2 + tau^2) * fit_k, where fit_k =
+suspects of that kind, and likelihood Cauchy(D; 0, hypot(sigma, tau)) * fit_k (real changes
+are heavy-tailed: a model swap that is 5x slower is rare but nothing like a 9-sigma noise
+draw; a Gaussian of scale tau would score it as improbable as noise), where fit_k =
 clip(share_k, min_fit, 1) is the fraction of D the suspect accounts for (binary changes can
 account for any amount: share 1; unknown magnitude: unknown_fit). "noise" has likelihood
 N(D; 0, sigma^2) (no real change); "unexplained" (real, but none of the suspects) has
@@ -56,7 +58,7 @@ MAD_TO_SD = 1.4826
 class RootCauseParams:
     priors: Mapping[str, float] = field(default_factory=lambda: dict(PRIORS))
     noise_floor: float = 0.02  # least session-to-session sd of p50, as a fraction of its median
-    effect_scale: float = 0.10  # tau: sd of a real change, as a fraction of the baseline median
+    effect_scale: float = 0.10  # tau: scale of a real change, as a fraction of the baseline median
     min_change: float = 0.05  # relative change for an op / clock to become a suspect
     min_latency_share: float = 0.01  # ... and at least this fraction of the baseline latency
     min_kernel_count_change: float = 0.5  # kernels per iteration
@@ -122,7 +124,7 @@ def explain_change(
 def _score(suspects: list[Suspect], delta: _Delta, params: RootCauseParams) -> list[Suspect]:
     d, sigma = delta.measured, delta.sigma
     tau = params.effect_scale * abs(delta.reference)
-    log_change, log_noise = _log_normal(d, np.hypot(sigma, tau)), _log_normal(d, sigma)
+    log_change, log_noise = _log_cauchy(d, np.hypot(sigma, tau)), _log_normal(d, sigma)
     kinds = [s.kind for s in suspects]
     fits = [_fit(s.share, params) for s in suspects]
     largest = max((min(max(s.share or 0.0, 0.0), 1.0) for s in suspects), default=0.0)
@@ -160,6 +162,10 @@ def _prior(kind: str, kinds: list[str], params: RootCauseParams) -> float:
 
 def _log_normal(x: float, sd: float) -> float:
     return float(-0.5 * (x / sd) ** 2 - np.log(sd) - 0.5 * np.log(2.0 * np.pi))
+
+
+def _log_cauchy(x: float, scale: float) -> float:
+    return float(-np.log(np.pi * scale) - np.log1p((x / scale) ** 2))
 
 
 # --- the change to explain -------------------------------------------------------------------
