@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy.stats import fligner, mannwhitneyu
 
 METHODS = ("e_divisive", "pelt")
 MAD_TO_SD = 1.4826  # MAD of a normal distribution times this is its standard deviation
@@ -241,6 +240,8 @@ def _confirmed(before: np.ndarray, after: np.ndarray, params: ChangePointParams)
     shift of level or of spread of min_size or more points passes. With `min_shift_pct` set,
     the medians must also differ by that much (a spread-only change then never passes).
     """
+    from scipy.stats import fligner, mannwhitneyu  # scipy.stats takes 1.5 s to import
+
     if np.ptp(np.concatenate([before, after])) == 0.0:
         return False
     m0, m1 = np.median(before), np.median(after)

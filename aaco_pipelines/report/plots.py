@@ -12,18 +12,20 @@ import base64
 import io
 import json
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from aaco_pipelines.generation.workload import SCENARIOS
 from aaco_pipelines.governance.baseline import RobustBaseline, standardize
 from aaco_pipelines.governance.changepoint import ChangePoint
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
 from aaco_pipelines.governance.series import series_change_points
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 DPI = 80
 SIZE = (7.0, 3.6)  # inches: 560 x 288 px at DPI
@@ -37,9 +39,19 @@ BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728"}
 CONTROL_SD = 3.0  # the drift plot's control band: baseline median +- 3 robust sd
 
 
-def _figure(rows: int = 1, size: tuple[float, float] = SIZE, **kwargs) -> tuple[Figure, list]:
+def _canvas(size: tuple[float, float]) -> Figure:
+    """A constrained-layout figure on the Agg canvas. matplotlib is imported here, not at the
+    top: every Dagster process imports this module, few of them draw."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
+    return figure
+
+
+def _figure(rows: int = 1, size: tuple[float, float] = SIZE, **kwargs) -> tuple[Figure, list]:
+    figure = _canvas(size)
     axes = figure.subplots(rows, 1, squeeze=False, **kwargs)[:, 0]
     return figure, list(axes)
 
@@ -477,8 +489,7 @@ def _curve_points(metrics: pa.Table, by: str, fixed: str) -> dict[int, dict[str,
 
 
 def _side_by_side(size: tuple[float, float] = (8.0, 3.4)) -> tuple[Figure, list]:
-    figure = Figure(figsize=size, layout="constrained")
-    FigureCanvasAgg(figure)
+    figure = _canvas(size)
     return figure, list(figure.subplots(1, 2))
 
 
