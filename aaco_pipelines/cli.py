@@ -341,6 +341,7 @@ def cmd_ui(args, paths: AacoPaths) -> int:
     from aaco_pipelines.registry.zoo import build_zoo
 
     build_zoo(paths.registry, only_if_empty=True)
+    os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}
     workspace = Path(args.workspace).absolute()
@@ -358,6 +359,46 @@ def cmd_ui(args, paths: AacoPaths) -> int:
         f"AACO_HOME={paths.home}  DAGSTER_HOME={dagster_home}  UI: http://{args.host}:{args.port}"
     )
     os.chdir(workspace.parent)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
+def cmd_worker(args, paths: AacoPaths) -> int:
+    """A device's worker on the host that owns it: takes the runs on the device's Celery queue,
+    one at a time (a solo pool: Celery's default prefork pool fails Dagster runs), and measures
+    them as target `--target` (AACO_TARGET)."""
+    import yaml
+
+    from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
+
+    if not (os.environ.get(BROKER_ENV) and os.environ.get(POSTGRES_ENV)):
+        raise AacoInputError(
+            f"a device worker needs the shared instance and the broker: {POSTGRES_ENV} and "
+            f"{BROKER_ENV} are not both set",
+            fix="set them as on the head node (see 'Scaling out' in README)",
+        )
+    os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
+    dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
+    celery_config = dagster_home / "celery" / "worker.yaml"
+    celery_config.parent.mkdir(parents=True, exist_ok=True)
+    broker = {"env": BROKER_ENV}
+    celery_config.write_text(
+        yaml.safe_dump({"execution": {"config": {"broker": broker, "backend": broker}}})
+    )
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "AACO_HOME": str(paths.home),
+        "AACO_TARGET": args.target,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",  # it starts `celery`
+    }
+    command = [
+        str(bin_dir / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
+        "-y", str(celery_config), "-q", args.target, "-n", f"aaco-{args.target}",
+        "--", "--pool", "solo", "--concurrency", "1",
+    ]  # fmt: skip
+    print(f"worker for {args.target}: queue {args.target}, DAGSTER_HOME={dagster_home}", flush=True)
     os.execve(command[0], command, env)
     return 0  # not reached
 
@@ -798,6 +839,11 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--port", type=int, default=3000)
     ui.add_argument("--workspace", default="workspace.yaml")
     ui.set_defaults(func=cmd_ui)
+    worker = sub.add_parser(
+        "worker", help="run a device's queue on this host (scaled-out instance, see README)"
+    )
+    worker.add_argument("--target", required=True, help="the device: cpu, gpu0, gpu1, ...")
+    worker.set_defaults(func=cmd_worker)
 
     add_detector_parser(sub)
     add_export_parser(sub)

@@ -43,3 +43,19 @@ class AacoPaths:
         registry = Path(env.get("AACO_REGISTRY") or home / "registry").expanduser().absolute()
         tracelake = Path(env.get("AACO_TRACELAKE") or home / "tracelake.duckdb").expanduser()
         return cls(home=home, registry=registry, tracelake=tracelake.absolute())
+
+
+def default_target() -> str:
+    """The execution target this deployment measures on (AACO_TARGET, default cpu): also the
+    device whose run queue a device worker takes."""
+    return os.environ.get("AACO_TARGET", "cpu")
+
+
+# Dagster pools (one step at a time each): a device measures one model at a time, and the
+# TraceLake admits one writer.
+TRACELAKE_WRITER_POOL = "aaco_duckdb_writer"
+
+
+def device_pool(target: str | None = None) -> str:
+    """The pool of a device's benchmark and calibration steps."""
+    return f"aaco_device_{target or default_target()}"

@@ -8,6 +8,7 @@ import pyarrow.compute as pc
 from aaco_pipelines.analysis.metrics import UNITS
 from aaco_pipelines.analysis.session import attribute, metrics_of
 from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown
 from assets.partitions import models_partitions
@@ -32,7 +33,7 @@ CHECKS = [
     partitions_def=models_partitions,
     group_name="analysis",
     kinds={"duckdb"},
-    pool="aaco_duckdb_writer",
+    pool=TRACELAKE_WRITER_POOL,
     check_specs=CHECKS,
     description="Maps every kernel to the ONNX node(s) it executes (fused kernels split by FLOP "
     "share, unmatched kernels reported), breaks time down per node and op type, and derives "

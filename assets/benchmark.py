@@ -4,18 +4,18 @@ import dagster as dg
 import numpy as np
 
 from aaco_pipelines.collectors.session import latency_summary
+from aaco_pipelines.config import device_pool
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.pipeline import benchmark_version
 from assets.partitions import models_partitions
 from resources import BenchmarkRunnerResource, ModelRegistryResource
-from resources.runner import default_target
 
 
 @dg.asset(
     partitions_def=models_partitions,
     group_name="ingest",
     kinds={"onnxruntime"},
-    pool=f"aaco_device_{default_target()}",  # one benchmark per device at a time
+    pool=device_pool(),  # one benchmark per device at a time
     description="Runs the model in an isolated worker process: warm-up, measured iterations with "
     "profiling off, then a separate profiled pass; host telemetry sampled throughout. Writes an "
     "immutable session bundle (raw profile, latencies, telemetry, environment).",

@@ -3,6 +3,7 @@
 import dagster as dg
 
 from aaco_pipelines.analysis.session import explain, session_envelope, top_roofline_points
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown, roofline
 from assets.envelope import hardware_envelope
@@ -14,7 +15,7 @@ from resources import BenchmarkRunnerResource, TraceLakeResource
     partitions_def=models_partitions,
     group_name="analysis",
     kinds={"duckdb"},
-    pool="aaco_duckdb_writer",
+    pool=TRACELAKE_WRITER_POOL,
     deps=[hardware_envelope],
     description="Places every op on the roofline of the measured hardware envelope, computes the "
     "hardware envelope utilization, and classifies the session (launch-, CPU-, memory-, "

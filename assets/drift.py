@@ -6,6 +6,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
@@ -20,7 +21,7 @@ from resources import TraceLakeResource
     partitions_def=models_partitions,
     group_name="governance",
     kinds={"duckdb"},
-    pool="aaco_duckdb_writer",
+    pool=TRACELAKE_WRITER_POOL,
     check_specs=[
         dg.AssetCheckSpec(
             "no_performance_regression",

@@ -4,15 +4,15 @@ import dagster as dg
 
 from aaco_pipelines.analysis.envelope import measure_envelope
 from aaco_pipelines.analysis.session import save_envelope
+from aaco_pipelines.config import device_pool
 from aaco_pipelines.execution.providers import host_default_providers
 from resources import BenchmarkRunnerResource, TraceLakeResource
-from resources.runner import default_target
 
 
 @dg.asset(
     group_name="analysis",
     kinds={"onnxruntime"},
-    pool=f"aaco_device_{default_target()}",  # calibration needs the device to itself too
+    pool=device_pool(),  # calibration needs the device to itself too
     description="Microbenchmarks through ONNX Runtime on the target's execution provider: GEMM "
     "sizes swept until FLOP/s saturates, and large streaming adds for bandwidth; medians of "
     "repeats with their spread, stored with the runtime fingerprint. Refreshed on demand and "

@@ -11,6 +11,7 @@ import json
 
 import dagster as dg
 
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.fdr import CHANGES, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.report.markdown import markdown_table
@@ -51,7 +52,7 @@ def night_sessions(instance: dg.DagsterInstance, night: str) -> tuple[dict[str, 
     deps=[dg.AssetDep("performance_drift", partition_mapping=dg.AllPartitionMapping())],
     group_name="governance",
     kinds={"duckdb"},
-    pool="aaco_duckdb_writer",
+    pool=TRACELAKE_WRITER_POOL,
     check_specs=[
         dg.AssetCheckSpec(
             "no_regression_after_fdr",

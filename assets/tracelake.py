@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.generation.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
@@ -61,7 +62,7 @@ GENERATION_FIGURES = (
     partitions_def=models_partitions,
     group_name="ingest",
     kinds={"duckdb"},
-    pool="aaco_duckdb_writer",  # one TraceLake writer at a time
+    pool=TRACELAKE_WRITER_POOL,  # one TraceLake writer at a time
     check_specs=CHECKS,
     description="Loads the session, its iterations, kernel events, telemetry and the model graph "
     "into the DuckDB TraceLake in one transaction; re-materializing replaces the session.",

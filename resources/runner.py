@@ -5,13 +5,11 @@ import os
 import dagster as dg
 from pydantic import Field
 
+from aaco_pipelines.config import default_target
 from aaco_pipelines.execution.runner import RunnerLimits
 from aaco_pipelines.pipeline import MeasureOptions
 
-
-def default_target() -> str:
-    """The execution target this deployment measures on (AACO_TARGET, default cpu)."""
-    return os.environ.get("AACO_TARGET", "cpu")
+__all__ = ["BenchmarkRunnerResource", "default_target"]
 
 
 class BenchmarkRunnerResource(dg.ConfigurableResource):

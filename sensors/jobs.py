@@ -6,6 +6,8 @@ from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS, models_partitions,
 from resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
+# dagster-celery's run launcher puts a run on this queue: its device's (aaco worker --target).
+QUEUE_TAG = "dagster-celery/queue"
 
 measure_model_job = dg.define_asset_job(
     "measure_model",
@@ -34,5 +36,7 @@ review_night_job = dg.define_asset_job(
 
 def run_tags(trigger: str, **extra: str) -> dict[str, str]:
     """Tags for a measurement run. The device tag lets the run queue allow one run per device
-    (`tag_concurrency_limits` with applyLimitPerUniqueValue in dagster.yaml)."""
-    return {DEVICE_TAG: default_target(), "aaco/trigger": trigger, **extra}
+    (`tag_concurrency_limits` with applyLimitPerUniqueValue in dagster.yaml); with a Celery run
+    launcher the queue tag sends the run to that device's worker."""
+    device = default_target()
+    return {DEVICE_TAG: device, QUEUE_TAG: device, "aaco/trigger": trigger, **extra}

@@ -109,3 +109,28 @@ def _stop(pid: int, timeout_s: float = 30.0) -> None:
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def redis_server() -> Iterator[str]:
+    """A redis server on a free loopback port, nothing persisted; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        missing("redis", "redis-server not found (Debian package redis-server)")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        _stop(process.pid)
+        process.wait(timeout=30)

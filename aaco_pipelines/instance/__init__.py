@@ -4,7 +4,9 @@ Embedded by default (SQLite files in DAGSTER_HOME, no services). With AACO_DAGST
 set, runs, event logs, schedules, sensor cursors and dynamic partitions live in PostgreSQL
 (dagster-postgres), so several hosts can share one instance. The URL's driver is made explicit:
 SQLAlchemy 2.1 reads a plain `postgresql://` as psycopg 3, which is not what dagster-postgres
-ships with (psycopg2).
+ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis or RabbitMQ URL), runs are
+launched as Celery tasks on the queue of their device (run tag `dagster-celery/queue`), which the
+device's worker on the host that owns it takes (`aaco worker --target gpu3`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
 
 TEMPLATE = Path(__file__).with_name("dagster.yaml")
@@ -23,6 +26,20 @@ POSTGRES_ENV = "AACO_DAGSTER_POSTGRES_URL"
 DRIVER = "postgresql+psycopg2"
 # dagster.yaml's storage section: the URL is read from the environment, never written down.
 POSTGRES_STORAGE = {"storage": {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}}
+BROKER_ENV = "AACO_CELERY_BROKER"
+
+
+def celery_launcher(default_queue: str) -> dict:
+    """dagster.yaml's run_launcher section: Celery tasks, broker and results on the broker URL
+    (read from the environment), runs without a device queue tag on `default_queue`."""
+    broker = {"env": BROKER_ENV}
+    return {
+        "run_launcher": {
+            "module": "dagster_celery.launcher",
+            "class": "CeleryRunLauncher",
+            "config": {"broker": broker, "backend": broker, "default_queue": default_queue},
+        }
+    }
 
 
 def postgres_url(raw: str) -> str:
@@ -44,28 +61,68 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
     A persistent DAGSTER_HOME keeps runs, dynamic partitions and sensor cursors across restarts:
     the history that drift detection reads. With AACO_DAGSTER_POSTGRES_URL set, the new
     dagster.yaml stores them in PostgreSQL, and the variable is normalized in this process's
-    environment (which Dagster's processes inherit); an existing dagster.yaml that does not
-    store in PostgreSQL is refused rather than silently kept on SQLite.
+    environment (which Dagster's processes inherit); with AACO_CELERY_BROKER set too, it launches
+    runs on their device's Celery queue. An existing dagster.yaml without what the variables ask
+    for is refused rather than silently kept embedded.
     """
     dagster_home.mkdir(parents=True, exist_ok=True)
     config = dagster_home / "dagster.yaml"
-    raw = os.environ.get(POSTGRES_ENV)
+    raw, broker = os.environ.get(POSTGRES_ENV), os.environ.get(BROKER_ENV)
+    if broker and not raw:
+        raise AacoInputError(
+            f"{BROKER_ENV} is set without {POSTGRES_ENV}: device workers on other hosts must "
+            "share the instance",
+            fix=f"set {POSTGRES_ENV} too (see 'Scaling out' in README)",
+        )
     if not config.exists():
-        if raw:
-            settings = yaml.safe_load(TEMPLATE.read_text()) | POSTGRES_STORAGE
-            config.write_text(
-                TEMPLATE.read_text().split("\n", 1)[0] + "\n" + yaml.safe_dump(settings)
-            )
-        else:
-            shutil.copyfile(TEMPLATE, config)
+        _write_config(config, postgres=bool(raw), celery=bool(broker))
     if raw:
         os.environ[POSTGRES_ENV] = postgres_url(raw)
-        stored = yaml.safe_load(config.read_text()) or {}
-        if "postgres" not in (stored.get("storage") or {}):
-            raise AacoInputError(
-                f"{POSTGRES_ENV} is set but this DAGSTER_HOME's dagster.yaml stores on SQLite",
-                path=config,
-                fix=f"add to it: storage: {{postgres: {{postgres_url: {{env: {POSTGRES_ENV}}}}}}}, "
-                "or use a new DAGSTER_HOME",
-            )
+    stored = yaml.safe_load(config.read_text()) or {}
+    if raw and "postgres" not in (stored.get("storage") or {}):
+        raise AacoInputError(
+            f"{POSTGRES_ENV} is set but this DAGSTER_HOME's dagster.yaml stores on SQLite",
+            path=config,
+            fix=f"add to it: storage: {{postgres: {{postgres_url: {{env: {POSTGRES_ENV}}}}}}}, "
+            "or use a new DAGSTER_HOME",
+        )
+    if broker and "run_launcher" not in stored:
+        raise AacoInputError(
+            f"{BROKER_ENV} is set but this DAGSTER_HOME's dagster.yaml launches runs in place",
+            path=config,
+            fix="add the run_launcher section of README's 'Scaling out', or use a new DAGSTER_HOME",
+        )
+    if raw:
+        initialize_pools(dagster_home, (TRACELAKE_WRITER_POOL, device_pool()))
     return dagster_home
+
+
+def initialize_pools(dagster_home: Path, pools: tuple[str, ...]) -> None:
+    """Give the pools their default limit now, once, rather than when two runs first claim a
+    slot at the same moment: on PostgreSQL, Dagster 1.13's first-claim initialization of one pool
+    by two runs fails one of them (an IntegrityError leaves its transaction aborted, and the
+    UPDATE that follows raises InFailedSqlTransaction)."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        storage = instance.event_log_storage
+        for pool in pools:
+            if pool in storage.get_concurrency_keys():
+                continue
+            try:
+                storage.initialize_concurrency_limit_to_default(pool)
+            except Exception:
+                if pool not in storage.get_concurrency_keys():  # not another host's doing
+                    raise
+
+
+def _write_config(config: Path, *, postgres: bool, celery: bool) -> None:
+    """The template, with the PostgreSQL storage and the Celery launcher when asked for."""
+    if not postgres:
+        shutil.copyfile(TEMPLATE, config)
+        return
+    settings = yaml.safe_load(TEMPLATE.read_text()) | POSTGRES_STORAGE
+    if celery:
+        settings |= celery_launcher(default_target())
+    title = TEMPLATE.read_text().split("\n", 1)[0]
+    config.write_text(title + "\n" + yaml.safe_dump(settings))

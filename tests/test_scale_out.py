@@ -1,0 +1,127 @@
+"""Runs routed to their device's worker across hosts: the instance on PostgreSQL, dagster-celery's
+run launcher on redis, the Dagster daemon's run queue, and one `aaco worker --target` per device,
+all real processes. Two devices run two models at once; a second run for a busy device waits."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import dagster as dg
+import models
+import pytest
+import yaml
+from conftest import REPO, add_model
+from services import postgres_server, redis_server
+
+from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
+from aaco_pipelines.tracelake.store import TraceLake
+from sensors.jobs import run_tags
+
+BIN = Path(sys.executable).parent
+RUNS = (("a", "gpu0"), ("b", "gpu1"), ("c", "gpu0"))  # a and c share a device
+TRIGGER = "scale_out_test"
+
+
+@pytest.fixture
+def cluster(aaco_paths, monkeypatch, tmp_path):
+    """Head node (daemon) and two device workers, sharing PostgreSQL and redis."""
+    with postgres_server() as postgres, redis_server() as broker:
+        monkeypatch.setenv(POSTGRES_ENV, postgres)
+        monkeypatch.setenv(BROKER_ENV, broker)
+        monkeypatch.setenv("DAGSTER_HOME", str(aaco_paths.dagster_home))
+        home = prepare_dagster_home(aaco_paths.dagster_home)
+        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+        logs, processes = [], []
+
+        def start(name: str, command: list[str], **extra: str) -> None:
+            log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 - closed below
+            logs.append(log)
+            processes.append(
+                subprocess.Popen(command, cwd=REPO, env={**env, **extra}, stdout=log, stderr=log)
+            )
+
+        # The registry sensor would queue its own runs for the models this test adds.
+        stop = [str(BIN / "dagster"), "sensor", "stop", "-w", "workspace.yaml"]
+        subprocess.run([*stop, "model_registry_sensor"], cwd=REPO, env=env, check=True,
+                       capture_output=True, timeout=120)  # fmt: skip
+        try:
+            start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+            for device in ("gpu0", "gpu1"):
+                start(f"worker-{device}", [str(BIN / "aaco"), "worker", "--target", device])
+            yield home, env
+        finally:
+            for process in processes:
+                process.terminate()
+            for process in processes:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+            for log in logs:
+                log.close()
+
+
+def _launch(env: dict, partition: str, device: str) -> None:
+    """`dagster job launch`: into the instance's run queue, as the UI or a sweep would."""
+    tags = {**run_tags(TRIGGER), "aaco/device": device, "dagster-celery/queue": device}
+    command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j",
+               "measure_model", "--tags", json.dumps({**tags, "dagster/partition": partition})]  # fmt: skip
+    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
+
+
+def test_two_devices_run_in_parallel_and_a_busy_devices_run_waits(aaco_paths, cluster):
+    home, env = cluster
+    for name, seed in (("a", 1), ("b", 2), ("c", 3)):
+        add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("models", ["a", "b", "c"])
+    assert yaml.safe_load((home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
+        "CeleryRunLauncher"
+    )
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(lambda run: _launch(env, *run), RUNS))
+
+    deadline = time.monotonic() + 240
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        while True:
+            records = [
+                r
+                for r in instance.get_run_records()
+                if r.dagster_run.tags.get("aaco/trigger") == TRIGGER
+            ]
+            done = [r for r in records if r.dagster_run.is_finished]
+            if len(done) == len(RUNS) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        by_model = {r.dagster_run.tags["dagster/partition"]: r for r in records}
+        failures = {
+            m: [
+                str(e.dagster_event.event_specific_data)[:3000]
+                for e in instance.all_logs(r.dagster_run.run_id)
+                if e.dagster_event and e.dagster_event.is_failure
+            ]
+            for m, r in by_model.items()
+            if r.dagster_run.status != dg.DagsterRunStatus.SUCCESS
+        }
+    assert {m: r.dagster_run.status for m, r in by_model.items()} == {
+        m: dg.DagsterRunStatus.SUCCESS for m, _ in RUNS
+    }, failures
+    # gpu0's two runs one after the other (which first is the run queue's choice); gpu1's run
+    # beside one of them.
+    first, second = sorted((by_model["a"], by_model["c"]), key=lambda r: r.start_time)
+    assert second.start_time >= first.end_time, "two runs on gpu0 overlapped"
+    b = by_model["b"]
+    assert any(b.start_time < r.end_time and r.start_time < b.end_time for r in (first, second))
+    # Each run was measured by its device's worker, as that device.
+    sessions = TraceLake(aaco_paths.tracelake).query("SELECT model_slug, target FROM sessions")
+    assert dict(zip(*(sessions[c].to_pylist() for c in ("model_slug", "target")), strict=True)) == {
+        "a": "gpu0",
+        "b": "gpu1",
+        "c": "gpu0",
+    }
