@@ -366,9 +366,12 @@ def cmd_ui(args, paths: AacoPaths) -> int:
 def cmd_worker(args, paths: AacoPaths) -> int:
     """A device's worker on the host that owns it: takes the runs on the device's Celery queue,
     one at a time (a solo pool: Celery's default prefork pool fails Dagster runs), and measures
-    them as target `--target` (AACO_TARGET)."""
-    import yaml
+    them as target `--target` (AACO_TARGET).
 
+    It becomes the `celery` process itself, the command `dagster-celery worker start` would run:
+    that wrapper runs celery as a child it does not stop, so a stopped wrapper leaves a worker
+    behind, and it writes the broker URL (password included) into DAGSTER_HOME. Celery reads
+    the broker from CELERY_BROKER_URL instead."""
     from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
 
     if not (os.environ.get(BROKER_ENV) and os.environ.get(POSTGRES_ENV)):
@@ -379,24 +382,18 @@ def cmd_worker(args, paths: AacoPaths) -> int:
         )
     os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
-    celery_config = dagster_home / "celery" / "worker.yaml"
-    celery_config.parent.mkdir(parents=True, exist_ok=True)
-    broker = {"env": BROKER_ENV}
-    celery_config.write_text(
-        yaml.safe_dump({"execution": {"config": {"broker": broker, "backend": broker}}})
-    )
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,
         "DAGSTER_HOME": str(dagster_home),
         "AACO_HOME": str(paths.home),
-        "AACO_TARGET": args.target,
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",  # it starts `celery`
+        "CELERY_BROKER_URL": os.environ[BROKER_ENV],
+        "CELERY_RESULT_BACKEND": os.environ[BROKER_ENV],
     }
     command = [
-        str(bin_dir / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-        "-y", str(celery_config), "-q", args.target, "-n", f"aaco-{args.target}",
-        "--", "--pool", "solo", "--concurrency", "1",
+        str(bin_dir / "celery"), "-A", "dagster_celery.app", "worker", "--prefetch-multiplier=1",
+        "--loglevel", "INFO", "-Q", args.target, "-n", f"aaco-{args.target}@%h",
+        "--pool", "solo", "--concurrency", "1",
     ]  # fmt: skip
     print(f"worker for {args.target}: queue {args.target}, DAGSTER_HOME={dagster_home}", flush=True)
     os.execve(command[0], command, env)

@@ -131,6 +131,10 @@ def redis_server() -> Iterator[str]:
                 raise RuntimeError("redis-server did not start")
             time.sleep(0.05)
         yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        _stop(process.pid)
-        process.wait(timeout=30)
+    finally:  # our child: wait() reaps it (a zombie would look alive to _stop for 30 s)
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
