@@ -372,7 +372,12 @@ def cmd_worker(args, paths: AacoPaths) -> int:
     that wrapper runs celery as a child it does not stop, so a stopped wrapper leaves a worker
     behind, and it writes the broker URL (password included) into DAGSTER_HOME. Celery reads
     the broker from CELERY_BROKER_URL instead."""
-    from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
+    from aaco_pipelines.instance import (
+        BROKER_ENV,
+        POSTGRES_ENV,
+        prepare_dagster_home,
+        register_target,
+    )
 
     if not (os.environ.get(BROKER_ENV) and os.environ.get(POSTGRES_ENV)):
         raise AacoInputError(
@@ -382,6 +387,7 @@ def cmd_worker(args, paths: AacoPaths) -> int:
         )
     os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
+    register_target(dagster_home, args.target)
     bin_dir = Path(sys.executable).parent
     env = {
         **os.environ,

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
@@ -64,6 +64,7 @@ def sweep(
 ) -> list[SweepResult]:
     """Run the measure job once per registry model (or the `only` ones), in registry order."""
     from aaco_pipelines.definitions import defs
+    from assets.partitions import model_target_key
     from sensors.jobs import measure_model_job, run_tags
 
     chosen = select_models(scan_registry(paths.registry), only, paths.registry)
@@ -76,7 +77,7 @@ def sweep(
             result = job.execute_in_process(
                 run_config=QUIET_LOGS,
                 instance=instance,
-                partition_key=model.slug,
+                partition_key=model_target_key(model.slug, default_target()),
                 raise_on_error=False,
                 tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}),
                 resources=path_resources(paths),
@@ -139,13 +140,17 @@ def select_models(
 
 
 def register_partitions(instance: dg.DagsterInstance, models: list[RegisteredModel]) -> None:
-    """Add the models' partitions the registry sensor would have added."""
-    from assets.partitions import models_partitions
+    """Add the models' partitions, and this host's target, as the registry sensor would."""
+    from assets.partitions import models_partitions, targets_partitions
 
-    existing = set(instance.get_dynamic_partitions(models_partitions.name))
-    new = [m.slug for m in models if m.slug not in existing]
-    if new:
-        instance.add_dynamic_partitions(models_partitions.name, new)
+    for partitions, keys in (
+        (models_partitions, [m.slug for m in models]),
+        (targets_partitions, [default_target()]),
+    ):
+        existing = set(instance.get_dynamic_partitions(partitions.name))
+        new = [key for key in keys if key not in existing]
+        if new:
+            instance.add_dynamic_partitions(partitions.name, new)
 
 
 def path_resources(paths: AacoPaths) -> dict:

@@ -7,11 +7,17 @@ from assets.drift import performance_drift
 from assets.envelope import hardware_envelope
 from assets.graph import onnx_graph
 from assets.nightly_review import nightly_review
-from assets.partitions import models_partitions, nights_partitions
+from assets.partitions import (
+    model_target_key,
+    model_target_partitions,
+    models_partitions,
+    nights_partitions,
+    targets_partitions,
+)
 from assets.tracelake import tracelake_session
 from assets.traces import collected_traces
 
-# Every asset partitioned by model, in pipeline order: what a per-model run materializes.
+# Every asset partitioned by model x target, in pipeline order: what a per-model run materializes.
 MODEL_ASSETS = [
     onnx_graph,
     benchmark_run,
@@ -30,6 +36,9 @@ __all__ = [
     "MODEL_ASSETS",
     "NIGHT_ASSETS",
     "TARGET_ASSETS",
+    "model_target_key",
+    "model_target_partitions",
     "models_partitions",
     "nights_partitions",
+    "targets_partitions",
 ]

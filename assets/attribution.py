@@ -11,7 +11,7 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown
-from assets.partitions import models_partitions
+from assets.partitions import model_target_partitions
 from resources import TraceLakeResource
 
 CHECKS = [
@@ -30,7 +30,7 @@ CHECKS = [
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="analysis",
     kinds={"duckdb"},
     pool=TRACELAKE_WRITER_POOL,

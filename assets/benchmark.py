@@ -5,14 +5,15 @@ import numpy as np
 
 from aaco_pipelines.collectors.session import latency_summary
 from aaco_pipelines.config import device_pool
+from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.pipeline import benchmark_version
-from assets.partitions import models_partitions
+from assets.partitions import model_and_target, model_target_partitions
 from resources import BenchmarkRunnerResource, ModelRegistryResource
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="ingest",
     kinds={"onnxruntime"},
     pool=device_pool(),  # one benchmark per device at a time
@@ -26,6 +27,14 @@ def benchmark_run(
     registry: ModelRegistryResource,
     runner: BenchmarkRunnerResource,
 ) -> dict:
+    _slug, target = model_and_target(context.partition_key)
+    if target != runner.target:
+        raise AacoInputError(
+            f"this run is for target {target}, and this process measures on {runner.target} "
+            "(AACO_TARGET): it would record another device's numbers as this one's",
+            fix=f"let the host that owns {target} measure it: 'aaco worker --target {target}' "
+            "there, with runs routed (README, 'Scaling out')",
+        )
     version = ModelVersion.from_record(onnx_graph)
     bundle = benchmark_version(
         version, registry.paths, runner.options(), on_progress=context.log.info

@@ -7,12 +7,12 @@ from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown, roofline
 from assets.envelope import hardware_envelope
-from assets.partitions import models_partitions
+from assets.partitions import model_target_partitions
 from resources import BenchmarkRunnerResource, TraceLakeResource
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="analysis",
     kinds={"duckdb"},
     pool=TRACELAKE_WRITER_POOL,

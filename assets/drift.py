@@ -13,12 +13,12 @@ from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
 from aaco_pipelines.leftovers import release
 from aaco_pipelines.report.markdown import markdown_table, num
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
-from assets.partitions import models_partitions
+from assets.partitions import model_and_target, model_target_partitions
 from resources import TraceLakeResource
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="governance",
     kinds={"duckdb"},
     pool=TRACELAKE_WRITER_POOL,
@@ -40,7 +40,7 @@ def performance_drift(
     context: dg.AssetExecutionContext, bottleneck_report: dict, tracelake: TraceLakeResource
 ):
     lake, session_id = tracelake.lake, bottleneck_report["session_id"]
-    slug = context.partition_key
+    slug, _target = model_and_target(context.partition_key)  # the series is the session's target's
     rows = drift_rows(lake, slug, session_id)
     # The last stage: its verdicts and the session's completion commit together.
     lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)

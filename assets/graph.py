@@ -3,12 +3,12 @@
 import dagster as dg
 
 from aaco_pipelines.graph.store import prepare_model_version
-from assets.partitions import models_partitions
+from assets.partitions import model_and_target, model_target_partitions
 from resources import ModelRegistryResource
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="ingest",
     kinds={"onnx"},
     description="Freezes the registered model at its content hash and extracts its graph: nodes, "
@@ -17,7 +17,7 @@ from resources import ModelRegistryResource
 def onnx_graph(
     context: dg.AssetExecutionContext, registry: ModelRegistryResource
 ) -> dg.Output[dict]:
-    model = registry.model(context.partition_key)
+    model = registry.model(model_and_target(context.partition_key)[0])
     version, graph = prepare_model_version(model, registry.paths)
     summary = graph.summary
     histogram = summary["op_histogram"]

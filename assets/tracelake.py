@@ -13,7 +13,7 @@ from aaco_pipelines.generation.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
-from assets.partitions import models_partitions
+from assets.partitions import model_target_partitions
 from resources import TraceLakeResource
 
 MIN_TELEMETRY_HZ = 10.0
@@ -59,7 +59,7 @@ GENERATION_FIGURES = (
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="ingest",
     kinds={"duckdb"},
     pool=TRACELAKE_WRITER_POOL,  # one TraceLake writer at a time

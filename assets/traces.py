@@ -7,11 +7,11 @@ import dagster as dg
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.pipeline import collect_bundle
 from aaco_pipelines.tracelake import engine
-from assets.partitions import models_partitions
+from assets.partitions import model_target_partitions
 
 
 @dg.asset(
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     group_name="ingest",
     kinds={"parquet"},
     description="Parses the session's ONNX Runtime profile, latencies and host telemetry into "

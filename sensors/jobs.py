@@ -2,7 +2,15 @@
 
 import dagster as dg
 
-from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS, models_partitions, nights_partitions
+from assets import (
+    MODEL_ASSETS,
+    NIGHT_ASSETS,
+    TARGET_ASSETS,
+    model_target_key,
+    model_target_partitions,
+    nights_partitions,
+    targets_partitions,
+)
 from resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
@@ -12,7 +20,7 @@ QUEUE_TAG = "dagster-celery/queue"
 measure_model_job = dg.define_asset_job(
     "measure_model",
     selection=dg.AssetSelection.assets(*MODEL_ASSETS),
-    partitions_def=models_partitions,
+    partitions_def=model_target_partitions,
     # The benchmark already runs in its own isolated worker process; running the light stages
     # in the run process saves a Python start-up per step.
     executor_def=dg.in_process_executor,
@@ -34,9 +42,32 @@ review_night_job = dg.define_asset_job(
 )
 
 
-def run_tags(trigger: str, **extra: str) -> dict[str, str]:
-    """Tags for a measurement run. The device tag lets the run queue allow one run per device
-    (`tag_concurrency_limits` with applyLimitPerUniqueValue in dagster.yaml); with a Celery run
-    launcher the queue tag sends the run to that device's worker."""
-    device = default_target()
+def run_tags(trigger: str, target: str | None = None, **extra: str) -> dict[str, str]:
+    """Tags for a measurement run on `target` (default: this deployment's). The device tag lets
+    the run queue allow one run per device (`tag_concurrency_limits` with
+    applyLimitPerUniqueValue in dagster.yaml); with a Celery run launcher the queue tag sends
+    the run to that device's worker."""
+    device = target or default_target()
     return {DEVICE_TAG: device, QUEUE_TAG: device, "aaco/trigger": trigger, **extra}
+
+
+def measured_targets(instance: dg.DagsterInstance) -> list[str]:
+    """Every target some host measures on: the registered ones and this deployment's own."""
+    return sorted({*instance.get_dynamic_partitions(targets_partitions.name), default_target()})
+
+
+def add_own_target(instance: dg.DagsterInstance) -> list[dg.AddDynamicPartitionsRequest]:
+    """The request that registers this deployment's target, when it is not registered yet."""
+    if default_target() in instance.get_dynamic_partitions(targets_partitions.name):
+        return []
+    return [targets_partitions.build_add_request([default_target()])]
+
+
+def measure_request(run_key: str, slug: str, target: str, trigger: str, **tags) -> dg.RunRequest:
+    """A run of the measure job for one model on one target, routed to that target."""
+    return dg.RunRequest(
+        run_key=run_key,
+        job_name=measure_model_job.name,
+        partition_key=model_target_key(slug, target),
+        tags=run_tags(trigger, target, **tags),
+    )

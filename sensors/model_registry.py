@@ -1,8 +1,10 @@
 """model_registry_sensor: a new or changed model file is measured; nothing else is.
 
-The cursor maps each model's slug to the content key it was last requested for. The run key is
-`<slug>:<sha256>` (plus the sidecar's hash when there is one), so a file overwritten with new content
-runs again while an unchanged one never does. Deleted models are left alone: their partition and
+Every model is measured on every target (`sensors.jobs.measured_targets`): the cursor maps each
+model x target partition (`slug|target`) to the content key it was last requested for, so a
+device registered later measures the models it has not seen. The run key is
+`<slug>:<sha256>@<target>` (plus the sidecar's hash when there is one), so a file overwritten
+with new content runs again while an unchanged one never does. Deleted models are left alone: their partition and
 history stay. Files whose names give one slug (see registry.scan) are not requested; the
 sensor logs why on every tick until one is renamed.
 """
@@ -12,9 +14,10 @@ import json
 import dagster as dg
 
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256, slug_conflicts
-from assets.partitions import models_partitions
+from assets.partitions import model_target_key, models_partitions
 from resources import ModelRegistryResource
-from sensors.jobs import measure_model_job, run_tags
+from resources.runner import default_target
+from sensors.jobs import add_own_target, measure_model_job, measure_request, measured_targets
 
 
 def content_key(model: RegisteredModel) -> str:
@@ -38,26 +41,45 @@ def model_registry_sensor(context: dg.SensorEvaluationContext, registry: ModelRe
     conflicts = [str(error) for error in slug_conflicts(registry.paths.registry).values()]
     for conflict in conflicts:
         context.log.warning(conflict)
-    changed = [m for m in models if seen.get(m.slug) != content_key(m)]
+    targets = measured_targets(context.instance)
+    changed = [
+        (m, target)
+        for m in models
+        for target in targets
+        if _last_requested(seen, m.slug, target) != content_key(m)
+    ]
+    own_target = add_own_target(context.instance)  # also for an instance from before targets
     if not changed:
-        return dg.SkipReason(
-            " ".join(
-                [f"{len(models)} models in {registry.registry}, none new or changed.", *conflicts]
-            )
+        reason = f"{len(models)} models in {registry.registry} on {', '.join(targets)}, "
+        return dg.SensorResult(
+            skip_reason=" ".join([reason + "none new or changed.", *conflicts]),
+            dynamic_partitions_requests=own_target,
         )
     existing = set(context.instance.get_dynamic_partitions(models_partitions.name))
-    new_slugs = [m.slug for m in changed if m.slug not in existing]
+    new_slugs = sorted({m.slug for m, _ in changed} - existing)
+    add_models = [models_partitions.build_add_request(new_slugs)] if new_slugs else []
     return dg.SensorResult(
         run_requests=[
-            dg.RunRequest(
-                run_key=content_key(m),
-                partition_key=m.slug,
-                tags=run_tags("model_registry", **{"aaco/model_sha256": m.sha256}),
+            measure_request(
+                f"{content_key(m)}@{target}",
+                m.slug,
+                target,
+                "model_registry",
+                **{"aaco/model_sha256": m.sha256},
             )
-            for m in changed
+            for m, target in changed
         ],
-        dynamic_partitions_requests=[models_partitions.build_add_request(new_slugs)]
-        if new_slugs
-        else [],
-        cursor=json.dumps({**seen, **{m.slug: content_key(m) for m in changed}}, sort_keys=True),
+        dynamic_partitions_requests=[*add_models, *own_target],
+        cursor=json.dumps(
+            {**seen, **{model_target_key(m.slug, t): content_key(m) for m, t in changed}},
+            sort_keys=True,
+        ),
     )
+
+
+def _last_requested(seen: dict[str, str], slug: str, target: str) -> str | None:
+    """The content key last requested for the model on the target. A cursor from before targets
+    were partitions is keyed by slug alone: what it recorded was measured on this deployment's
+    own target."""
+    legacy = seen.get(slug) if target == default_target() else None
+    return seen.get(model_target_key(slug, target), legacy)

@@ -1,15 +1,15 @@
 """nightly_regression_sweep: measure every model partition once a night.
 
 `build_schedule_from_partitioned_job` rejects dynamic partitions, so this schedule reads the
-partition keys from the instance and yields one run request per model.
+models and targets from the instance and yields one run request per model on every target.
 """
 
 import os
 
 import dagster as dg
 
-from assets.partitions import NIGHT_TAG, NIGHT_TIMEZONE, models_partitions
-from sensors.jobs import measure_model_job, run_tags
+from assets.partitions import NIGHT_TAG, NIGHT_TIMEZONE, models_partitions, targets_partitions
+from sensors.jobs import measure_model_job, measure_request
 
 NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
 
@@ -24,13 +24,13 @@ NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
 def nightly_regression_sweep(context: dg.ScheduleEvaluationContext):
     night = context.scheduled_execution_time.strftime("%Y-%m-%d")
     slugs = context.instance.get_dynamic_partitions(models_partitions.name)
-    if not slugs:
-        return dg.SkipReason("no models registered yet")
+    targets = context.instance.get_dynamic_partitions(targets_partitions.name)
+    if not (slugs and targets):
+        return dg.SkipReason("no models or no targets registered yet")
     return [
-        dg.RunRequest(
-            run_key=f"nightly:{night}:{slug}",
-            partition_key=slug,
-            tags=run_tags("nightly", **{NIGHT_TAG: night}),
+        measure_request(
+            f"nightly:{night}:{slug}@{target}", slug, target, "nightly", **{NIGHT_TAG: night}
         )
         for slug in slugs
+        for target in targets
     ]

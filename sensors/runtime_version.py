@@ -2,7 +2,7 @@
 
 The fingerprint hashes the ROCm version, the GPU driver, and the ONNX Runtime version and
 providers. The first evaluation only records it; every later change requests a sweep of every model
-partition, tagged with the new fingerprint.
+on this host's target, tagged with the new fingerprint.
 """
 
 import json
@@ -15,7 +15,14 @@ from aaco_pipelines.execution.environment import (
     runtime_fingerprint,
 )
 from assets.partitions import models_partitions
-from sensors.jobs import calibrate_envelope_job, measure_model_job, run_tags
+from resources.runner import default_target
+from sensors.jobs import (
+    add_own_target,
+    calibrate_envelope_job,
+    measure_model_job,
+    measure_request,
+    run_tags,
+)
 
 
 def current_runtime() -> tuple[str, dict]:
@@ -49,13 +56,19 @@ def runtime_version_sensor(context: dg.SensorEvaluationContext):
     envelope = dg.RunRequest(
         run_key=f"runtime:{fingerprint}:envelope", job_name=calibrate_envelope_job.name, tags=tags
     )
+    # This host's runtime changed: its own target's models are measured again.
     sweep = [
-        dg.RunRequest(
-            run_key=f"runtime:{fingerprint}:{slug}",
-            partition_key=slug,
-            job_name=measure_model_job.name,
-            tags=tags,
+        measure_request(
+            f"runtime:{fingerprint}:{slug}",
+            slug,
+            default_target(),
+            "runtime_version",
+            **{"aaco/runtime_fingerprint": fingerprint},
         )
         for slug in slugs
     ]
-    return dg.SensorResult(run_requests=[envelope, *sweep], cursor=cursor)
+    return dg.SensorResult(
+        run_requests=[envelope, *sweep],
+        dynamic_partitions_requests=add_own_target(context.instance),
+        cursor=cursor,
+    )

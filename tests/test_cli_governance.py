@@ -132,10 +132,11 @@ def test_sweep_records_runs_and_a_broken_model_fails_alone(aaco_paths, capsys, m
         runs = instance.get_runs()
         assert {r.job_name for r in runs} == {"measure_model"}
         status = {r.tags["dagster/partition"]: r.status for r in runs}
-        assert status == {
-            "broken": dg.DagsterRunStatus.FAILURE,
-            "tiny_a": dg.DagsterRunStatus.SUCCESS,
-            "tiny_b": dg.DagsterRunStatus.SUCCESS,
+        assert status == {  # model x target partitions: this host measures on cpu
+            "broken|cpu": dg.DagsterRunStatus.FAILURE,
+            "tiny_a|cpu": dg.DagsterRunStatus.SUCCESS,
+            "tiny_b|cpu": dg.DagsterRunStatus.SUCCESS,
         }
         assert {r.tags["aaco/trigger"] for r in runs} == {"sweep"}
         assert set(instance.get_dynamic_partitions("models")) == {"broken", "tiny_a", "tiny_b"}
+        assert instance.get_dynamic_partitions("targets") == ["cpu"]

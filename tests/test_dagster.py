@@ -17,7 +17,13 @@ from aaco_pipelines.generation.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.tracelake.store import TraceLake
-from assets import MODEL_ASSETS, NIGHT_ASSETS, models_partitions
+from assets import (
+    MODEL_ASSETS,
+    NIGHT_ASSETS,
+    model_target_key,
+    models_partitions,
+    targets_partitions,
+)
 from assets.partitions import NIGHT_TAG
 from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
 from sensors import (
@@ -44,11 +50,12 @@ def _resources(paths, memory_limit_mb=4096):
     }
 
 
-def _materialize(instance, paths, slug, tags=None, **kwargs):
+def _materialize(instance, paths, slug, tags=None, target="cpu", **kwargs):
     instance.add_dynamic_partitions(models_partitions.name, [slug])
+    instance.add_dynamic_partitions(targets_partitions.name, [target])
     return dg.materialize(
         MODEL_ASSETS,
-        partition_key=slug,
+        partition_key=model_target_key(slug, target),
         instance=instance,
         resources=_resources(paths, **kwargs),
         raise_on_error=False,
@@ -168,22 +175,35 @@ def test_model_registry_sensor(instance, aaco_paths):
     (aaco_paths.registry / "README.txt").write_text("not a model")
 
     first = model_registry_sensor(dg.build_sensor_context(instance=instance, resources=resources))
-    assert [r.partition_key for r in first.run_requests] == ["model_a"]
+    assert [r.partition_key for r in first.run_requests] == ["model_a|cpu"]
     assert first.run_requests[0].run_key.startswith("model_a:")
     assert first.run_requests[0].tags["aaco/device"] == "cpu"
-    assert first.dynamic_partitions_requests[0].partition_keys == ["model_a"]
+    assert [r.partition_keys for r in first.dynamic_partitions_requests] == [["model_a"], ["cpu"]]
     instance.add_dynamic_partitions(models_partitions.name, ["model_a"])
+    instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])
 
     unchanged = model_registry_sensor(
         dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
     )
-    assert isinstance(unchanged, dg.SkipReason)
+    assert (
+        not unchanged.run_requests and "none new or changed" in unchanged.skip_reason.skip_message
+    )
+
+    # A device worker registers gpu1: the model is measured there too, and only there.
+    instance.add_dynamic_partitions(targets_partitions.name, ["gpu1"])
+    device = model_registry_sensor(
+        dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
+    )
+    [request] = device.run_requests
+    assert request.partition_key == "model_a|gpu1"
+    assert (request.tags["aaco/device"], request.tags["dagster-celery/queue"]) == ("gpu1", "gpu1")
+    instance.delete_dynamic_partition(targets_partitions.name, "gpu1")
 
     models.save(models.tiny_mlp(seed=7), path)  # same name, new content
     changed = model_registry_sensor(
         dg.build_sensor_context(instance=instance, cursor=first.cursor, resources=resources)
     )
-    assert [r.partition_key for r in changed.run_requests] == ["model_a"]
+    assert [r.partition_key for r in changed.run_requests] == ["model_a|cpu"]
     assert changed.run_requests[0].run_key != first.run_requests[0].run_key
     assert not changed.dynamic_partitions_requests  # partition exists already
 
@@ -191,7 +211,7 @@ def test_model_registry_sensor(instance, aaco_paths):
     deleted = model_registry_sensor(
         dg.build_sensor_context(instance=instance, cursor=changed.cursor, resources=resources)
     )
-    assert isinstance(deleted, dg.SkipReason)
+    assert not deleted.run_requests
     assert instance.get_dynamic_partitions(models_partitions.name) == ["model_a"]
 
 
@@ -210,7 +230,7 @@ def test_runtime_version_sensor_sweeps_on_change(instance):
     )
     envelope, *sweep = swept.run_requests
     assert envelope.job_name == "calibrate_envelope" and envelope.partition_key is None
-    assert sorted(r.partition_key for r in sweep) == ["a", "b"]
+    assert sorted(r.partition_key for r in sweep) == ["a|cpu", "b|cpu"]
     assert {r.job_name for r in sweep} == {"measure_model"}
     fingerprint = json.loads(swept.cursor)["fingerprint"]
     assert all(r.tags["aaco/runtime_fingerprint"] == fingerprint for r in swept.run_requests)
@@ -222,9 +242,13 @@ def test_nightly_sweep_requests_every_model_once_per_night(instance):
     )
     assert isinstance(nightly_regression_sweep(context), dg.SkipReason)
     instance.add_dynamic_partitions(models_partitions.name, ["a", "b", "c"])
+    instance.add_dynamic_partitions(targets_partitions.name, ["cpu", "gpu0"])
     requests = nightly_regression_sweep(context)
-    assert [r.partition_key for r in requests] == ["a", "b", "c"]
-    assert requests[0].run_key == "nightly:2026-11-21:a"
+    assert [r.partition_key for r in requests] == [
+        f"{m}|{t}" for m in ("a", "b", "c") for t in ("cpu", "gpu0")
+    ]
+    assert requests[1].run_key == "nightly:2026-11-21:a@gpu0"
+    assert requests[1].tags["dagster-celery/queue"] == "gpu0"
     assert nightly_regression_sweep.cron_schedule == "0 2 * * *"
 
 
@@ -317,7 +341,7 @@ def test_a_night_is_reviewed_once_its_runs_finish_with_fdr_across_its_models(ins
         assets=MODEL_ASSETS, resources=_resources(aaco_paths)
     ).resolve_implicit_global_asset_job_def()
     late = instance.create_run_for_job(
-        job, tags={**tags, "dagster/partition": "tiny_b"}, status=dg.DagsterRunStatus.STARTED
+        job, tags={**tags, "dagster/partition": "tiny_b|cpu"}, status=dg.DagsterRunStatus.STARTED
     )
     assert "still running" in sensor().skip_message
     instance.report_run_canceled(late)
@@ -347,8 +371,8 @@ def test_a_night_is_reviewed_once_its_runs_finish_with_fdr_across_its_models(ins
     )
     output = review.output_for_node("nightly_review")
     assert output["regressions"] == [{"model": "tiny_a", "metric": "latency_p50_ns"}]
-    assert sorted(output["sessions"]) == ["tiny_a", "tiny_b"]
-    assert output["failed"] == ["corrupt"]
+    assert sorted(output["sessions"]) == ["tiny_a|cpu", "tiny_b|cpu"]
+    assert output["failed"] == ["corrupt|cpu"]
     meta = review.asset_materializations_for_node("nightly_review")[0].metadata
     # p = 0.01 ranks second of m series: BH-adjusted 0.01 * m / 2 exceeds q = 0.05 once m > 10.
     assert meta["series_judged"].value > 10 and meta["changes_before_fdr"].value == 2
@@ -356,3 +380,27 @@ def test_a_night_is_reviewed_once_its_runs_finish_with_fdr_across_its_models(ins
     (check,) = review.get_asset_check_evaluations()
     assert not check.passed and "tiny_a" in check.metadata["regressions"].value
     assert "tiny_b" not in check.metadata["regressions"].value
+
+
+def test_a_run_for_another_target_is_refused_not_measured_here(instance, aaco_paths):
+    """This process measures on cpu: a run for gpu3 (queued while no worker routes it) must not
+    record this CPU's numbers as gpu3's."""
+    add_model(aaco_paths, "tiny", models.tiny_mlp())
+    result = _materialize(instance, aaco_paths, "tiny", target="gpu3")
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    assert failure.step_key == "benchmark_run"
+    message = _error_text(failure.event_specific_data.error)
+    assert "for target gpu3" in message and "aaco worker --target gpu3" in message
+    assert not _lake_sessions(aaco_paths)
+
+
+def test_a_cursor_from_before_targets_requests_nothing_again(instance, aaco_paths):
+    resources = {"registry": _resources(aaco_paths)["registry"]}
+    add_model(aaco_paths, "model_a", models.tiny_mlp())
+    first = model_registry_sensor(dg.build_sensor_context(instance=instance, resources=resources))
+    legacy = json.dumps({"model_a": json.loads(first.cursor)["model_a|cpu"]})
+    again = model_registry_sensor(
+        dg.build_sensor_context(instance=instance, cursor=legacy, resources=resources)
+    )
+    assert not again.run_requests

@@ -79,9 +79,14 @@ def test_sweep_records_its_runs_and_partitions_in_postgres(
         "SELECT DISTINCT asset_key FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'",
     )
     assert {key for (key,) in materialized} >= {'["benchmark_run"]', '["tracelake_session"]'}
-    assert _rows(postgres, "SELECT partition FROM dynamic_partitions") == [("tiny",)]
+    assert sorted(
+        _rows(postgres, "SELECT partitions_def_name, partition FROM dynamic_partitions")
+    ) == [
+        ("models", "tiny"),
+        ("targets", "cpu"),
+    ]
     # ... and a second process on another host reads the same history through the instance.
     with dg.DagsterInstance.from_config(str(aaco_paths.dagster_home)) as instance:
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         (run,) = instance.get_runs()
-        assert run.tags["dagster/partition"] == "tiny" and run.tags["aaco/trigger"] == "sweep"
+        assert run.tags["dagster/partition"] == "tiny|cpu" and run.tags["aaco/trigger"] == "sweep"

@@ -14,7 +14,7 @@ from conftest import SHARED, store_sessions
 from aaco_pipelines.cli import main
 from aaco_pipelines.registry.scan import model_slug, scan_registry, slug_conflicts
 from aaco_pipelines.tracelake.store import TraceLake
-from assets import models_partitions
+from assets import models_partitions, targets_partitions
 from resources import ModelRegistryResource
 from sensors import model_registry_sensor
 
@@ -124,12 +124,13 @@ def test_registry_sensor_keeps_each_models_partition(aaco_paths):
 
         models.save(models.tiny_mlp(seed=1), registry / "网络.onnx")
         first = tick()
-        [network] = [r.partition_key for r in first.run_requests]
+        [network] = [r.partition_key.keys_by_dimension["model"] for r in first.run_requests]
         instance.add_dynamic_partitions(models_partitions.name, [network])
+        instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])
 
         models.save(models.tiny_mlp(seed=2), registry / "模型.onnx")  # sorts before 网络
         second = tick(first.cursor)
-        [model] = [r.partition_key for r in second.run_requests]
+        [model] = [r.partition_key.keys_by_dimension["model"] for r in second.run_requests]
         assert model != network  # only the new model runs, in a partition of its own
         assert second.dynamic_partitions_requests[0].partition_keys == [model]
         instance.add_dynamic_partitions(models_partitions.name, [model])
@@ -137,8 +138,9 @@ def test_registry_sensor_keeps_each_models_partition(aaco_paths):
         models.save(models.tiny_mlp(seed=3), registry / "Foo-Bar.onnx")
         models.save(models.tiny_mlp(seed=4), registry / "foo_bar.onnx")
         third = tick(second.cursor)
-        assert isinstance(third, dg.SkipReason)  # neither of two files claiming one slug
-        assert "Foo-Bar.onnx and foo_bar.onnx are both model 'foo_bar'" in third.skip_message
+        assert not third.run_requests  # neither of two files claiming one slug
+        message = third.skip_reason.skip_message
+        assert "Foo-Bar.onnx and foo_bar.onnx are both model 'foo_bar'" in message
         assert sorted(instance.get_dynamic_partitions(models_partitions.name)) == sorted(
             [network, model]
         )

@@ -24,7 +24,6 @@ from aaco_pipelines.analysis import session
 from aaco_pipelines.analysis.session import save_envelope
 from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
 from aaco_pipelines.tracelake.store import TraceLake
-from sensors.jobs import run_tags
 
 BIN = Path(sys.executable).parent
 RUNS = (("a", "gpu0"), ("b", "gpu1"), ("c", "gpu0"))  # a and c share a device
@@ -73,11 +72,17 @@ def cluster(aaco_paths, monkeypatch, tmp_path):
         assert not killed, f"SIGTERM did not stop {killed}"
 
 
-def _launch(env: dict, partition: str, device: str) -> None:
-    """`dagster job launch`: into the instance's run queue, as the UI or a sweep would."""
-    tags = {**run_tags(TRIGGER), "aaco/device": device, "dagster-celery/queue": device}
+def _launch(env: dict, model: str, device: str) -> None:
+    """`dagster job launch` into the instance's run queue, with only the tags the UI's
+    Materialize of partition `model|device` gives a run: the launcher routes it by its target."""
+    tags = {
+        "aaco/trigger": TRIGGER,
+        "dagster/partition": f"{model}|{device}",
+        "dagster/partition/model": model,
+        "dagster/partition/target": device,
+    }
     command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j",
-               "measure_model", "--tags", json.dumps({**tags, "dagster/partition": partition})]  # fmt: skip
+               "measure_model", "--tags", json.dumps(tags)]  # fmt: skip
     subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
 
 
@@ -87,8 +92,12 @@ def test_two_devices_run_in_parallel_and_a_busy_devices_run_waits(aaco_paths, cl
         add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         instance.add_dynamic_partitions("models", ["a", "b", "c"])
+        deadline = time.monotonic() + 60  # each worker registers its device as a target
+        while set(instance.get_dynamic_partitions("targets")) != {"gpu0", "gpu1"}:
+            assert time.monotonic() < deadline, instance.get_dynamic_partitions("targets")
+            time.sleep(0.5)
     assert yaml.safe_load((home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
-        "CeleryRunLauncher"
+        "DeviceQueueRunLauncher"
     )
     # This host's envelope, measured once by the suite, stands for both devices': each worker
     # would otherwise spend 10 s measuring this same CPU again under its device's name.
@@ -110,7 +119,7 @@ def test_two_devices_run_in_parallel_and_a_busy_devices_run_waits(aaco_paths, cl
             if len(done) == len(RUNS) or time.monotonic() > deadline:
                 break
             time.sleep(1)
-        by_model = {r.dagster_run.tags["dagster/partition"]: r for r in records}
+        by_model = {r.dagster_run.tags["dagster/partition/model"]: r for r in records}
         failures = {
             m: [
                 str(e.dagster_event.event_specific_data)[:3000]

@@ -43,6 +43,7 @@ MODEL_ASSET_KEYS = [  # what the measure_model job materializes per partition
 ]
 ASSET_KEYS = [*MODEL_ASSET_KEYS, "hardware_envelope", "nightly_review"]
 MODEL = "tiny_mlp"
+PARTITION = f"{MODEL}|cpu"  # model x target: this host measures on cpu
 ENDLESS_SIDECAR = ModelSidecar(warmup_iterations=1, measured_iterations=100_000)
 WINDOW = (1600, 1000)
 
@@ -81,7 +82,7 @@ TERMINATE_RUN = """mutation($runId: String!) { terminateRun(runId: $runId) { __t
   ... on TerminateRunFailure { message } ... on PythonError { message } } }"""
 
 PARTITION_RUNS = """query($model: String!) { runsOrError(filter: {tags: [
-  {key: "dagster/partition", value: $model}]}) { ... on Runs { results { runId status } } } }"""
+  {key: "dagster/partition/model", value: $model}]}) { ... on Runs { results { runId status } } } }"""
 ENDLESS = "endless"  # a model whose measurement runs for minutes: stopped from the UI
 WORKER_MODULE = "aaco_pipelines.execution.worker"
 
@@ -226,8 +227,8 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     # queues a run for the new model. Adding the partition from here would only race with it, so
     # the test waits for the sensor's partition and run (which also proves the daemon works).
     ui.wait_for(
-        f"the model_registry_sensor to add the {MODEL!r} partition",
-        lambda: MODEL in ui.graphql(PARTITION_KEYS)["assetNodeOrError"]["partitionKeys"],
+        f"the model_registry_sensor to add the {PARTITION!r} partition",
+        lambda: PARTITION in ui.graphql(PARTITION_KEYS)["assetNodeOrError"]["partitionKeys"],
         timeout=60,
     )
     sensor_runs = ui.wait_for(
@@ -240,7 +241,9 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     # 3. A materialization launched the way the UI's "Materialize" does: launchRun of the asset
     # job for one partition, with the tags every AACO trigger puts on a run (aaco/device: the
     # run queue allows one measurement per device, so this run waits for the sensor's).
-    tags = [{"key": "dagster/partition", "value": MODEL}]
+    tags = [{"key": "dagster/partition", "value": PARTITION}]
+    tags += [{"key": "dagster/partition/model", "value": MODEL}]
+    tags += [{"key": "dagster/partition/target", "value": "cpu"}]
     tags += [{"key": k, "value": v} for k, v in run_tags("ui_e2e").items()]
     params = {
         "selector": {
@@ -259,7 +262,7 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     materialized = {
         (tuple(m["assetKey"]["path"]), m["partition"]) for m in run["assetMaterializations"]
     }
-    assert materialized == {((key,), MODEL) for key in MODEL_ASSET_KEYS}
+    assert materialized == {((key,), PARTITION) for key in MODEL_ASSET_KEYS}
 
     sensor_run = _wait_for_run(ui, sensor_runs[0]["runId"], timeout=120)
     first, second = sorted([sensor_run, run], key=lambda r: r["startTime"])

@@ -27,6 +27,7 @@ DRIVER = "postgresql+psycopg2"
 # dagster.yaml's storage section: the URL is read from the environment, never written down.
 POSTGRES_STORAGE = {"storage": {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}}
 BROKER_ENV = "AACO_CELERY_BROKER"
+TARGETS_PARTITIONS = "targets"  # assets.partitions.targets_partitions
 
 
 def celery_launcher(default_queue: str) -> dict:
@@ -35,8 +36,8 @@ def celery_launcher(default_queue: str) -> dict:
     broker = {"env": BROKER_ENV}
     return {
         "run_launcher": {
-            "module": "dagster_celery.launcher",
-            "class": "CeleryRunLauncher",
+            "module": "aaco_pipelines.instance.launcher",
+            "class": "DeviceQueueRunLauncher",
             "config": {"broker": broker, "backend": broker, "default_queue": default_queue},
         }
     }
@@ -95,6 +96,16 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
     if raw:
         initialize_pools(dagster_home, (TRACELAKE_WRITER_POOL, device_pool()))
     return dagster_home
+
+
+def register_target(dagster_home: Path, target: str) -> None:
+    """Add the target's partition (`targets`): from now on the sensors and the nightly schedule
+    request every model on it too."""
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        if target not in instance.get_dynamic_partitions(TARGETS_PARTITIONS):
+            instance.add_dynamic_partitions(TARGETS_PARTITIONS, [target])
 
 
 def initialize_pools(dagster_home: Path, pools: tuple[str, ...]) -> None:
