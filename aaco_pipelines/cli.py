@@ -341,7 +341,6 @@ def cmd_ui(args, paths: AacoPaths) -> int:
     from aaco_pipelines.registry.zoo import build_zoo
 
     build_zoo(paths.registry, only_if_empty=True)
-    os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}
     workspace = Path(args.workspace).absolute()
@@ -764,17 +763,27 @@ def cmd_sweep(args, paths: AacoPaths) -> int:
     """Measure every registry model as Dagster runs; exit 1 when a model failed."""
     from aaco_pipelines.sweep import dagster_home_for, sweep
 
-    only = (
-        [name.strip() for name in args.models.split(",") if name.strip()] if args.models else None
-    )
+    only, targets = _names(args.models), _names(args.targets)
     print(
         f"sweeping {paths.registry}; runs go to DAGSTER_HOME={dagster_home_for(paths)}", flush=True
     )
-    results = sweep(paths, only, on_result=lambda r: print("  " + r.line(), flush=True))
+    results = sweep(
+        paths,
+        only,
+        targets=targets,
+        on_result=lambda r: print("  " + r.line(), flush=True),
+        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     failed = [r.slug for r in results if r.status == "failed"]
     regressed = [r.slug for r in results if r.status == "regression"]
-    print(f"{len(results)} models: {len(failed)} failed, {len(regressed)} regressed")
+    print(f"{len(results)} runs: {len(failed)} failed, {len(regressed)} regressed")
     return 1 if failed or (args.fail_on_regression and regressed) else 0
+
+
+def _names(listed: str | None) -> list[str] | None:
+    """A comma-separated option as a list (None when absent or empty)."""
+    names = [name.strip() for name in (listed or "").split(",") if name.strip()]
+    return names or None
 
 
 def add_sweep_parser(sub) -> None:
@@ -782,6 +791,11 @@ def add_sweep_parser(sub) -> None:
         "sweep", help="measure every registry model through Dagster now (for cron, no daemon)"
     )
     sweep.add_argument("--models", help="comma-separated model names (default: all)")
+    sweep.add_argument(
+        "--targets",
+        help="comma-separated devices (default: this host's; with runs routed to device "
+        "workers, every registered one)",
+    )
     sweep.add_argument(
         "--fail-on-regression", action="store_true", help="also exit 1 when a model regressed"
     )

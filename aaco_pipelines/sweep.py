@@ -16,7 +16,12 @@ TraceLake and in the sweep's summary, and only the regressions that remain count
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,12 +32,14 @@ from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
-from aaco_pipelines.instance import prepare_dagster_home
+from aaco_pipelines.instance import prepare_dagster_home, routes_runs
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
 from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
 
 REGRESSION_CHECK = "no_performance_regression"
+SWEEP_TAG = "aaco/sweep"  # one sweep's launched runs
+WORKSPACE = Path(__file__).resolve().parent.parent / "workspace.yaml"
 # Dagster's console log stays quiet: the summary line says what failed, the run's event log in
 # the UI keeps the traceback.
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -59,35 +66,152 @@ def sweep(
     paths: AacoPaths,
     only: Sequence[str] | None = None,
     *,
+    targets: Sequence[str] | None = None,
     dagster_home: Path | None = None,
     on_result: Callable[[SweepResult], None] | None = None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[SweepResult]:
-    """Run the measure job once per registry model (or the `only` ones), in registry order."""
+    """Measure every registry model (or the `only` ones), in registry order, on `targets`.
+
+    Embedded (no run launcher in dagster.yaml): each run executes here, one after another, on
+    this host's target. With the instance's run launcher (README, "Scaling out"): the runs are
+    submitted as one backfill, queue per device, run on the device workers, and are waited for
+    here; `targets` defaults to every registered target."""
+    chosen = select_models(scan_registry(paths.registry), only, paths.registry)
+    home = prepare_dagster_home(dagster_home or dagster_home_for(paths))
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        routed = routes_runs(instance)
+        register_partitions(instance, chosen, own_target=not routed)
+        if routed:
+            results = launch(instance, chosen, targets, on_result, on_progress)
+        else:
+            results = execute_here(instance, paths, chosen, targets, on_result)
+    return control_false_discoveries(paths, results)
+
+
+def execute_here(
+    instance: dg.DagsterInstance,
+    paths: AacoPaths,
+    chosen: list[RegisteredModel],
+    targets: Sequence[str] | None,
+    on_result: Callable[[SweepResult], None] | None,
+) -> list[SweepResult]:
+    """Each model's run in this process, on this host's target."""
     from aaco_pipelines.definitions import defs
     from assets.partitions import model_target_key
     from sensors.jobs import measure_model_job, run_tags
 
-    chosen = select_models(scan_registry(paths.registry), only, paths.registry)
-    home = prepare_dagster_home(dagster_home or dagster_home_for(paths))
+    own = default_target()
+    if targets and set(targets) != {own}:
+        raise AacoInputError(
+            f"this host measures on {own} (AACO_TARGET); {sorted(set(targets) - {own})} are "
+            "measured by their own hosts' workers",
+            fix="route runs to device workers (AACO_CELERY_BROKER, README 'Scaling out'), "
+            f"or sweep --targets {own}",
+        )
     job = defs.resolve_job_def(measure_model_job.name)
     results = []
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        register_partitions(instance, chosen)
-        for model in chosen:
-            result = job.execute_in_process(
-                run_config=QUIET_LOGS,
-                instance=instance,
-                partition_key=model_target_key(model.slug, default_target()),
-                raise_on_error=False,
-                tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}),
-                resources=path_resources(paths),
-            )
-            results.append(summarize(model.slug, result))
-            if on_result:
-                on_result(results[-1])
-            if stopped := stop_requested() or interruption(result):
-                raise Interrupted(stopped)  # Dagster recorded the stop as a failed step
-    return control_false_discoveries(paths, results)
+    for model in chosen:
+        result = job.execute_in_process(
+            run_config=QUIET_LOGS,
+            instance=instance,
+            partition_key=model_target_key(model.slug, own),
+            raise_on_error=False,
+            tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}),
+            resources=path_resources(paths),
+        )
+        results.append(summarize(model.slug, result.run_id, result.success, result.all_events))
+        if on_result:
+            on_result(results[-1])
+        if stopped := stop_requested() or interruption(result.all_events):
+            raise Interrupted(stopped)  # Dagster recorded the stop as a failed step
+    return results
+
+
+def launch(
+    instance: dg.DagsterInstance,
+    chosen: list[RegisteredModel],
+    targets: Sequence[str] | None,
+    on_result: Callable[[SweepResult], None] | None,
+    on_progress: Callable[[str], None] | None,
+    poll_s: float = 2.0,
+) -> list[SweepResult]:
+    """One backfill of every model on every target (`dagster job backfill`: the instance's own
+    way to submit many partitions), then each run's result as it finishes."""
+    from assets.partitions import targets_partitions
+
+    registered = instance.get_dynamic_partitions(targets_partitions.name)
+    targets = list(targets or registered)
+    unknown = sorted(set(targets) - set(registered))
+    if unknown or not targets:
+        raise AacoInputError(
+            f"no device worker has registered the targets {unknown or targets}",
+            fix="start 'aaco worker --target <device>' on the host that owns each one "
+            f"(registered: {', '.join(registered) or 'none'})",
+        )
+    keys = [f"{m.slug}|{t}" for m in chosen for t in targets]
+    sweep_id = uuid.uuid4().hex[:12]
+    tags = {"aaco/trigger": "sweep", SWEEP_TAG: sweep_id}
+    command = [
+        str(Path(sys.executable).parent / "dagster"), "job", "backfill", "-w", str(WORKSPACE),
+        "-j", "measure_model", "--partitions", ",".join(keys), "--tags", json.dumps(tags),
+        "--noprompt",
+    ]  # fmt: skip
+    done = subprocess.run(command, cwd=WORKSPACE.parent, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise AacoInputError(
+            f"the instance refused the sweep's backfill: {done.stderr.strip()[-400:]}",
+            fix="check that dagster-daemon runs on the head node and the code location loads",
+        )
+    if on_progress:
+        on_progress(
+            f"submitted {len(keys)} runs ({', '.join(targets)}), tagged {SWEEP_TAG}={sweep_id}"
+        )
+    return wait_for_runs(instance, sweep_id, len(keys), on_result, on_progress, poll_s)
+
+
+def wait_for_runs(
+    instance: dg.DagsterInstance,
+    sweep_id: str,
+    expected: int,
+    on_result: Callable[[SweepResult], None] | None,
+    on_progress: Callable[[str], None] | None,
+    poll_s: float,
+    report_every_s: float = 30.0,
+) -> list[SweepResult]:
+    """The sweep's runs' results, reported as each finishes, until all `expected` have; every
+    `report_every_s` what it still waits for (a device whose worker is down waits forever)."""
+    results: dict[str, SweepResult] = {}
+    last_report = time.monotonic()
+    while len(results) < expected:
+        if stopped := stop_requested():
+            raise Interrupted(stopped)  # the runs go on on the instance: Dagster owns them now
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={SWEEP_TAG: sweep_id}))
+        for run in sorted(runs, key=lambda r: r.run_id):
+            if run.is_finished and run.run_id not in results:
+                events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+                success = run.status == dg.DagsterRunStatus.SUCCESS
+                label = run.tags.get("dagster/partition", run.run_id)
+                results[run.run_id] = summarize(label, run.run_id, success, events)
+                if on_result:
+                    on_result(results[run.run_id])
+        if on_progress and time.monotonic() - last_report >= report_every_s:
+            last_report = time.monotonic()
+            on_progress(_waiting_for(runs, results))
+        if len(results) < expected:
+            time.sleep(poll_s)
+    return sorted(results.values(), key=lambda r: r.slug)
+
+
+def _waiting_for(runs: list, results: dict) -> str:
+    pending = [r for r in runs if r.run_id not in results]
+    listed = ", ".join(
+        f"{r.tags.get('dagster/partition', r.run_id[:8])} ({r.status.value})" for r in pending
+    )
+    return (
+        f"waiting for {len(pending)} runs: {listed or 'not created yet'}; a run that stays "
+        "QUEUED or STARTING has no worker: 'aaco worker --target <device>' on its host"
+    )
 
 
 def control_false_discoveries(
@@ -139,13 +263,16 @@ def select_models(
     return [m for m in models if m.slug in wanted]
 
 
-def register_partitions(instance: dg.DagsterInstance, models: list[RegisteredModel]) -> None:
-    """Add the models' partitions, and this host's target, as the registry sensor would."""
+def register_partitions(
+    instance: dg.DagsterInstance, models: list[RegisteredModel], own_target: bool = True
+) -> None:
+    """Add the models' partitions, and this host's target when it measures, as the registry
+    sensor would."""
     from assets.partitions import models_partitions, targets_partitions
 
     for partitions, keys in (
         (models_partitions, [m.slug for m in models]),
-        (targets_partitions, [default_target()]),
+        (targets_partitions, [default_target()] if own_target else []),
     ):
         existing = set(instance.get_dynamic_partitions(partitions.name))
         new = [key for key in keys if key not in existing]
@@ -163,24 +290,33 @@ def path_resources(paths: AacoPaths) -> dict:
     return {"registry": registry, "tracelake": TraceLakeResource(database=str(paths.tracelake))}
 
 
-def summarize(slug: str, result: dg.ExecuteInProcessResult) -> SweepResult:
-    """Status, session, p50 and verdict of one run, from its events."""
-    measured = result.asset_materializations_for_node("benchmark_run")
+def summarize(slug: str, run_id: str, success: bool, events: Sequence) -> SweepResult:
+    """Status, session, p50 and verdict of one run, from its Dagster events (an in-process
+    result's, or a launched run's from the event log)."""
+    measured = [
+        e.step_materialization_data.materialization
+        for e in events
+        if e.is_step_materialization and e.asset_key == dg.AssetKey("benchmark_run")
+    ]
     meta = measured[0].metadata if measured else {}
-    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    checks = {
+        e.event_specific_data.check_name: e.event_specific_data
+        for e in events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    }
     gate = checks.get(REGRESSION_CHECK)
     verdicts = gate.metadata["verdicts"].value if gate else {}
     regressed = [m for m, v in verdicts.items() if v == "regression"]
-    if result.success:
+    if success:
         status, error = "ok", None
     elif gate is not None and not gate.passed:
         status, error = "regression", None
     else:
-        status, error = "failed", failure_message(result)
+        status, error = "failed", failure_message(events)
     return SweepResult(
         slug=slug,
         status=status,
-        run_id=result.run_id,
+        run_id=run_id,
         session_id=meta["session_id"].value if "session_id" in meta else None,
         latency_p50_ms=meta["latency_p50_ms"].value if "latency_p50_ms" in meta else None,
         verdict=f"regression ({', '.join(regressed)})"
@@ -194,9 +330,9 @@ def summarize(slug: str, result: dg.ExecuteInProcessResult) -> SweepResult:
 _INTERRUPTIONS = {"DagsterExecutionInterruptedError": "SIGTERM", "KeyboardInterrupt": "SIGINT"}
 
 
-def interruption(result: dg.ExecuteInProcessResult) -> str | None:
+def interruption(events: Sequence) -> str | None:
     """The stop signal (by name) that ended a run's step, if one did."""
-    for event in result.all_events:
+    for event in events:
         if event.event_type_value == "STEP_FAILURE":
             error = event.step_failure_data.error
             while error is not None:
@@ -208,9 +344,9 @@ def interruption(result: dg.ExecuteInProcessResult) -> str | None:
     return None
 
 
-def failure_message(result: dg.ExecuteInProcessResult) -> str:
+def failure_message(events: Sequence) -> str:
     """The innermost cause of the first step failure: the user's error, not Dagster's wrapper."""
-    failure = next((e for e in result.all_events if e.event_type_value == "STEP_FAILURE"), None)
+    failure = next((e for e in events if e.event_type_value == "STEP_FAILURE"), None)
     if failure is None:
         return "the run failed before any step ran"
     error = failure.step_failure_data.error

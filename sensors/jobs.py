@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from aaco_pipelines.instance import routes_runs
 from assets import (
     MODEL_ASSETS,
     NIGHT_ASSETS,
@@ -52,15 +53,20 @@ def run_tags(trigger: str, target: str | None = None, **extra: str) -> dict[str,
 
 
 def measured_targets(instance: dg.DagsterInstance) -> list[str]:
-    """Every target some host measures on: the registered ones and this deployment's own."""
-    return sorted({*instance.get_dynamic_partitions(targets_partitions.name), default_target()})
+    """Every target some host measures on: the registered ones, and this deployment's own
+    unless runs are routed to device workers (then the head measures nothing)."""
+    registered = set(instance.get_dynamic_partitions(targets_partitions.name))
+    own = set() if routes_runs(instance) else {default_target()}
+    return sorted(registered | own)
 
 
 def add_own_target(instance: dg.DagsterInstance) -> list[dg.AddDynamicPartitionsRequest]:
-    """The request that registers this deployment's target, when it is not registered yet."""
-    if default_target() in instance.get_dynamic_partitions(targets_partitions.name):
+    """The request that registers this deployment's target, when it measures on it and it is
+    not registered yet."""
+    own = default_target()
+    if routes_runs(instance) or own in instance.get_dynamic_partitions(targets_partitions.name):
         return []
-    return [targets_partitions.build_add_request([default_target()])]
+    return [targets_partitions.build_add_request([own])]
 
 
 def measure_request(run_key: str, slug: str, target: str, trigger: str, **tags) -> dg.RunRequest:

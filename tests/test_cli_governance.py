@@ -121,7 +121,7 @@ def test_sweep_records_runs_and_a_broken_model_fails_alone(aaco_paths, capsys, m
 
     code, out, _ = _run(capsys, "sweep")
     lines = {line.split()[1]: line.split() for line in out.splitlines()[1:-1]}
-    assert code == 1 and out.splitlines()[-1] == "3 models: 1 failed, 0 regressed"
+    assert code == 1 and out.splitlines()[-1] == "3 runs: 1 failed, 0 regressed"
     assert lines["broken"][0] == "failed" and "not a valid ONNX model" in out
     assert lines["tiny_a"][:3] == ["ok", "tiny_a", "p50"]
     assert lines["tiny_b"][-3:-2] == ["insufficient_history"]

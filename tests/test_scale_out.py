@@ -1,15 +1,14 @@
 """Runs routed to their device's worker across hosts: the instance on PostgreSQL, dagster-celery's
 run launcher on redis, the Dagster daemon's run queue, and one `aaco worker --target` per device,
-all real processes. Two devices run two models at once; a second run for a busy device waits."""
+all real processes. `aaco sweep` submits; two devices run two models at once; a second run for a
+busy device waits."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,8 +25,6 @@ from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_ho
 from aaco_pipelines.tracelake.store import TraceLake
 
 BIN = Path(sys.executable).parent
-RUNS = (("a", "gpu0"), ("b", "gpu1"), ("c", "gpu0"))  # a and c share a device
-TRIGGER = "scale_out_test"
 
 
 @pytest.fixture
@@ -72,76 +69,56 @@ def cluster(aaco_paths, monkeypatch, tmp_path):
         assert not killed, f"SIGTERM did not stop {killed}"
 
 
-def _launch(env: dict, model: str, device: str) -> None:
-    """`dagster job launch` into the instance's run queue, with only the tags the UI's
-    Materialize of partition `model|device` gives a run: the launcher routes it by its target."""
-    tags = {
-        "aaco/trigger": TRIGGER,
-        "dagster/partition": f"{model}|{device}",
-        "dagster/partition/model": model,
-        "dagster/partition/target": device,
-    }
-    command = [str(BIN / "dagster"), "job", "launch", "-w", "workspace.yaml", "-j",
-               "measure_model", "--tags", json.dumps(tags)]  # fmt: skip
-    subprocess.run(command, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
+def _sweep(env: dict, *options: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN / "aaco"), "sweep", *options], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def test_two_devices_run_in_parallel_and_a_busy_devices_run_waits(aaco_paths, cluster):
-    home, env = cluster
-    for name, seed in (("a", 1), ("b", 2), ("c", 3)):
-        add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
+def _wait_for_workers(home: Path, devices: set[str]) -> None:
+    """Each worker registers its device as a target when it starts."""
+    deadline = time.monotonic() + 60
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        instance.add_dynamic_partitions("models", ["a", "b", "c"])
-        deadline = time.monotonic() + 60  # each worker registers its device as a target
-        while set(instance.get_dynamic_partitions("targets")) != {"gpu0", "gpu1"}:
+        while set(instance.get_dynamic_partitions("targets")) != devices:
             assert time.monotonic() < deadline, instance.get_dynamic_partitions("targets")
             time.sleep(0.5)
-    assert yaml.safe_load((home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
-        "DeviceQueueRunLauncher"
-    )
+
+
+def test_a_sweep_runs_each_device_in_parallel_and_one_run_at_a_time_per_device(aaco_paths, cluster):
+    """`aaco sweep` submits every model on every registered device as one backfill; the
+    launcher routes each run by its partition's target (no tag of ours), gpu0's and gpu1's
+    workers run at once, and a device's second run waits for its first."""
+    home, env = cluster
+    for name, seed in (("a", 1), ("b", 2)):
+        add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
     # This host's envelope, measured once by the suite, stands for both devices': each worker
     # would otherwise spend 10 s measuring this same CPU again under its device's name.
     lake = TraceLake(aaco_paths.tracelake)
     for device in ("gpu0", "gpu1"):
         save_envelope(lake, replace(session.measure_envelope("cpu"), target=device))
-    with ThreadPoolExecutor(3) as pool:
-        list(pool.map(lambda run: _launch(env, *run), RUNS))
+    assert yaml.safe_load((home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
+        "DeviceQueueRunLauncher"
+    )
+    _wait_for_workers(home, {"gpu0", "gpu1"})
 
-    deadline = time.monotonic() + 240
+    refused = _sweep(env, "--targets", "gpu7")
+    assert refused.returncode == 2 and "gpu7" in refused.stderr and "aaco worker" in refused.stderr
+
+    done = _sweep(env)  # every registered target
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(tuple(line.split()[:2]) for line in done.stdout.splitlines() if line[:2] == "  ")
+    assert lines == [("ok", f"{m}|{d}") for m in ("a", "b") for d in ("gpu0", "gpu1")]
+    assert done.stdout.splitlines()[-1] == "4 runs: 0 failed, 0 regressed"
+
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        while True:
-            records = [
-                r
-                for r in instance.get_run_records()
-                if r.dagster_run.tags.get("aaco/trigger") == TRIGGER
-            ]
-            done = [r for r in records if r.dagster_run.is_finished]
-            if len(done) == len(RUNS) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        by_model = {r.dagster_run.tags["dagster/partition/model"]: r for r in records}
-        failures = {
-            m: [
-                str(e.dagster_event.event_specific_data)[:3000]
-                for e in instance.all_logs(r.dagster_run.run_id)
-                if e.dagster_event and e.dagster_event.is_failure
-            ]
-            for m, r in by_model.items()
-            if r.dagster_run.status != dg.DagsterRunStatus.SUCCESS
-        }
-    assert {m: r.dagster_run.status for m, r in by_model.items()} == {
-        m: dg.DagsterRunStatus.SUCCESS for m, _ in RUNS
-    }, failures
-    # gpu0's two runs one after the other (which first is the run queue's choice); gpu1's run
-    # beside one of them.
-    first, second = sorted((by_model["a"], by_model["c"]), key=lambda r: r.start_time)
-    assert second.start_time >= first.end_time, "two runs on gpu0 overlapped"
-    b = by_model["b"]
-    assert any(b.start_time < r.end_time and r.start_time < b.end_time for r in (first, second))
+        runs = {r.dagster_run.tags["dagster/partition"]: r for r in instance.get_run_records()}
+    assert {r.dagster_run.tags["dagster-celery/queue"] for r in runs.values()} == {"gpu0", "gpu1"}
+    for device in ("gpu0", "gpu1"):  # one at a time on a device (which first is the queue's)
+        first, second = sorted((runs[f"{m}|{device}"] for m in "ab"), key=lambda r: r.start_time)
+        assert second.start_time >= first.end_time, f"two runs on {device} overlapped"
+    gpu0, gpu1 = ([runs[f"{m}|{d}"] for m in "ab"] for d in ("gpu0", "gpu1"))
+    assert any(x.start_time < y.end_time and y.start_time < x.end_time for x in gpu0 for y in gpu1)
     # Each run was measured by its device's worker, as that device.
-    sessions = lake.query("SELECT model_slug, target FROM sessions")
-    assert dict(zip(*(sessions[k].to_pylist() for k in ("model_slug", "target")), strict=True)) == {
-        "a": "gpu0",
-        "b": "gpu1",
-        "c": "gpu0",
-    }
+    sessions = lake.query("SELECT model_slug, target FROM sessions ORDER BY 1, 2").to_pylist()
+    assert [(r["model_slug"], r["target"]) for r in sessions] == [
+        (m, d) for m in ("a", "b") for d in ("gpu0", "gpu1")
+    ]

@@ -98,6 +98,15 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
     return dagster_home
 
 
+def routes_runs(instance) -> bool:
+    """Whether the instance sends runs to device workers (dagster-celery's launcher, queue per
+    device) instead of running them on this host. Then only the workers' devices are targets:
+    the head node measures nothing itself."""
+    from dagster_celery.launcher import CeleryRunLauncher
+
+    return isinstance(instance.run_launcher, CeleryRunLauncher)
+
+
 def register_target(dagster_home: Path, target: str) -> None:
     """Add the target's partition (`targets`): from now on the sensors and the nightly schedule
     request every model on it too."""
