@@ -21,7 +21,8 @@ def test_instance_limits_runs_to_one_per_device_and_pools_to_one(tmp_path):
         limits = [
             (limit["key"], limit["limit"], limit["value"]) for limit in queue.tag_concurrency_limits
         ]
-        assert limits == [("aaco/device", 1, {"applyLimitPerUniqueValue": True})]
+        per_value = {"applyLimitPerUniqueValue": True}  # a run from the UI has only the second
+        assert limits == [("aaco/device", 1, per_value), ("dagster/partition/target", 1, per_value)]
         assert instance.get_concurrency_config().pool_config.default_pool_limit == 1
     finally:
         instance.dispose()

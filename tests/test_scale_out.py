@@ -45,12 +45,13 @@ def cluster(aaco_paths, monkeypatch, tmp_path):
                 subprocess.Popen(command, cwd=REPO, env={**env, **extra}, stdout=log, stderr=log)
             )
 
-        # The registry sensor would queue its own runs for the models this test adds.
-        stop = [str(BIN / "dagster"), "sensor", "stop", "-w", "workspace.yaml"]
-        subprocess.run([*stop, "model_registry_sensor"], cwd=REPO, env=env, check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
+        # The daemon's registry sensor watches an empty folder: it would queue runs of its own
+        # for the models this test adds.
+        unwatched = tmp_path / "unwatched"
+        unwatched.mkdir()
         try:
-            start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"])
+            start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
+                  AACO_REGISTRY=str(unwatched))  # fmt: skip
             for device in ("gpu0", "gpu1"):
                 start(f"worker-{device}", [str(BIN / "aaco"), "worker", "--target", device])
             yield home, env
