@@ -29,7 +29,17 @@ def settings() -> dict[str, str]:
     if soft is None:
         return {}
     limit = max(int(soft * SHARE_OF_ADDRESS_SPACE), MIN_MEMORY_LIMIT)
-    return {"memory_limit": f"{limit >> 20}MiB", "threads": "1", "async_threads": "1"}
+    config = {"memory_limit": f"{limit >> 20}MiB", "threads": "1"}
+    if _has_async_threads():  # DuckDB 2.0's; 1.5 refuses a setting it does not know
+        config["async_threads"] = "1"
+    return config
+
+
+def _has_async_threads() -> bool:
+    """By version, not by asking a connection: under the limit, a connection with DuckDB's
+    defaults is what must not be opened."""
+    major = int(duckdb.__version__.split(".")[0])
+    return major >= 2
 
 
 def connect(database: str | Path = ":memory:", *, read_only: bool = False):
