@@ -5,7 +5,7 @@ set, runs, event logs, schedules, sensor cursors and dynamic partitions live in 
 (dagster-postgres), so several hosts can share one instance. The URL's driver is made explicit:
 SQLAlchemy 2.1 reads a plain `postgresql://` as psycopg 3, which is not what dagster-postgres
 ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis or RabbitMQ URL), runs are
-launched as Celery tasks on the queue of their device (run tag `dagster-celery/queue`), which the
+launched as Celery tasks on the queue of their partition's target (launcher.py), which that
 device's worker on the host that owns it takes (`aaco worker --target gpu3`).
 """
 
