@@ -5,7 +5,7 @@ import dagster as dg
 from aaco_pipelines.analysis.session import explain, session_envelope, top_roofline_points
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
-from aaco_pipelines.report.plots import markdown_image, op_breakdown, roofline
+from aaco_pipelines.report.plots import markdown_image, roofline
 from assets.envelope import hardware_envelope
 from assets.partitions import model_target_partitions
 from resources import BenchmarkRunnerResource, TraceLakeResource
@@ -105,19 +105,11 @@ def bottleneck_report(
 
 
 def _plots(lake, session_id: str, envelope) -> str:
-    """Time per op and the roofline, inline as PNG data URIs (each well under 100 KB)."""
-    params = {"sid": session_id}
-    nodes = lake.query(
-        "SELECT name, op_type, share, mean_ns FROM op_breakdown "
-        "WHERE session_id = $sid AND level = 'node'",
-        params,
+    """The roofline, inline as a PNG data URI (well under 100 KB). The time per op is
+    kernel_attribution's plot: drawing it again here cost every run another 0.4 s."""
+    points = lake.query(
+        "SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id}
     )
-    points = lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", params)
     ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
     chart = roofline(points, *ceilings, dtype_roofs=envelope.gemm_peaks(), source=envelope.source)
-    return "\n\n".join(
-        [
-            markdown_image(op_breakdown(nodes), "time per op"),
-            markdown_image(chart, f"roofline ({envelope.source} envelope)"),
-        ]
-    )
+    return markdown_image(chart, f"roofline ({envelope.source} envelope)")
