@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake import engine
+from aaco_pipelines.tracelake import ducklake, engine
 from aaco_pipelines.tracelake.locking import (
     LockWait,
     Notice,
@@ -135,6 +135,10 @@ class TraceLake:
         read-write under the writer lock. Reading a lake not created yet reads an empty one in
         memory: a read never creates the file. A damaged file, a busy lake past the timeout and
         a full disk end in one AacoInputError."""
+        if (shared := ducklake.shared_lake()) is not None:
+            with self._shared(shared, write) as con:
+                yield con
+            return
         if not write and not self.path.exists():
             with self._empty() as con:
                 yield con
@@ -300,6 +304,20 @@ class TraceLake:
             yield con
         finally:
             con.close()
+
+    @contextlib.contextmanager
+    def _shared(self, shared, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The shared lake (ducklake.py); reading one no writer has created reads an empty one."""
+        try:
+            with self._one_line_errors(write), ducklake.connect(shared, write=write) as con:
+                if write:
+                    self._ensure_schema(con)
+                elif _stored_version(con) is None:  # created, but no writer has committed yet
+                    raise ducklake.NotCreated(shared.catalog)
+                yield con
+        except ducklake.NotCreated:
+            with self._empty() as con:
+                yield con
 
     @contextlib.contextmanager
     def _one_line_errors(self, write: bool) -> Iterator[None]:
