@@ -4,7 +4,11 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.aaco-installed
 
-.PHONY: setup browser services run test bench bench-gpu lint
+# The shared TraceLake (DuckLake) needs DuckDB 1.5: a second environment with the same code.
+DUCKLAKE_VENV ?= .venv-ducklake
+DUCKLAKE_STAMP := $(DUCKLAKE_VENV)/.aaco-installed
+
+.PHONY: setup ducklake-setup browser services run test bench bench-gpu lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -13,6 +17,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+$(DUCKLAKE_STAMP): pyproject.toml
+	test -x $(DUCKLAKE_VENV)/bin/python || $(PYTHON) -m venv $(DUCKLAKE_VENV)
+	$(DUCKLAKE_VENV)/bin/python -m pip install -q --upgrade pip
+	$(DUCKLAKE_VENV)/bin/python -m pip install -q -e '.[dev,ducklake]'
+	touch $(DUCKLAKE_STAMP)
+
+ducklake-setup: $(DUCKLAKE_STAMP)
 
 # The observatory: AACO_HOME (default ./.aaco), zoo built if the registry is empty, Dagster
 # webserver + daemon on http://127.0.0.1:3000 with sensors and the nightly schedule running.
@@ -40,8 +52,11 @@ services:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; \
 	} || echo "warning: postgresql/redis-server could not be installed; the scale-out tests will be skipped" >&2
 
-test: setup browser services
+# The suite on DuckDB 2.0, then the TraceLake's tests again on DuckDB 1.5 with the shared
+# (DuckLake) backend's.
+test: setup browser services ducklake-setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/test_ducklake.py tests/test_tracelake.py
 
 bench: setup
 	$(PY) benchmarks/run.py

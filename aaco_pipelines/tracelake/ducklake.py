@@ -1,11 +1,11 @@
 """A TraceLake shared by several hosts: DuckLake (a PostgreSQL catalog, Parquet data files on
-storage every host mounts). WIP (branch wip-ducklake): not yet wired into CI or the README.
+storage every host mounts).
 
 Selected by AACO_DUCKLAKE_CATALOG (a libpq connection string for the catalog database, e.g.
 `dbname=lake host=db.example user=aaco`) and AACO_DUCKLAKE_DATA (the data path); the DuckDB file
 stays the default. DuckLake needs DuckDB 1.5 with the ducklake and postgres extensions from PyPI
-(`duckdb-extension-ducklake`, `duckdb-extension-postgres-scanner`): their files are loaded from
-those packages, never downloaded.
+(`duckdb-extension-ducklake`, `duckdb-extension-postgres-scanner`; the `ducklake` extra, `make
+ducklake-setup`): their files are loaded from those packages, never downloaded.
 
 DuckLake has no primary keys, so two writers replacing the same new session would both commit
 and double its rows; and two processes creating the catalog at once fail. Every writer holds a
