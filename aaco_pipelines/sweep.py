@@ -138,7 +138,7 @@ def launch(
 ) -> list[SweepResult]:
     """One backfill of every model on every target (`dagster job backfill`: the instance's own
     way to submit many partitions), then each run's result as it finishes."""
-    from assets.partitions import targets_partitions
+    from assets.partitions import model_target_key, targets_partitions
 
     registered = instance.get_dynamic_partitions(targets_partitions.name)
     targets = list(targets or registered)
@@ -149,7 +149,7 @@ def launch(
             fix="start 'aaco worker --target <device>' on the host that owns each one "
             f"(registered: {', '.join(registered) or 'none'})",
         )
-    keys = [f"{m.slug}|{t}" for m in chosen for t in targets]
+    keys = [model_target_key(m.slug, t) for m in chosen for t in targets]
     sweep_id = uuid.uuid4().hex[:12]
     tags = {"aaco/trigger": "sweep", SWEEP_TAG: sweep_id}
     command = [

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import duckdb
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.sql import sql_literal
 from aaco_pipelines.tracelake import engine
 
 CATALOG_ENV = "AACO_DUCKLAKE_CATALOG"
@@ -84,10 +85,10 @@ def connect(lake: SharedLake, *, write: bool) -> Iterator[duckdb.DuckDBPyConnect
         try:
             for name in ("ducklake", "postgres_scanner"):
                 con.execute(f"LOAD '{extension_file(name)}'")
-            options = f"DATA_PATH {_quote(lake.data_path)}" + ("" if write else ", READ_ONLY")
+            options = f"DATA_PATH {sql_literal(lake.data_path)}" + ("" if write else ", READ_ONLY")
             try:
                 con.execute(
-                    f"ATTACH {_quote('ducklake:postgres:' + lake.catalog)} AS {ALIAS} ({options})"
+                    f"ATTACH {sql_literal('ducklake:postgres:' + lake.catalog)} AS {ALIAS} ({options})"
                 )
             except duckdb.InvalidInputException as exc:
                 if not write and "does not exist" in str(exc):
@@ -113,8 +114,3 @@ def _writer_lock(lake: SharedLake) -> Iterator[None]:
         yield
     finally:
         pg.close()
-
-
-def _quote(value: str) -> str:
-    """A SQL string literal (ATTACH takes no bound parameters)."""
-    return "'" + value.replace("'", "''") + "'"
