@@ -140,26 +140,29 @@ def check_dagster_home(paths: AacoPaths) -> Check:
 
 
 def check_tracelake(paths: AacoPaths) -> Check:
+    from aaco_pipelines.tracelake.ducklake import shared_lake
     from aaco_pipelines.tracelake.locking import TraceLakeBusy, TraceLakeDamaged
     from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
     from aaco_pipelines.tracelake.store import TraceLake
 
-    if not paths.tracelake.exists():
+    where = shared_lake() or paths.tracelake
+    lake = TraceLake(paths.tracelake, lock_timeout_s=5)
+    if not lake.exists():
         return Check(
             "TraceLake",
             MISSING,
-            f"{paths.tracelake} (not created yet)",
+            f"{where} (not created yet)",
             "created by the first measured or ingested session",
         )
     try:
-        version = TraceLake(paths.tracelake, lock_timeout_s=5).schema_version(check_blocks=True)
+        version = lake.schema_version(check_blocks=True)
     except TraceLakeDamaged as exc:
-        detail = f"{paths.tracelake}: {exc.problem}"
+        detail = f"{where}: {exc.problem}"
         return Check("TraceLake", PROBLEM, detail, f"no session can be stored or read: {exc.fix}")
     except TraceLakeBusy as exc:
-        detail = f"{paths.tracelake}: {exc.problem}"
+        detail = f"{where}: {exc.problem}"
         return Check("TraceLake", WARNING, detail, f"aaco commands wait, then fail: {exc.fix}")
-    detail = f"{paths.tracelake}; schema v{version} (this aaco: v{SCHEMA_VERSION})"
+    detail = f"{where}; schema v{version} (this aaco: v{SCHEMA_VERSION})"
     if version is None or version < SCHEMA_VERSION:
         return Check("TraceLake", WARNING, detail, "migrated on the next write")
     if version > SCHEMA_VERSION:

@@ -15,8 +15,9 @@ published but incomplete session once AACO_ORPHAN_GRACE_S have passed since its 
 the grace, an hour by default, also keeps a failed run's bundle for re-execution from failure).
 
 `clean_leftovers` moves orphans to failed/<date>/<session_id>/ with a failure.json saying what
-was found (evidence is kept, never ingested) and deletes the rows of incomplete sessions; it
-runs at the start of every new session. `find_leftovers` lists them for `aaco doctor`.
+was found (evidence is kept, never ingested) and deletes the rows of incomplete sessions (and,
+in a shared lake, the data files a killed writer left uncommitted); it runs at the start of
+every new session. `find_leftovers` lists them for `aaco doctor`.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def clean_leftovers(paths: AacoPaths) -> list[Leftover]:
             incomplete += _rows_without_bundle(paths, lake)
             if incomplete:
                 lake.delete_sessions(incomplete)
+            lake.delete_orphaned_files()
         except AacoInputError:  # busy: the rows stay invisible until the next clean-up
             pass
     return found
@@ -193,7 +195,7 @@ def finishing(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
 
 def lake_states(lake) -> dict[str, bool] | None:
     """{session_id: completed} of every session row in the TraceLake; None when unreadable."""
-    if not lake.path.exists():
+    if not lake.exists():
         return {}
     try:
         return lake.session_states()

@@ -13,7 +13,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -138,3 +140,44 @@ def redis_server() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def delayed(port: int, delay_s: float) -> Iterator[int]:
+    """A loopback TCP proxy to `port` that holds every chunk `delay_s` in each direction: a
+    database across a network (the catalog latency under which DuckLake's races appear). It
+    runs in a process of its own: DuckDB holds this process's GIL while it waits on the
+    catalog. Yields the proxy's port."""
+    process = subprocess.Popen(
+        [sys.executable, __file__, str(port), str(delay_s)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        yield int(process.stdout.readline())
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _proxy(port: int, delay_s: float) -> None:
+    """delayed()'s process: forward every connection to `port`, one thread per direction."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    print(listener.getsockname()[1], flush=True)
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(1 << 16):
+                time.sleep(delay_s)
+                sink.sendall(chunk)
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    while True:
+        client, _ = listener.accept()
+        server = socket.create_connection(("127.0.0.1", port))
+        for source, sink in ((client, server), (server, client)):
+            threading.Thread(target=pump, args=(source, sink), daemon=True).start()
+
+
+if __name__ == "__main__":
+    _proxy(int(sys.argv[1]), float(sys.argv[2]))

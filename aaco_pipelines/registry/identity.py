@@ -48,9 +48,10 @@ def claim_series(tracelake: Path, name: str, source: Path) -> str:
 def _series_owners(tracelake: Path, slug: str) -> list[str]:
     from aaco_pipelines.tracelake.store import TraceLake
 
-    if not tracelake.exists():
+    lake = TraceLake(tracelake)
+    if not lake.exists():
         return []
-    return TraceLake(tracelake).query(OWNERS_SQL, [slug])["model_name"].to_pylist()
+    return lake.query(OWNERS_SQL, [slug])["model_name"].to_pylist()
 
 
 def _same_name(name: str) -> str:

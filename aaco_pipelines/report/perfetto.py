@@ -108,7 +108,7 @@ def clock_origins(con, session_id: str) -> dict[str, int]:
 
 def resolve_session(lake: TraceLake, session_id: str) -> str:
     """The session id itself, or the most recently started one for "latest"."""
-    if not lake.path.exists():
+    if not lake.exists():
         raise AacoInputError(
             "no TraceLake here",
             path=lake.path,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ import duckdb
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_literal
 from aaco_pipelines.tracelake import engine
+from aaco_pipelines.tracelake.locking import TraceLakeBusy
 
 CATALOG_ENV = "AACO_DUCKLAKE_CATALOG"
 DATA_ENV = "AACO_DUCKLAKE_DATA"
@@ -41,6 +43,11 @@ class NotCreated(Exception):
 class SharedLake:
     catalog: str  # libpq connection string of the catalog database
     data_path: str
+
+    def __str__(self) -> str:
+        """Where the lake is, for people: never the catalog's password."""
+        catalog = re.sub(r"password\s*=\s*('[^']*'|\S+)", "password=***", self.catalog)
+        return f"the shared DuckLake at {self.data_path} (catalog: {catalog})"
 
 
 def shared_lake() -> SharedLake | None:
@@ -78,39 +85,89 @@ def extension_file(name: str) -> str:
 
 
 @contextlib.contextmanager
-def connect(lake: SharedLake, *, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection whose default database is the shared lake; a writer holds the lock."""
-    with _writer_lock(lake) if write else contextlib.nullcontext():
-        con = engine.connect()
+def connect(
+    lake: SharedLake, *, write: bool, lock_timeout_s: float
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection whose default database is the shared lake; a writer holds the lock,
+    waiting for it at most `lock_timeout_s` (then TraceLakeBusy, as for a lake file)."""
+    with _writer_lock(lake, lock_timeout_s) if write else contextlib.nullcontext():
+        database = _attached(lake, write)
+        con = database.cursor()  # its own transactions, each on the lake's newest snapshot
         try:
-            for name in ("ducklake", "postgres_scanner"):
-                con.execute(f"LOAD '{extension_file(name)}'")
-            options = f"DATA_PATH {sql_literal(lake.data_path)}" + ("" if write else ", READ_ONLY")
-            try:
-                con.execute(
-                    f"ATTACH {sql_literal('ducklake:postgres:' + lake.catalog)} AS {ALIAS} ({options})"
-                )
-            except duckdb.InvalidInputException as exc:
-                if not write and "does not exist" in str(exc):
-                    raise NotCreated(lake.catalog) from exc  # a reader never creates it
-                raise
             con.execute(f"USE {ALIAS}")
             yield con
+        except duckdb.Error:
+            _ATTACHED.pop((os.getpid(), lake, write), None)  # a lost catalog: attach anew
+            raise
         finally:
             con.close()
 
 
+# Attaching costs about 0.2 s (extensions, catalog round trips) and an analysis connects dozens
+# of times, so each process attaches once per lake and mode (a fork attaches its own).
+_ATTACHED: dict[tuple[int, SharedLake, bool], duckdb.DuckDBPyConnection] = {}
+
+
+def _attached(lake: SharedLake, write: bool) -> duckdb.DuckDBPyConnection:
+    """This process's database with the lake attached (read-only for readers)."""
+    key = (os.getpid(), lake, write)
+    if key in _ATTACHED:
+        return _ATTACHED[key]
+    con = engine.connect()
+    try:
+        for name in ("ducklake", "postgres_scanner"):
+            con.execute(f"LOAD {sql_literal(extension_file(name))}")
+        options = f"DATA_PATH {sql_literal(lake.data_path)}" + ("" if write else ", READ_ONLY")
+        try:
+            con.execute(
+                f"ATTACH {sql_literal('ducklake:postgres:' + lake.catalog)} AS {ALIAS} ({options})"
+            )
+        except duckdb.InvalidInputException as exc:
+            if not write and "does not exist" in str(exc):
+                raise NotCreated(lake.catalog) from exc  # a reader never creates it
+            raise
+    except BaseException:
+        con.close()
+        raise
+    _ATTACHED[key] = con
+    return con
+
+
+def delete_orphaned_files(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Delete the data files no snapshot knows: those a writer killed before its commit left
+    behind. Only safe under the writer lock (no other writer has uncommitted files then)."""
+    rows = con.execute(
+        f"SELECT path FROM ducklake_delete_orphaned_files({sql_literal(ALIAS)}, cleanup_all => true)"
+    ).fetchall()
+    return [path for (path,) in rows]
+
+
 @contextlib.contextmanager
-def _writer_lock(lake: SharedLake) -> Iterator[None]:
+def _writer_lock(lake: SharedLake, timeout_s: float) -> Iterator[None]:
     """The catalog database's advisory lock, held by this session until it ends: a killed
     writer's session ends with its process, and the lock with it."""
     import psycopg2
+    import psycopg2.errors
 
     pg = psycopg2.connect(lake.catalog)
     try:
         pg.autocommit = True
         with pg.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [WRITER_LOCK_KEY])
+            # An advisory lock's wait obeys lock_timeout (0 would mean no limit).
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, false)",
+                [f"{max(1, round(timeout_s * 1000))}ms"],
+            )
+            try:
+                cursor.execute("SELECT pg_advisory_lock(%s)", [WRITER_LOCK_KEY])
+            except psycopg2.errors.LockNotAvailable as exc:
+                raise TraceLakeBusy(
+                    f"gave up after {timeout_s:g} s waiting for the shared TraceLake's writer "
+                    "lock, held by another writer",
+                    path=lake.catalog,
+                    fix="wait for the other host's ingest to finish, or raise "
+                    f"AACO_LOCK_TIMEOUT_S (now {timeout_s:g} s)",
+                ) from exc
         yield
     finally:
         pg.close()

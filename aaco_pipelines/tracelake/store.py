@@ -237,13 +237,26 @@ class TraceLake:
         with self.connect(write=True) as con, _transaction(con):
             yield con
 
+    def exists(self) -> bool:
+        """Whether there may be sessions to read: the lake file exists, or the lake is shared
+        (a shared lake nobody has written yet reads empty)."""
+        return ducklake.shared_lake() is not None or self.path.exists()
+
+    def delete_orphaned_files(self) -> list[str]:
+        """The shared lake's data files that a killed writer left uncommitted, deleted (a lake
+        file has none: DuckDB rolls them back in place)."""
+        if ducklake.shared_lake() is None:
+            return []
+        with self.connect(write=True) as con:
+            return ducklake.delete_orphaned_files(con)
+
     def schema_version(self, *, check_blocks: bool = False) -> int | None:
         """The stored schema version; None for a lake not created yet. `check_blocks` first
         checks that every block the lake uses is in its file (aaco doctor's thorough look)."""
-        if not self.path.exists():
+        if not self.exists():
             return None
         with self.connect() as con:
-            if check_blocks:
+            if check_blocks and ducklake.shared_lake() is None:  # DuckLake: Parquet files
                 refuse_missing_blocks(con, self.path)
             return _stored_version(con)
 
@@ -309,7 +322,10 @@ class TraceLake:
     def _shared(self, shared, write: bool) -> Iterator[duckdb.DuckDBPyConnection]:
         """The shared lake (ducklake.py); reading one no writer has created reads an empty one."""
         try:
-            with self._one_line_errors(write), ducklake.connect(shared, write=write) as con:
+            with (
+                self._one_line_errors(write),
+                ducklake.connect(shared, write=write, lock_timeout_s=self.lock_timeout_s) as con,
+            ):
                 if write:
                     self._ensure_schema(con)
                 elif _stored_version(con) is None:  # created, but no writer has committed yet
