@@ -117,12 +117,15 @@ def _median_run(runs: list[dict]) -> dict:
     }
 
 
-def run_stage(stage: str, kernel_trace: Path, work: Path) -> dict:
-    """Run one ingest stage in a fresh Python process: its wall time and peak memory."""
+def run_stage(
+    stage: str, kernel_trace: Path, work: Path, env: dict[str, str] | None = None
+) -> dict:
+    """Run one ingest stage in a fresh Python process: its wall time and peak memory. `env`: the
+    child's environment (default this one's; benchmarks/shared_lake.py selects the backend)."""
     work.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, __file__, "--stage", stage, "--trace", str(kernel_trace),
                "--work", str(work)]  # fmt: skip
-    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    output = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(output.strip().splitlines()[-1])
 
 
