@@ -93,14 +93,14 @@ def fast_options() -> MeasureOptions:
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A real, small file system (a 2 MiB tmpfs) to fill up: where a write fails with ENOSPC.
+    """A real, small file system (a 4 MiB tmpfs) to fill up: where a write fails with ENOSPC.
     Needs root (CI and the developers' machines run as root); skipped where mounting is refused."""
     import subprocess
 
     mount = tmp_path / "small-disk"
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
     )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
