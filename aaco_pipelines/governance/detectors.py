@@ -49,15 +49,25 @@ def ewma(z: np.ndarray, params: EwmaParams = EwmaParams()) -> EwmaResult:
     """
     x = np.asarray(z, dtype=float)
     lam = params.lam
-    from scipy.signal import lfilter  # scipy.signal takes 1.5 s to import: only when judging
-
-    statistic = lfilter([lam], [1.0, lam - 1.0], x)  # the linear recursion, vectorized
+    statistic = _exponential_smoothing(x, lam)
     width = np.full(x.shape, params.L * np.sqrt(lam / (2.0 - lam)))
     if params.limits == "exact":
         i = np.arange(1, x.shape[-1] + 1)
         width = width * np.sqrt(1.0 - (1.0 - lam) ** (2 * i))
     signal = (statistic > width).astype(np.int8) - (statistic < -width).astype(np.int8)
     return EwmaResult(statistic=statistic, upper=width, lower=-width, signal=signal)
+
+
+def _exponential_smoothing(x: np.ndarray, lam: float) -> np.ndarray:
+    """s_i = lam * x_i + (1 - lam) * s_{i-1}, s_0 = 0, along the last axis: a loop over a
+    series' points (sessions, not trace rows), vectorized across series. (scipy.signal's
+    lfilter does the same, but importing scipy.signal cost every run that judges drift 1.5 s.)"""
+    out = np.empty_like(x)
+    state = np.zeros(x.shape[:-1])
+    for i in range(x.shape[-1]):
+        state = lam * x[..., i] + (1.0 - lam) * state
+        out[..., i] = state
+    return out
 
 
 @dataclass(frozen=True)
