@@ -56,7 +56,8 @@ services:
 # (DuckLake) backend's.
 test: setup browser services ducklake-setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
-	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/test_ducklake.py tests/test_tracelake.py
+	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/test_ducklake.py tests/test_tracelake.py \
+	  tests/test_lake_integrity.py tests/test_trace_readers.py
 
 bench: setup
 	$(PY) benchmarks/run.py
