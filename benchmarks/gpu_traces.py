@@ -288,6 +288,11 @@ def _print_table(s: dict) -> None:
         ("d. Perfetto export", f"{s['perfetto_s']:.2f} s",
          f"{s['perfetto_events']:,} events, {s['perfetto_mb']} MB"),
     ]  # fmt: skip
+    print_rows(rows)
+
+
+def print_rows(rows: list[tuple[str, str, str]]) -> None:
+    """A benchmark's summary: one aligned line per (what, value, note)."""
     width = max(len(r[0]) for r in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:>14}  {note}")

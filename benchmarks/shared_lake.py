@@ -46,7 +46,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 BENCHMARKS = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCHMARKS), str(BENCHMARKS.parent / "tests")]
 
-from gpu_traces import _median_run, bench_paths, run_stage, zoo_profile  # noqa: E402
+from gpu_traces import _median_run, bench_paths, print_rows, run_stage, zoo_profile  # noqa: E402
 from services import postgres_server  # noqa: E402
 
 BACKEND_ENV = (ducklake.CATALOG_ENV, ducklake.DATA_ENV)
@@ -219,9 +219,7 @@ def _print_table(s: dict) -> None:
         ("storage: shared data folder", f"{s['shared_data_mb']} MB",
          f"data files: {s['shared_data_files']}; catalog database {s['shared_catalog_mb']} MB"),
     ]  # fmt: skip
-    width = max(len(r[0]) for r in rows)
-    for name, value, note in rows:
-        print(f"{name:<{width}}  {value:>14}  {note}")
+    print_rows(rows)
 
 
 if __name__ == "__main__":
