@@ -49,11 +49,12 @@ from aaco_pipelines.analysis.roofline import EnvelopeUtilization, roofline_table
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers
-from aaco_pipelines.tracelake.store import TraceLake
+from aaco_pipelines.tracelake.store import TraceLake, reads_together
 
 EXTERNAL_TARGET = "external"  # the target of sessions ingested from a trace (aaco ingest)
 
 
+@reads_together
 def attribute(lake: TraceLake, bundle: SessionBundle) -> dict[str, pa.Table]:
     """Attribute the session's kernels to ONNX nodes and derive its metrics; stored, returned."""
     path = bundle.file("optimized_model.onnx")
@@ -233,6 +234,7 @@ def stored_datasheet_envelope(
     return save_envelope(lake, envelope, envelope_id), envelope
 
 
+@reads_together
 def session_envelope(
     lake: TraceLake, session_id: str, target: str = "cpu", providers: list[str] | None = None
 ) -> EnvelopeChoice:
@@ -387,6 +389,7 @@ def dominant_dtype(roofline: pa.Table) -> str:
     return max(flops, key=flops.__getitem__) if flops else FALLBACK_DTYPE
 
 
+@reads_together
 def explain(
     lake: TraceLake,
     session_id: str,

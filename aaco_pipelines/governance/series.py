@@ -25,6 +25,7 @@ from aaco_pipelines.governance.verdict import (
     drift_verdict,
     predictive_p_value,
 )
+from aaco_pipelines.tracelake.store import reads_together
 
 TOP_OPS = 3
 # The noise floor of each metric's baseline scale, as a fraction of its median: a series quieter
@@ -266,6 +267,7 @@ def metric_policy(metric: str, policy: VerdictPolicy = DEFAULT_POLICY) -> Verdic
     return dataclasses.replace(policy, floor_fraction=max(policy.floor_fraction, floor))
 
 
+@reads_together
 def drift_rows(
     lake, model_slug: str, session_id: str, policy: VerdictPolicy = DEFAULT_POLICY
 ) -> pa.Table:
