@@ -140,3 +140,28 @@ def test_a_v5_lake_migrates_with_every_stored_session_visible(measured, tmp_path
     assert lake.query("SELECT session_id FROM sessions")["session_id"].to_pylist() == [
         bundle.session_id
     ]
+
+
+def test_reads_inside_reading_share_one_connection_and_writes_still_land(
+    measured, tmp_path, monkeypatch
+):
+    """One open for a stage's reads; a write inside closes it first and the next read sees the
+    write; after the block another process may write again."""
+    import aaco_pipelines.tracelake.store as store
+
+    _paths, bundle = measured
+    lake = TraceLake(tmp_path / "lake.duckdb")
+    lake.ingest_session(bundle, complete=True)
+    opens = []
+    original = store.open_duckdb
+    monkeypatch.setattr(store, "open_duckdb", lambda *a, **k: opens.append(k) or original(*a, **k))
+    count = "SELECT count(*) AS n FROM completed_sessions"
+    with lake.reading():
+        assert [lake.query(count)["n"][0].as_py() for _ in range(5)] == [1] * 5
+        assert len(opens) == 1  # five reads, one open
+        lake.delete_sessions([bundle.session_id])  # a write inside the block
+        assert lake.query(count)["n"][0].as_py() == 0  # seen by the reopened reader
+        assert len(opens) == 3  # the writer's open, then the reader's again
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # the block released the file
+        assert pool.map(_ingest_in_process, [(lake.path, bundle.path)]) == [True]
+    assert lake.query("SELECT count(*) AS n FROM session_records")["n"][0].as_py() == 1
