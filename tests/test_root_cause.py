@@ -171,7 +171,9 @@ def swapped(tmp_path_factory):
     home = tmp_path_factory.mktemp("root_cause")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
     lake, bundles = TraceLake(paths.tracelake), []
-    for model in (models.tiny_mlp(), models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp()):
+    # 200 extra layers (about 0.4 ms on a 20 us model): a change far above a busy host's noise
+    # (40 layers added 0.03 ms, and a session-to-session sd of 0.012 ms once outweighed it).
+    for model in (models.tiny_mlp(), models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp(200)):
         bundles.append(measure_model(registered_model(add_model(paths, "mlp", model)), paths))
         analysis.attribute(lake, bundles[-1])
     return lake, [b.session_id for b in bundles]
