@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.sql import sql_identifier, sql_literal
 
 SOURCE = "rocpd"
 
-Plan = tuple[str, dict[str, str]]
 
 _MARKERS = ("rocpd_info_agent", "rocpd_kernel_dispatch", "rocpd_region", "rocpd_event")
 # The logical (rocprofv3's default "relative") index first, as the CSV's Agent_Id prints it.

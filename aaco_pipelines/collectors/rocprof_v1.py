@@ -20,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.collectors.rocprofv3_csv import (
     column,
     csv_header,
@@ -31,8 +32,6 @@ from aaco_pipelines.collectors.rocprofv3_csv import (
 SOURCE = "rocprof_v1"
 
 _REQUIRED = {"kernelname", "beginns", "endns"}
-
-Plan = tuple[str, dict[str, str]]
 
 
 def matches(header: list[str]) -> bool:

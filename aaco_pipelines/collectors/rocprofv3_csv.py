@@ -54,6 +54,7 @@ from pathlib import Path
 import duckdb
 
 from aaco_pipelines.collectors import trace_paths
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal, sql_path
 
@@ -86,8 +87,6 @@ _SIGNATURES = (
     ("memory_copy_trace", {"direction", "source_agent_id", "start_timestamp", "end_timestamp"}),
     ("agent_info", {"node_id", "agent_type"}),
 )
-
-Plan = tuple[str, dict[str, str]]
 
 
 def csv_header(path: Path) -> list[str]:

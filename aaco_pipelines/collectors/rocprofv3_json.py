@@ -32,11 +32,11 @@ from pathlib import Path
 
 import duckdb
 
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.sql import sql_literal, sql_path
 
 SOURCE = "rocprofv3_json"
 
-Plan = tuple[str, dict[str, str]]
 
 _ID = "STRUCT(handle UBIGINT)"
 _CORRELATION = "STRUCT(internal BIGINT, external BIGINT)"

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import sqlite3
 
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.collectors.rocpd import object_names
 
 SOURCE = "rpd"
 
-Plan = tuple[str, dict[str, str]]
 
 _COPY = "t.string LIKE 'Copy%'"
 _KERNEL = f"(t.string IN ('KernelExecution', 'Task') OR (NOT {_COPY} AND d.string <> ''))"

@@ -42,6 +42,7 @@ from aaco_pipelines.collectors import (
     rpd,
     trace_paths,
 )
+from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal
 from aaco_pipelines.tracelake import engine
@@ -75,8 +76,6 @@ _READ_ERRORS = (
     ValueError,
     zlib.error,
 )
-
-Plan = tuple[str, dict[str, str]]
 
 
 def detect_format(path: Path) -> str:
