@@ -1,9 +1,11 @@
 """AACO benchmarks: `make bench` (or `.venv/bin/python benchmarks/run.py [--repeats N]`).
 
 Prints, for this machine:
-  1. the wall time of a full zoo sweep, bare pipeline and through Dagster's asset graph;
+  1. the wall time of a full zoo sweep, bare pipeline and through Dagster's asset graph, each in a
+     fresh AACO_HOME, alternated `--repeats` times: every run, both medians and the median of
+     the pairs' ratios;
   2. Dagster's overhead: the asset graph for one model vs. the bare pipeline on the same model,
-     alternated `--repeats` times: the medians and the median of the pairs' ratios;
+     alternated `--repeats` times: every run, both medians and the median of the pairs' ratios;
   3. profiling overhead per zoo model: profiled vs. unprofiled median latency;
   4. latency coefficient of variation per zoo model, with and without laboratory mode.
 Everything runs in a temporary AACO_HOME; nothing here is a timed test.
@@ -18,6 +20,7 @@ import statistics
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +88,31 @@ def dagster_materialize(paths: AacoPaths, slugs: list[str], instance) -> None:
         assert failed <= {"performance_drift"}, (slug, failed)
 
 
+def compare(bare_times: list[float], dagster_times: list[float]) -> dict:
+    """Both medians and the median of the pairs' ratios (each pair ran back to back), with every
+    run's time: what a ratio printed by this script comes from."""
+    ratios = [d / b for b, d in zip(bare_times, dagster_times, strict=True)]
+    return {
+        "bare": round(statistics.median(bare_times), 3),
+        "dagster": round(statistics.median(dagster_times), 3),
+        "ratio": round(statistics.median(ratios), 2),
+        "bare_runs": [round(t, 3) for t in bare_times],
+        "dagster_runs": [round(t, 3) for t in dagster_times],
+        "pair_ratios": [round(r, 2) for r in ratios],
+    }
+
+
+def comparison_lines(c: dict) -> str:
+    runs = ", ".join(
+        f"{b:.2f}/{d:.2f}" for b, d in zip(c["bare_runs"], c["dagster_runs"], strict=True)
+    )
+    return (
+        f"   bare {c['bare']:.2f} s, Dagster {c['dagster']:.2f} s (medians): overhead "
+        f"{c['dagster'] - c['bare']:.2f} s, ratio {c['ratio']:.2f}x (median of the pairs' "
+        f"ratios; target <= 1.5x)\n   runs, bare/Dagster s: {runs}"
+    )
+
+
 def session_latencies(paths: AacoPaths, session_id: str) -> dict[str, np.ndarray]:
     table = TraceLake(paths.tracelake).query(
         "SELECT pass, latency_ns FROM iterations WHERE session_id = ? AND pass IN ('measured', 'profiled')",
@@ -104,7 +132,10 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--repeats", type=int, default=3, help="repeats of the one-model overhead comparison"
+        "--repeats",
+        type=int,
+        default=3,
+        help="repeats of each bare/Dagster comparison (zoo sweep and one model), alternated",
     )
     parser.add_argument(
         "--overhead-model", default="mlp", help="zoo model for the Dagster overhead figure"
@@ -120,23 +151,27 @@ def main() -> int:
         dg.instance_for_test() as instance,
     ):
         root = Path(tmp)
-        print("1. full zoo sweep", flush=True)
-        bare = fresh_paths(root, "bare")
-        bare_s, sessions = timed(lambda: bare_sweep(bare))
-        dagster_paths = fresh_paths(root, "dagster")
-        slugs = [m.slug for m in scan_registry(dagster_paths.registry)]
-        dagster_s, _ = timed(lambda: dagster_materialize(dagster_paths, slugs, instance))
-        results["zoo_sweep_s"] = {
-            "bare_pipeline": round(bare_s, 2),
-            "dagster_asset_graph": round(dagster_s, 2),
-        }
-        print(
-            f"   {len(slugs)} models: bare pipeline {bare_s:.1f} s, Dagster asset graph "
-            f"{dagster_s:.1f} s ({dagster_s / bare_s:.2f}x)"
-        )
+        print(f"1. full zoo sweep (alternated, {args.repeats} pairs)", flush=True)
+        bare_times, dagster_times = [], []
+        for i in range(args.repeats):  # alternated, each in a fresh home: a busy moment hits both
+            paths = fresh_paths(root, f"bare{i}")
+            seconds, swept = timed(partial(bare_sweep, paths))
+            bare_times.append(seconds)
+            if i == 0:
+                bare, sessions = paths, swept  # sections 2 to 4 reuse the first bare home
+            dagster_paths = fresh_paths(root, f"dagster{i}")
+            slugs = [m.slug for m in scan_registry(dagster_paths.registry)]
+            dagster_times.append(
+                timed(partial(dagster_materialize, dagster_paths, slugs, instance))[0]
+            )
+            print(
+                f"   pair {i + 1}: bare {bare_times[-1]:.1f} s, Dagster {dagster_times[-1]:.1f} s"
+            )
+        results["zoo_sweep_s"] = {"models": len(slugs), **compare(bare_times, dagster_times)}
+        print(f"   {len(slugs)} models each:\n" + comparison_lines(results["zoo_sweep_s"]))
 
         print(
-            f"2. Dagster overhead on one model ({args.overhead_model}, median of {args.repeats})",
+            f"2. Dagster overhead on one model ({args.overhead_model}, {args.repeats} pairs)",
             flush=True,
         )
         model = next(m for m in scan_registry(bare.registry) if m.slug == args.overhead_model)
@@ -148,20 +183,8 @@ def main() -> int:
                     0
                 ]
             )
-        b, d = statistics.median(bare_times), statistics.median(dagster_times)
-        ratio = statistics.median(y / x for x, y in zip(bare_times, dagster_times, strict=True))
-        results["dagster_overhead_s"] = {
-            "bare": round(b, 3),
-            "dagster": round(d, 3),
-            "overhead": round(d - b, 3),
-            "ratio": round(ratio, 2),
-            "bare_runs": [round(t, 3) for t in bare_times],
-            "dagster_runs": [round(t, 3) for t in dagster_times],
-        }
-        print(
-            f"   bare {b:.2f} s, Dagster {d:.2f} s (medians): overhead {d - b:.2f} s, "
-            f"ratio {ratio:.2f}x (target <= 1.5x)"
-        )
+        results["dagster_overhead_s"] = compare(bare_times, dagster_times)
+        print(comparison_lines(results["dagster_overhead_s"]))
 
         print("3. profiling overhead (profiled vs unprofiled median latency)", flush=True)
         results["profiling_overhead_pct"] = {}
