@@ -3,7 +3,9 @@ changed is refused when it is loaded again, and bundle files name no path outsid
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import stat
 
@@ -11,7 +13,7 @@ import models
 import pytest
 from conftest import SHARED, add_model
 
-from aaco_pipelines.bundle import EVIDENCE, file_digest
+from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import measure_model
@@ -83,3 +85,21 @@ def test_measured_bundles_record_their_evidence_with_consistent_permissions(aaco
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in folders} == {"0o755"}
     raw_files = [bundle.path / name for name in recorded]
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in raw_files} == {"0o444"}
+
+
+def test_a_copy_the_kernel_gives_up_on_halfway_is_redone_by_chunks(tmp_path, trace, monkeypatch):
+    """copy_file_range fails across file systems on older kernels (EXDEV), possibly after
+    copying part of the file: the copy starts over by chunks and is byte for byte the trace."""
+    real = os.copy_file_range
+    calls = []
+
+    def gives_up(src, dst, count, *args):
+        calls.append(count)
+        if len(calls) > 1:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real(src, dst, 1000, *args)  # a partial copy first
+
+    monkeypatch.setattr(os, "copy_file_range", gives_up)
+    copied = copy_with_digest(trace, tmp_path / "copy.csv")
+    assert (tmp_path / "copy.csv").read_bytes() == trace.read_bytes()
+    assert copied == file_digest(trace) and len(calls) == 2
