@@ -153,3 +153,23 @@ def test_derived_metrics_definitions():
     assert m["partition_fragmentation_index"] == pytest.approx(1 / 4)
     assert m["microkernel_share"] == pytest.approx(3 / 4)
     assert m["max_busy_over_wall"] == pytest.approx(15_040 / 20_000)
+
+
+def test_union_of_intervals_is_exact_for_unsorted_kernels_and_huge_spans():
+    """Against a brute-force union: kernels out of start order, iterations interleaved in time,
+    and iterations so far apart that one window per iteration would overflow int64."""
+    rng = np.random.default_rng(1)
+    for spread in (300, 1 << 61):
+        for _ in range(100):
+            n = int(rng.integers(1, 40))
+            iteration = rng.integers(0, 4, n)
+            start = rng.integers(0, 1000, n) + iteration * spread
+            duration = rng.integers(0, 100, n)
+            expected = np.zeros(4)
+            for k in range(4):
+                covered = set()
+                for i in np.flatnonzero(iteration == k):
+                    covered |= set(range(int(start[i]), int(start[i] + duration[i])))
+                expected[k] = len(covered)
+            got = busy_time_per_iteration(iteration, start, duration, 4)
+            assert got[:4].tolist() == expected.tolist()

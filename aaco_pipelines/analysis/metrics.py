@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 MICROKERNEL_NS = 10_000
 
@@ -50,34 +51,55 @@ def busy_time_per_iteration(
 ) -> np.ndarray:
     """Length of the union of kernel intervals, per iteration (overlaps counted once).
 
-    Each iteration's times are taken relative to its first kernel and the iterations laid end
-    to end with a gap, so one sort and one running maximum merge every iteration at once and a
-    kernel can never merge across an iteration boundary.
+    Each iteration is moved into a window of its own, one trace-width apart, so one sort and
+    one running maximum merge every iteration at once and a kernel can never merge across an
+    iteration boundary. In integer nanoseconds: exact, and no float copies of 10^7 times.
     """
     if len(start) == 0:
         return np.zeros(n_iterations)
-    order = np.lexsort((start, iteration))
-    iteration, start = iteration[order], start[order]
-    end = start + duration[order]
-    firsts_of_iteration = np.flatnonzero(np.r_[True, iteration[1:] != iteration[:-1]])
-    origin = np.repeat(start[firsts_of_iteration], np.diff(np.r_[firsts_of_iteration, len(start)]))
-    span = float(np.max(end - origin)) + 1.0
-    offset = np.repeat(
-        np.arange(len(firsts_of_iteration)) * span, np.diff(np.r_[firsts_of_iteration, len(start)])
-    )
-    start, end = start - origin + offset, end - origin + offset
+    iteration = np.asarray(iteration)
+    start = np.asarray(start, np.int64)
+    end = start + np.asarray(duration, np.int64)
+    lowest = int(iteration.min())
+    windows = int(iteration.max()) - lowest + 1
+    if windows > 1:  # one iteration (an ingested trace) needs no windows
+        first, width = int(start.min()), int(end.max() - start.min()) + 1
+        if width * windows >= 1 << 62:  # the windows would overflow: half the iterations each
+            low = iteration < lowest + windows // 2
+            halves = [
+                busy_time_per_iteration(iteration[part], start[part], end[part] - start[part], 0)
+                for part in (low, ~low)
+            ]
+            total = np.zeros(max(n_iterations, *(len(h) for h in halves)))
+            for half in halves:
+                total[: len(half)] += half
+            return total
+        shift = (iteration.astype(np.int64) - lowest) * width - first
+        start, end = start + shift, end + shift
+    if not np.all(start[1:] >= start[:-1]):  # timsort: traces are nearly in start order
+        order = np.argsort(start, kind="stable")
+        start, end, iteration = start[order], end[order], iteration[order]
     reach = np.maximum.accumulate(end)
-    new_segment = np.r_[True, start[1:] > reach[:-1]]
-    firsts = np.flatnonzero(new_segment)
+    firsts = np.flatnonzero(np.r_[True, start[1:] > reach[:-1]])
     lasts = np.r_[firsts[1:] - 1, len(start) - 1]
-    lengths = reach[lasts] - start[firsts]
+    lengths = (reach[lasts] - start[firsts]).astype(np.float64)
     return np.bincount(iteration[firsts], weights=lengths, minlength=n_iterations)
 
 
-def partition_count(providers: list[str | None]) -> int:
-    """Maximal runs of consecutive kernels on one execution provider."""
-    values = np.asarray([p or "" for p in providers])
+def partition_count(providers) -> int:
+    """Maximal runs of consecutive kernels on one execution provider (names or codes, in
+    execution order; None is a provider of its own)."""
+    values = providers if isinstance(providers, np.ndarray) else np.asarray(providers, object)
     return int(len(values) > 0) + int(np.count_nonzero(values[1:] != values[:-1]))
+
+
+def provider_codes(providers: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """One integer per kernel standing for its provider (null a code of its own): comparing
+    codes, not 10^7 Python strings."""
+    if isinstance(providers, pa.ChunkedArray):
+        providers = providers.combine_chunks()
+    encoded = pc.dictionary_encode(providers, null_encoding="encode")
+    return encoded.indices.to_numpy(zero_copy_only=False)
 
 
 def compute_metrics(
@@ -85,15 +107,15 @@ def compute_metrics(
 ) -> dict[str, float | None]:
     """All derived metrics from the session's kernels and its model_run spans."""
     n_iterations = runs.num_rows
-    iteration = kernels["iteration"].to_numpy().astype(np.int64)
-    start = kernels["start_ns"].to_numpy().astype(np.float64)
-    duration = kernels["duration_ns"].to_numpy().astype(np.float64)
+    iteration = kernels["iteration"].to_numpy()
+    start = kernels["start_ns"].to_numpy()
+    duration = kernels["duration_ns"].to_numpy()
     wall = runs["duration_ns"].to_numpy().astype(np.float64)
     busy = busy_time_per_iteration(iteration, start, duration, n_iterations)[:n_iterations]
     first = iteration == iteration.min() if len(iteration) else iteration.astype(bool)
-    first_providers = np.asarray(kernels["provider"].to_pylist(), dtype=object)[first]
+    first_providers = provider_codes(kernels["provider"])[first]
     kernels_per_iteration = len(duration) / max(n_iterations, 1)
-    partitions = partition_count(list(first_providers[np.argsort(start[first], kind="stable")]))
+    partitions = partition_count(first_providers[np.argsort(start[first], kind="stable")])
     return {  # per-node ratios need the model's graph: None for a trace ingested without it
         "kernel_amplification_ratio": kernels_per_iteration / onnx_node_count
         if onnx_node_count
