@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
-from aaco_pipelines.analysis.metrics import compute_metrics
+from aaco_pipelines.analysis.metrics import table_metrics
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.trace_simulator import (
     SimulationSettings,
@@ -235,7 +235,7 @@ def analyse(lake: TraceLake, node_events: Path) -> dict:
     runs = runs.filter(pc.greater_equal(runs["iteration"], 0))
     node_count = pc.count_distinct(events["node_name"]).as_py()
     t1 = time.perf_counter()
-    metrics = compute_metrics(metric_input, runs, node_count)
+    metrics = table_metrics(metric_input, runs, node_count)
     t_metrics = time.perf_counter() - t1
     return {
         "assigned": assigned,

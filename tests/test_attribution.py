@@ -14,8 +14,8 @@ import pytest
 from aaco_pipelines.analysis.attribution import can_fuse, map_runtime_nodes, original_nodes
 from aaco_pipelines.analysis.metrics import (
     busy_time_per_iteration,
-    compute_metrics,
     partition_count,
+    table_metrics,
 )
 from aaco_pipelines.graph.extract import extract_graph
 from aaco_pipelines.registry.sidecar import InputSpec
@@ -142,7 +142,7 @@ def test_derived_metrics_definitions():
         }
     )
     runs = pa.table({"iteration": [0, 1], "start_ns": [100, 1100], "duration_ns": [20_000, 100]})
-    m = compute_metrics(kernels, runs, onnx_node_count=4)
+    m = table_metrics(kernels, runs, onnx_node_count=4)
     # iteration 0: [100,140] ∪ [150,15150]; iteration 1: [1100,1140] ∪ [1150,1170], even though
     # iteration 0's long kernel reaches past iteration 1's start: no merging across iterations.
     busy = np.array([40 + 15_000, 40 + 20])
@@ -173,3 +173,31 @@ def test_union_of_intervals_is_exact_for_unsorted_kernels_and_huge_spans():
                 expected[k] = len(covered)
             got = busy_time_per_iteration(iteration, start, duration, 4)
             assert got[:4].tolist() == expected.tolist()
+
+
+def test_metrics_streamed_in_batches_of_any_size_equal_the_whole():
+    """A session's kernels reach the metrics a batch at a time: a busy segment open at a batch's
+    end, an iteration split across batches and the first iteration's partitions carry over."""
+    rng = np.random.default_rng(7)
+    n = 500
+    iteration = np.sort(rng.integers(0, 5, n))
+    kernels = pa.table(
+        {
+            "iteration": iteration.astype(np.int32),
+            "start_ns": iteration * 10_000 + rng.integers(0, 9_000, n),
+            "duration_ns": rng.integers(0, 400, n),
+            "provider": rng.choice(["CPUExecutionProvider", "ROCMExecutionProvider", None], n),
+        }
+    )
+    runs = pa.table({"iteration": range(5), "start_ns": [0] * 5, "duration_ns": [10_000] * 5})
+    whole = table_metrics(kernels, runs, onnx_node_count=7)
+    busy = busy_time_per_iteration(
+        iteration, kernels["start_ns"].to_numpy(), kernels["duration_ns"].to_numpy(), 5
+    )
+    assert whole["busy_ns_per_iteration"] == pytest.approx(busy.mean())
+    first = kernels.filter(pa.compute.equal(kernels["iteration"], 0)).sort_by("start_ns")
+    assert whole["partition_fragmentation_index"] == pytest.approx(
+        partition_count(first["provider"].to_pylist()) / 7
+    )
+    for rows in (1, 2, 3, 64):
+        assert table_metrics(kernels, runs, 7, batch_rows=rows) == pytest.approx(whole)

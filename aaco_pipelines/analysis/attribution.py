@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
+from aaco_pipelines.analysis.metrics import kernel_source
 from aaco_pipelines.graph.extract import all_nodes, subgraphs
 from aaco_pipelines.tracelake.schema import PHASE_BREAKDOWN, conform, empty_table
 
@@ -422,16 +423,18 @@ DEVICE_KERNELS_SQL = """
 SELECT * FROM kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel'
 """
 # Device kernels that name their node, or that have no launch evidence to be attributed by:
-# taken as they are, filtered in DuckDB (exporting every column of 10^7 kernels to Arrow and
-# filtering there cost 1 s per 2M kernels).
+# taken as stored, read by the breakdown and the metrics in DuckDB (exporting 10^7 kernels to
+# Arrow cost 1 s per 2M kernels and held them all in memory).
 NAMED_KERNELS_SQL = f"""
 SELECT {KERNEL_COLUMNS} FROM kernel_events_with_family
 WHERE session_id = $sid AND category = 'Kernel' AND iteration >= 0
 """
 
 
-def session_kernels(lake, session_id: str) -> pa.Table:
-    """The session's kernels with the runtime node and iteration each belongs to.
+def session_kernels(lake, session_id: str) -> pa.Table | str:
+    """The session's kernels with the runtime node and iteration each belongs to: an Arrow
+    table, or, for kernels taken as stored, SQL over the TraceLake (`$sid` bound by the reader)
+    that the breakdown and metrics run in DuckDB.
 
     Device kernels that do not name their node (rocprofv3) are attributed through their launch
     calls (`gpu_attribution`), and their times moved onto the profile's clock by the estimated
@@ -441,7 +444,7 @@ def session_kernels(lake, session_id: str) -> pa.Table:
     if kernels == 0:
         return lake.query(HOST_KERNELS_SQL, params)
     if unnamed == 0 or not _has_launch_evidence(lake, session_id):
-        return lake.query(NAMED_KERNELS_SQL, params)
+        return NAMED_KERNELS_SQL  # streamed by the breakdown and metrics, never held whole
     device = lake.query(DEVICE_KERNELS_SQL, params)
     attribution = attribute_gpu_kernels(
         device,
@@ -494,9 +497,9 @@ WITH attributed AS (
            coalesce(m.onnx_node, '(unmatched) ' || coalesce(k.node_name, k.kernel_name)) AS name,
            coalesce(m.onnx_op_type, m.runtime_op_type, k.kernel_family, 'unmatched') AS op_type,
            k.duration_ns * coalesce(m.share, 1.0) AS ns
-    FROM kernels k LEFT JOIN mapping m ON m.runtime_node = k.node_name
+    FROM {kernels} k LEFT JOIN mapping m ON m.runtime_node = k.node_name
 ),
-iterations AS (SELECT DISTINCT iteration FROM kernels),
+iterations AS (SELECT DISTINCT iteration FROM {kernels}),
 per_node AS (SELECT name, op_type, iteration, sum(ns) AS ns, count(*) AS n FROM attributed GROUP BY ALL),
 node_grid AS (
     SELECT names.name, names.op_type, it.iteration, coalesce(p.ns, 0) AS ns, coalesce(p.n, 0) AS n
@@ -604,10 +607,11 @@ def attribute_session(
     runtime_graph = with_profiled_nodes(runtime_graph, lake, session_id)
     mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
     kernels = session_kernels(lake, session_id)
+    source, tables = kernel_source(kernels)
     breakdown = lake.query(
-        BREAKDOWN_SQL,
+        BREAKDOWN_SQL.format(kernels=source),
         {"sid": session_id, "sha": sha},
-        tables={"mapping": mapping, "kernels": kernels},
+        tables={"mapping": mapping, **tables},
     )
     session_column = pa.array([session_id] * mapping.num_rows, pa.string())
     return {
@@ -619,7 +623,7 @@ def attribute_session(
 
 
 def phase_breakdown(
-    lake, session_id: str, sha: str, mapping: pa.Table, kernels: pa.Table
+    lake, session_id: str, sha: str, mapping: pa.Table, kernels: pa.Table | str
 ) -> pa.Table:
     """A generation session's breakdown per phase: the profiled runs that were prefills, then
     those that were decode steps, each through the same breakdown (mean time per step). Node
@@ -635,13 +639,13 @@ def phase_breakdown(
         iterations = steps.filter(pc.equal(steps["phase"], phase))["iteration"]
         if len(iterations) == 0:
             continue
+        source, tables = kernel_source(kernels)
         part = lake.query(
-            BREAKDOWN_SQL,
-            {"sid": session_id, "sha": sha},
-            tables={
-                "mapping": mapping,
-                "kernels": kernels.filter(pc.is_in(kernels["iteration"], iterations)),
-            },
+            BREAKDOWN_SQL.format(
+                kernels=f"(SELECT * FROM {source} WHERE list_contains($iterations, iteration))"
+            ),
+            {"sid": session_id, "sha": sha, "iterations": iterations.to_pylist()},
+            tables={"mapping": mapping, **tables},
         )
         if phase == "decode":  # the graph's costs are a prefill's (its extraction shapes)
             for column in ("flops", "bytes_moved"):

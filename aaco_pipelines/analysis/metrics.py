@@ -22,9 +22,10 @@ device activity are measured on the same clock as the kernels.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 MICROKERNEL_NS = 10_000
 
@@ -44,96 +45,144 @@ RUNS_SQL = """
 SELECT iteration, start_ns, duration_ns FROM kernel_events
 WHERE session_id = $sid AND event_name = 'model_run' AND iteration >= 0 ORDER BY iteration
 """
+# The kernels in execution order, streamed: what the union of intervals and the partitions need,
+# the provider as a hash (equal providers, equal codes, in every batch).
+STREAM_SQL = """
+SELECT iteration, start_ns, start_ns + duration_ns AS end_ns, hash(provider) AS provider_code
+FROM {kernels} ORDER BY iteration, start_ns
+"""
+BATCH_ROWS = 1 << 20
+
+
+class KernelStream:
+    """Derived-metric sums over kernels fed in (iteration, start) order, a batch at a time:
+    only the busy segment still open at a batch's end is carried into the next, so a trace of
+    10^7 kernels is never held whole (memory stays flat in trace size)."""
+
+    def __init__(self) -> None:
+        self.busy = np.zeros(0)  # union of kernel intervals, by iteration
+        self.open: tuple[int, int, int] | None = None  # (iteration, start, reach)
+        self.kernels = self.microkernels = self.duration_ns = 0
+        self.first_iteration: int | None = None
+        self.partitions, self.last_provider = 0, None
+
+    def add(self, iteration: np.ndarray, start: np.ndarray, end: np.ndarray, providers) -> None:
+        """One batch, continuing the previous one's order."""
+        if len(start) == 0:
+            return
+        duration = end - start
+        self.kernels += len(start)
+        self.duration_ns += int(duration.sum())
+        self.microkernels += int(np.count_nonzero(duration < MICROKERNEL_NS))
+        self._count_partitions(iteration, np.asarray(providers))
+        if self.open is not None:
+            iteration, start, end = (np.r_[value, array] for value, array in zip(
+                self.open, (iteration, start, end), strict=True))  # fmt: skip
+        self._merge(np.asarray(iteration, np.int64), start, end)
+
+    def _merge(self, iteration: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        """Merge sorted intervals into segments; every segment but the last is final. Each
+        iteration of the batch is moved into a window of its own, one batch-width apart, so one
+        running maximum merges them all and never across an iteration boundary."""
+        first, width = int(start.min()), int(end.max() - start.min()) + 1
+        rank = np.r_[0, np.cumsum(iteration[1:] != iteration[:-1])]
+        windows = int(rank[-1]) + 1
+        if windows > 1 and width * windows >= 1 << 62:  # would overflow: half the iterations
+            boundary = int(np.argmax(rank > rank[-1] // 2))
+            self._merge(iteration[:boundary], start[:boundary], end[:boundary])
+            self._close_open()  # the next iteration's kernels cannot extend it
+            return self._merge(iteration[boundary:], start[boundary:], end[boundary:])
+        shift = rank * width - first
+        shifted_start, reach = start + shift, np.maximum.accumulate(end + shift)
+        firsts = np.flatnonzero(np.r_[True, shifted_start[1:] > reach[:-1]])
+        lasts = np.r_[firsts[1:] - 1, len(start) - 1]
+        lengths = (reach[lasts] - shifted_start[firsts]).astype(np.float64)
+        self._add_busy(iteration[firsts[:-1]], lengths[:-1])
+        self.open = (int(iteration[-1]), int(start[firsts[-1]]), int(reach[-1] - shift[-1]))
+
+    def _add_busy(self, iteration: np.ndarray, lengths: np.ndarray) -> None:
+        counted = np.bincount(iteration, weights=lengths)
+        if len(counted) > len(self.busy):
+            self.busy = np.r_[self.busy, np.zeros(len(counted) - len(self.busy))]
+        self.busy[: len(counted)] += counted
+
+    def _count_partitions(self, iteration: np.ndarray, providers: np.ndarray) -> None:
+        """Maximal runs of one provider among the first iteration's kernels."""
+        if self.first_iteration is None:
+            self.first_iteration = int(iteration[0])
+        mine = providers[iteration == self.first_iteration]
+        if len(mine) == 0:
+            return
+        self.partitions += int(np.count_nonzero(mine[1:] != mine[:-1]))
+        self.partitions += int(self.last_provider is None or mine[0] != self.last_provider)
+        self.last_provider = mine[-1]
+
+    def _close_open(self) -> None:
+        if self.open is not None:
+            iteration, start, reach = self.open
+            self._add_busy(np.array([iteration]), np.array([float(reach - start)]))
+            self.open = None
+
+    def busy_per_iteration(self, n_iterations: int) -> np.ndarray:
+        """The union of kernel intervals per iteration, the open segment closed."""
+        self._close_open()
+        return np.r_[self.busy, np.zeros(max(n_iterations - len(self.busy), 0))]
 
 
 def busy_time_per_iteration(
     iteration: np.ndarray, start: np.ndarray, duration: np.ndarray, n_iterations: int
 ) -> np.ndarray:
-    """Length of the union of kernel intervals, per iteration (overlaps counted once).
-
-    Each iteration is moved into a window of its own, one trace-width apart, so one sort and
-    one running maximum merge every iteration at once and a kernel can never merge across an
-    iteration boundary. In integer nanoseconds: exact, and no float copies of 10^7 times.
-    """
+    """Length of the union of kernel intervals, per iteration (overlaps counted once)."""
     if len(start) == 0:
         return np.zeros(n_iterations)
-    iteration = np.asarray(iteration)
+    iteration = np.asarray(iteration, np.int64)
     start = np.asarray(start, np.int64)
+    order = np.lexsort((start, iteration))
     end = start + np.asarray(duration, np.int64)
-    lowest = int(iteration.min())
-    windows = int(iteration.max()) - lowest + 1
-    if windows > 1:  # one iteration (an ingested trace) needs no windows
-        first, width = int(start.min()), int(end.max() - start.min()) + 1
-        if width * windows >= 1 << 62:  # the windows would overflow: half the iterations each
-            low = iteration < lowest + windows // 2
-            halves = [
-                busy_time_per_iteration(iteration[part], start[part], end[part] - start[part], 0)
-                for part in (low, ~low)
-            ]
-            total = np.zeros(max(n_iterations, *(len(h) for h in halves)))
-            for half in halves:
-                total[: len(half)] += half
-            return total
-        shift = (iteration.astype(np.int64) - lowest) * width - first
-        start, end = start + shift, end + shift
-    if not np.all(start[1:] >= start[:-1]):  # timsort: traces are nearly in start order
-        order = np.argsort(start, kind="stable")
-        start, end, iteration = start[order], end[order], iteration[order]
-    reach = np.maximum.accumulate(end)
-    firsts = np.flatnonzero(np.r_[True, start[1:] > reach[:-1]])
-    lasts = np.r_[firsts[1:] - 1, len(start) - 1]
-    lengths = (reach[lasts] - start[firsts]).astype(np.float64)
-    return np.bincount(iteration[firsts], weights=lengths, minlength=n_iterations)
+    stream = KernelStream()
+    stream.add(iteration[order], start[order], end[order], np.zeros(len(start)))
+    return stream.busy_per_iteration(n_iterations)
 
 
 def partition_count(providers) -> int:
-    """Maximal runs of consecutive kernels on one execution provider (names or codes, in
-    execution order; None is a provider of its own)."""
-    values = providers if isinstance(providers, np.ndarray) else np.asarray(providers, object)
+    """Maximal runs of consecutive kernels on one execution provider (in execution order)."""
+    values = np.asarray(providers, object)
     return int(len(values) > 0) + int(np.count_nonzero(values[1:] != values[:-1]))
 
 
-def provider_codes(providers: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """One integer per kernel standing for its provider (null a code of its own): comparing
-    codes, not 10^7 Python strings."""
-    if isinstance(providers, pa.ChunkedArray):
-        providers = providers.combine_chunks()
-    encoded = pc.dictionary_encode(providers, null_encoding="encode")
-    return encoded.indices.to_numpy(zero_copy_only=False)
-
-
 def compute_metrics(
-    kernels: pa.Table, runs: pa.Table, onnx_node_count: int | None
+    batches: Iterable[pa.RecordBatch], runs: pa.Table, onnx_node_count: int | None
 ) -> dict[str, float | None]:
-    """All derived metrics from the session's kernels and its model_run spans."""
+    """All derived metrics from the session's kernels (batches of STREAM_SQL's columns, in its
+    order) and its model_run spans."""
+    stream = KernelStream()
+    for batch in batches:
+        stream.add(*(batch.column(name).to_numpy() for name in STREAM_COLUMNS))
     n_iterations = runs.num_rows
-    iteration = kernels["iteration"].to_numpy()
-    start = kernels["start_ns"].to_numpy()
-    duration = kernels["duration_ns"].to_numpy()
     wall = runs["duration_ns"].to_numpy().astype(np.float64)
-    busy = busy_time_per_iteration(iteration, start, duration, n_iterations)[:n_iterations]
-    first = iteration == iteration.min() if len(iteration) else iteration.astype(bool)
-    first_providers = provider_codes(kernels["provider"])[first]
-    kernels_per_iteration = len(duration) / max(n_iterations, 1)
-    partitions = partition_count(first_providers[np.argsort(start[first], kind="stable")])
-    return {  # per-node ratios need the model's graph: None for a trace ingested without it
-        "kernel_amplification_ratio": kernels_per_iteration / onnx_node_count
-        if onnx_node_count
-        else None,
-        "partition_fragmentation_index": partitions / onnx_node_count if onnx_node_count else None,
+    busy = stream.busy_per_iteration(n_iterations)[:n_iterations]
+    kernels_per_iteration = stream.kernels / max(n_iterations, 1)
+    per_node = onnx_node_count or None  # per-node ratios need the model's graph
+    return {
+        "kernel_amplification_ratio": kernels_per_iteration / per_node if per_node else None,
+        "partition_fragmentation_index": stream.partitions / per_node if per_node else None,
         "launch_tax": float(np.mean(np.clip((wall - busy) / wall, 0.0, 1.0))),
         "device_active_ratio": float(np.mean(np.clip(busy / wall, 0.0, 1.0))),
-        "microkernel_share": float(np.mean(duration < MICROKERNEL_NS)) if len(duration) else 0.0,
-        "mean_kernel_us": float(duration.mean() / 1e3) if len(duration) else 0.0,
+        "microkernel_share": stream.microkernels / stream.kernels if stream.kernels else 0.0,
+        "mean_kernel_us": stream.duration_ns / stream.kernels / 1e3 if stream.kernels else 0.0,
         "busy_ns_per_iteration": float(busy.mean()),
         "wall_ns_per_iteration": float(wall.mean()),
         "max_busy_over_wall": float(np.max(busy / wall)) if n_iterations else 0.0,
     }
 
 
-def session_metrics(lake, session_id: str, kernels: pa.Table) -> pa.Table:
-    """The DERIVED_METRICS rows of one session: its kernels (`attribution.session_kernels`)
-    against its iteration spans from the TraceLake."""
+STREAM_COLUMNS = ("iteration", "start_ns", "end_ns", "provider_code")
+
+
+def session_metrics(lake, session_id: str, kernels: pa.Table | str) -> pa.Table:
+    """The DERIVED_METRICS rows of one session: its kernels (`attribution.session_kernels`: an
+    Arrow table, or SQL over the TraceLake) against its iteration spans, the kernels streamed
+    from DuckDB in execution order."""
     params = {"sid": session_id}
     runs = lake.query(RUNS_SQL, params)
     node_count = lake.query(
@@ -141,7 +190,10 @@ def session_metrics(lake, session_id: str, kernels: pa.Table) -> pa.Table:
         "WHERE s.session_id = $sid",
         params,
     )["node_count"].to_pylist()
-    metrics = compute_metrics(kernels, runs, node_count[0] if node_count else None)
+    source, tables = kernel_source(kernels)
+    bound = None if tables else params  # SQL over the TraceLake names the session
+    with lake.batches(STREAM_SQL.format(kernels=source), bound, tables, BATCH_ROWS) as batches:
+        metrics = compute_metrics(batches, runs, node_count[0] if node_count else None)
     metrics = {name: value for name, value in metrics.items() if value is not None}
     return pa.table(
         {
@@ -151,3 +203,24 @@ def session_metrics(lake, session_id: str, kernels: pa.Table) -> pa.Table:
             "unit": [UNITS[m] for m in metrics],
         }
     )
+
+
+def kernel_source(kernels: pa.Table | str) -> tuple[str, dict[str, pa.Table]]:
+    """A FROM item for the session's kernels and the Arrow tables it needs registered: an Arrow
+    table by name, SQL over the TraceLake as a subquery (`$sid` bound by the caller)."""
+    if isinstance(kernels, str):
+        return f"({kernels})", {}
+    return "kernels", {"kernels": kernels}
+
+
+def table_metrics(
+    kernels: pa.Table, runs: pa.Table, onnx_node_count: int | None, batch_rows: int = BATCH_ROWS
+) -> dict[str, float | None]:
+    """`compute_metrics` of kernels held in Arrow (columns iteration, start_ns, duration_ns,
+    provider), streamed in the same order as a session's."""
+    from aaco_pipelines.tracelake import engine
+
+    with engine.connect() as con:
+        con.register("kernels", kernels)
+        batches = con.sql(STREAM_SQL.format(kernels="kernels")).fetch_record_batch(batch_rows)
+        return compute_metrics(batches, runs, onnx_node_count)

@@ -203,6 +203,22 @@ class TraceLake:
                 con.register(name, table)
             return con.sql(sql, params=params).to_arrow_table()
 
+    @contextlib.contextmanager
+    def batches(
+        self,
+        sql: str,
+        params: list | dict | None = None,
+        tables: dict[str, pa.Table] | None = None,
+        rows: int = 1 << 20,
+    ) -> Iterator[Iterator[pa.RecordBatch]]:
+        """A read query's result as Arrow batches of at most `rows` rows, streamed while the
+        block lasts: for results too large to hold whole (a session's 10^7 kernels)."""
+        with self.connect() as con:
+            for name, table in (tables or {}).items():
+                con.register(name, table)
+            reader = con.sql(sql, params=params).fetch_record_batch(rows)
+            yield iter(reader)
+
     def ingest_session(
         self,
         bundle: SessionBundle,
