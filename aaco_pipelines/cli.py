@@ -127,16 +127,20 @@ RUN_STAGES = ("creating session", "warmup pass", "measured pass", "profiled pass
               "analysing", "done")  # fmt: skip
 
 
-def progress_printer() -> Callable[[str], None]:
-    """Progress on stderr: a bar over RUN_STAGES, the seconds since the run began, and the
+# The stages of one `aaco ingest`.
+INGEST_STAGES = ("copying", "loading", "analysing", "done")
+
+
+def progress_printer(stages: tuple[str, ...] = RUN_STAGES) -> Callable[[str], None]:
+    """Progress on stderr: a bar over the stages, the seconds since the command began, and the
     worker's or pipeline's own line (the worker does not report inside the timed loop)."""
     started = time.monotonic()
     reached = [0]
 
     def say(message: str) -> None:
-        stage = next((i for i, s in enumerate(RUN_STAGES, 1) if message.startswith(s)), 0)
+        stage = next((i for i, s in enumerate(stages, 1) if message.startswith(s)), 0)
         reached[0] = max(reached[0], stage)
-        filled = round(20 * reached[0] / len(RUN_STAGES))
+        filled = round(20 * reached[0] / len(stages))
         bar = "#" * filled + "-" * (20 - filled)
         elapsed = time.monotonic() - started
         print(f"  [{bar}] {elapsed:6.1f}s  {message}", file=sys.stderr, flush=True)
@@ -257,15 +261,19 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
             path=model,
             fix="give the .onnx file itself",
         )
+    say = progress_printer(INGEST_STAGES)
     bundle = ingest_trace(
         Path(args.path),
         paths,
         model=model,
         name=args.name,
         complete=False,  # visible once analysed, below
+        on_progress=say,
     )
+    say("analysing: attribution, bottleneck, drift")
     with finishing(bundle.path, paths, TraceLake(paths.tracelake)):
         summary = analyze_session(bundle, paths)
+    say("done")
     print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
     print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
     return 0

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -47,11 +48,14 @@ def ingest_trace(
     model: Path | None = None,
     name: str | None = None,
     complete: bool = True,
+    on_progress: Callable[[str], None] | None = None,
 ) -> SessionBundle:
     """Build and publish the session bundle of an external trace and load it into the
     TraceLake, all or nothing: on any error neither the bundle nor any row remains.
     `complete=False` leaves the session invisible to readers until its analysis is committed
-    (the caller analyses it next, and holds it until then)."""
+    (the caller analyses it next, and holds it until then). `on_progress` hears each stage: a
+    10^7-kernel trace takes tens of seconds."""
+    say = on_progress or (lambda message: None)
     trace = trace.absolute()
     if not trace.exists():
         raise AacoInputError(
@@ -68,6 +72,7 @@ def ingest_trace(
     staging.mkdir(parents=True)
     hold(staging, session_id)
     try:
+        say(f"copying the {trace_format} trace into the session bundle ({_size_mb(trace)} MB)")
         version, digests = _build(
             staging, trace, trace_format, paths, model, slug, name, session_id
         )
@@ -75,6 +80,7 @@ def ingest_trace(
         final.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, final)
         bundle = SessionBundle(final)
+        say(f"loading session {session_id} into the TraceLake")
         TraceLake(paths.tracelake).ingest_session(
             bundle,
             derive=lambda con: _span_tables(con, bundle, trace, version, trace_format),
@@ -135,6 +141,11 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
         },
     )
     return version, digests
+
+
+def _size_mb(trace: Path) -> int:
+    files = [p for p in trace.rglob("*") if p.is_file()] if trace.is_dir() else [trace]
+    return round(sum(f.stat().st_size for f in files) / 1e6)
 
 
 def _copy_evidence(trace: Path, raw: Path) -> dict[str, dict]:

@@ -209,7 +209,12 @@ def test_aaco_ingest_of_an_mi350x_trace_uses_the_mi350x_datasheet(
     aaco_paths, no_host_envelope, capsys
 ):
     assert main(["ingest", str(MI350X_JSON)]) == 0
-    assert "bottleneck:" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "bottleneck:" in printed.out
+    # the stages of a long ingest, in order, on stderr
+    stages = [line.split("s  ", 1)[1] for line in printed.err.splitlines() if "s  " in line]
+    assert [s.split()[0] for s in stages] == ["copying", "loading", "analysing:", "done"]
+    assert "rocprofv3_json trace" in stages[0] and " MB)" in stages[0]
     lake = TraceLake(aaco_paths.tracelake)
     rows = lake.query(
         "SELECT e.source, e.device_arch, e.device_name, e.reference, b.envelope_source "
