@@ -229,6 +229,35 @@ def test_plots_render_synthetic_inputs_as_png():
     assert plots.markdown_image(images[0], "x").startswith("![x](data:image/png;base64,")
 
 
+def test_log_axes_label_decades_without_mathtext(monkeypatch):
+    """The roofline's log axes label decades in Unicode superscripts: mathtext ($10^{9}$) was
+    parsed afresh by every figure's renderer, and with eight minor ticks a decade it made the
+    plot a run draws most often take twice as long."""
+    from matplotlib import mathtext
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("mathtext parsed")
+
+    monkeypatch.setattr(mathtext.MathTextParser, "parse", refuse)
+    points = pa.table(
+        {
+            "onnx_node": ["gemm", "add"],
+            "arithmetic_intensity": [50.0, 0.01],
+            "achieved_flops_per_s": [3e10, 5e6],
+            "time_ns": [1e5, 2e4],
+            "bound": ["compute", "memory"],
+        }
+    )
+    _assert_png(plots.roofline(points, 5e10, 1e10))
+    assert [plots._decade_label(v) for v in (1e9, 1e-2, 1.0, 3e9, 0.0)] == [
+        "10\u2079",
+        "10\u207b\u00b2",
+        "10\u2070",
+        "",
+        "",
+    ]
+
+
 def test_cli_report_writes_the_file_and_refuses_an_unknown_session(
     measured, tmp_path, monkeypatch, capsys
 ):
