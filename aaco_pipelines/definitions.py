@@ -6,7 +6,12 @@ This is the only module of the domain library that imports Dagster.
 import dagster as dg
 
 from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
-from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
+from resources import (
+    BenchmarkRunnerResource,
+    ModelRegistryResource,
+    RecordIOManager,
+    TraceLakeResource,
+)
 from sensors import (
     calibrate_envelope_job,
     measure_model_job,
@@ -26,5 +31,7 @@ defs = dg.Definitions(
         "registry": ModelRegistryResource(),
         "tracelake": TraceLakeResource(),
         "runner": BenchmarkRunnerResource(),
+        # The records the assets hand each other, at fs_io_manager's paths without its log lines.
+        "io_manager": RecordIOManager(),
     },
 )

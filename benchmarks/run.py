@@ -64,7 +64,12 @@ def dagster_materialize(paths: AacoPaths, slugs: list[str], instance) -> None:
     import dagster as dg
 
     from assets import MODEL_ASSETS, model_target_key, models_partitions, targets_partitions
-    from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
+    from resources import (
+        BenchmarkRunnerResource,
+        ModelRegistryResource,
+        RecordIOManager,
+        TraceLakeResource,
+    )
 
     resources = {
         "registry": ModelRegistryResource(
@@ -72,6 +77,7 @@ def dagster_materialize(paths: AacoPaths, slugs: list[str], instance) -> None:
         ),
         "tracelake": TraceLakeResource(database=str(paths.tracelake)),
         "runner": BenchmarkRunnerResource(),
+        "io_manager": RecordIOManager(),  # as in aaco_pipelines/definitions.py
     }
     instance.add_dynamic_partitions(models_partitions.name, slugs)
     instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])

@@ -1,7 +1,13 @@
 """Dagster resources: thin configurable handles on the domain library, read from AACO_* env."""
 
+from resources.records import RecordIOManager
 from resources.registry import ModelRegistryResource
 from resources.runner import BenchmarkRunnerResource
 from resources.tracelake import TraceLakeResource
 
-__all__ = ["BenchmarkRunnerResource", "ModelRegistryResource", "TraceLakeResource"]
+__all__ = [
+    "BenchmarkRunnerResource",
+    "ModelRegistryResource",
+    "RecordIOManager",
+    "TraceLakeResource",
+]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -27,7 +28,12 @@ from assets import (
     targets_partitions,
 )
 from assets.partitions import NIGHT_TAG
-from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
+from resources import (
+    BenchmarkRunnerResource,
+    ModelRegistryResource,
+    RecordIOManager,
+    TraceLakeResource,
+)
 from sensors import (
     model_registry_sensor,
     nightly_regression_sweep,
@@ -49,6 +55,7 @@ def _resources(paths, memory_limit_mb=4096):
         ),
         "tracelake": TraceLakeResource(database=str(paths.tracelake)),
         "runner": BenchmarkRunnerResource(timeout_s=120, memory_limit_mb=memory_limit_mb),
+        "io_manager": RecordIOManager(),  # as in the code location
     }
 
 
@@ -119,6 +126,21 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
     ).asset_materialization.metadata
     assert run_meta["latency_p50_ms"].value > 0 and run_meta["measured_iterations"].value == 10
 
+    # The records the assets handed each other: at fs_io_manager's path, with no log line
+    # (each one an event in the run's event log).
+    lake_meta = instance.get_latest_materialization_event(
+        dg.AssetKey("tracelake_session")
+    ).asset_materialization.metadata
+    record_path = lake_meta["path"].value
+    assert record_path == os.path.join(
+        instance.storage_directory(), "tracelake_session", "dynamic", "cpu"
+    )
+    with open(record_path, "rb") as file:
+        assert pickle.load(file)["session_id"] == lake_meta["session_id"].value
+    run_id = instance.get_latest_materialization_event(dg.AssetKey("tracelake_session")).run_id
+    messages = [entry.user_message for entry in instance.all_logs(run_id)]
+    assert not [m for m in messages if "Writing file at" in m or "Loading partition" in m]
+
     # Three bad partitions, each failing with its own clear message and leaving no trace.
     models.write_corrupt_model(aaco_paths.registry / "corrupt.onnx")
     add_model(aaco_paths, "no_sidecar", models.dynamic_input_model(), sidecar=None)
@@ -142,6 +164,38 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(instance, aac
             assert fragment in message, (slug, message)
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
     assert not any((aaco_paths.sessions / ".staging").iterdir())
+
+
+def test_records_read_what_fs_io_manager_wrote_and_the_other_way_round(instance, tmp_path):
+    """An instance upgraded to RecordIOManager loads the inputs fs_io_manager stored before it,
+    and the other way round: same bytes at the same paths."""
+    from assets.partitions import model_target_partitions
+
+    @dg.asset(partitions_def=model_target_partitions)
+    def upstream(context) -> dict:
+        return {"key": context.partition_key}
+
+    @dg.asset(partitions_def=model_target_partitions)
+    def downstream(upstream: dict) -> dict:
+        return {"seen": upstream["key"]}
+
+    instance.add_dynamic_partitions(models_partitions.name, ["tiny"])
+    instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])
+    key = model_target_key("tiny", "cpu")
+    for writer, reader in (
+        (dg.FilesystemIOManager(), RecordIOManager()),
+        (RecordIOManager(), dg.FilesystemIOManager()),
+    ):
+        for asset, io_manager in ((upstream, writer), (downstream, reader)):  # one step a run
+            result = dg.materialize(
+                [upstream, downstream],
+                selection=[asset.key],
+                partition_key=key,
+                instance=instance,
+                resources={"io_manager": io_manager},
+            )
+            assert result.success
+        assert result.output_for_node("downstream") == {"seen": "tiny|cpu"}
 
 
 def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_paths):
