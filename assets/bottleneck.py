@@ -29,13 +29,19 @@ def bottleneck_report(
     runner: BenchmarkRunnerResource,
 ) -> dict:
     lake, session_id = tracelake.lake, kernel_attribution["session_id"]
-    choice = session_envelope(lake, session_id, runner.target)
-    envelope_id, envelope = choice.envelope_id, choice.envelope
-    report, utilization = explain(
-        lake, session_id, kernel_attribution["metrics"], envelope_id, envelope, note=choice.note
-    )
+    with lake.reading():  # the reads after explain's write share one open of the lake
+        choice = session_envelope(lake, session_id, runner.target)
+        envelope_id, envelope = choice.envelope_id, choice.envelope
+        report, utilization = explain(
+            lake, session_id, kernel_attribution["metrics"], envelope_id, envelope, note=choice.note
+        )
+        points = top_roofline_points(lake, session_id).to_pylist()
+        roofline_points = (
+            lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id})
+            if envelope is not None
+            else None
+        )
     evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
-    points = top_roofline_points(lake, session_id).to_pylist()
     context.add_output_metadata(
         {
             "session_id": session_id,
@@ -84,7 +90,7 @@ def bottleneck_report(
                     ],
                 )
             ),
-            "plots": dg.MetadataValue.md(_plots(lake, session_id, envelope))
+            "plots": dg.MetadataValue.md(_plots(roofline_points, envelope))
             if envelope is not None
             else dg.MetadataValue.md(choice.note),
             "envelope_id": envelope_id,
@@ -104,12 +110,9 @@ def bottleneck_report(
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
 
 
-def _plots(lake, session_id: str, envelope) -> str:
+def _plots(points, envelope) -> str:
     """The roofline, inline as a PNG data URI (well under 100 KB). The time per op is
     kernel_attribution's plot: drawing it again here cost every run another 0.4 s."""
-    points = lake.query(
-        "SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id}
-    )
     ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
     chart = roofline(points, *ceilings, dtype_roofs=envelope.gemm_peaks(), source=envelope.source)
     return markdown_image(chart, f"roofline ({envelope.source} envelope)")

@@ -70,8 +70,13 @@ GENERATION_FIGURES = (
 def tracelake_session(
     context: dg.AssetExecutionContext, collected_traces: dict, tracelake: TraceLakeResource
 ):
+    lake = tracelake.lake
     bundle = SessionBundle(Path(collected_traces["bundle_path"]))
-    counts = tracelake.lake.ingest_session(bundle)
+    counts = lake.ingest_session(bundle)
+    with lake.reading():  # what the checks and the metadata read: one open of the lake
+        generation = generation_metadata(lake, bundle.session_id)
+        quality = session_quality(lake, bundle.session_id)
+        generation_verdict = generation_check(lake, bundle.session_id)
     yield dg.Output(
         {"session_id": bundle.session_id, "bundle_path": str(bundle.path)},
         metadata={
@@ -79,11 +84,11 @@ def tracelake_session(
             "tracelake": dg.MetadataValue.path(tracelake.database),
             "schema_version": SCHEMA_VERSION,
             **{f"rows_{name}": n for name, n in counts.items()},
-            **generation_metadata(tracelake.lake, bundle.session_id),
+            **generation,
         },
     )
-    yield from quality_checks(session_quality(tracelake.lake, bundle.session_id))
-    yield generation_check(tracelake.lake, bundle.session_id)
+    yield from quality_checks(quality)
+    yield generation_verdict
 
 
 def generation_metadata(lake, session_id: str) -> dict:

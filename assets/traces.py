@@ -3,10 +3,11 @@
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.pipeline import collect_bundle
-from aaco_pipelines.tracelake import engine
 from assets.partitions import model_target_partitions
 
 
@@ -33,12 +34,12 @@ def collected_traces(context: dg.AssetExecutionContext, benchmark_run: dict) -> 
 
 
 def event_counts(kernel_events: Path) -> dict:
-    """Host node events, device kernels and distinct ops, counted by DuckDB from the Parquet."""
-    with engine.connect() as con:
-        row = con.sql(
-            "SELECT count(*) FILTER (WHERE category = 'Node') AS node_events, "
-            "count(*) FILTER (WHERE category = 'Kernel') AS device_kernels, "
-            "count(DISTINCT op_type) AS distinct_ops FROM read_parquet($file)",
-            params={"file": str(kernel_events)},
-        ).fetchall()[0]
-    return dict(zip(("node_events", "device_kernels", "distinct_ops"), row, strict=True))
+    """Host node events, device kernels and distinct ops, counted from the Parquet's two
+    columns by Arrow (an in-memory DuckDB here cost a 20-40 ms open a run)."""
+    table = pq.read_table(kernel_events, columns=["category", "op_type"])
+    category = table["category"]
+    return {
+        "node_events": pc.sum(pc.equal(category, "Node")).as_py() or 0,
+        "device_kernels": pc.sum(pc.equal(category, "Kernel")).as_py() or 0,
+        "distinct_ops": pc.count_distinct(table["op_type"]).as_py(),
+    }
