@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -184,27 +185,36 @@ def file_digest(path: Path) -> dict:
     return {"bytes": size, "sha256": digest.hexdigest()}
 
 
-def copy_with_digest(source: Path, target: Path) -> dict:
+def copy_with_digest(source: Path, target: Path, stop: threading.Event | None = None) -> dict:
     """Copy a regular file and hash the copy: the bundle's own copy of a trace, so nothing done
     to the original later changes the evidence. The copy is the kernel's (copy_file_range: no
     pass through Python, a reflink where the file system has them), and the hash then reads the
-    copy from the page cache: 3x faster than reading and writing chunks here (a 1.8 GB trace)."""
+    copy from the page cache: 3x faster than reading and writing chunks here (a 1.8 GB trace).
+    `stop` ends it between chunks (InterruptedError), for a copy made beside other work."""
     with open(source, "rb") as reader, open(target, "xb") as writer:
-        _kernel_copy(reader, writer)
+        _kernel_copy(reader, writer, stop or threading.Event())
     return file_digest(target)
 
 
-def _kernel_copy(reader, writer) -> None:
+def _kernel_copy(reader, writer, stop: threading.Event) -> None:
     """All of `reader` into `writer` by copy_file_range, or by chunks where the kernel or the
     file systems cannot (EXDEV before Linux 5.3, some network file systems)."""
     try:
         while os.copy_file_range(reader.fileno(), writer.fileno(), _CHUNK):
-            pass
+            _check(stop)
+        return
     except (AttributeError, OSError):  # AttributeError: no copy_file_range on this platform
         reader.seek(0)
         writer.seek(0)
         writer.truncate()
-        shutil.copyfileobj(reader, writer, _CHUNK)
+    while chunk := reader.read(_CHUNK):
+        writer.write(chunk)
+        _check(stop)
+
+
+def _check(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise InterruptedError("the copy was stopped")
 
 
 def write_json(path: Path, data: dict) -> None:

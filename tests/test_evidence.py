@@ -103,3 +103,30 @@ def test_a_copy_the_kernel_gives_up_on_halfway_is_redone_by_chunks(tmp_path, tra
     copied = copy_with_digest(trace, tmp_path / "copy.csv")
     assert (tmp_path / "copy.csv").read_bytes() == trace.read_bytes()
     assert copied == file_digest(trace) and len(calls) == 2
+
+
+def test_a_trace_still_being_written_while_it_is_ingested_is_refused(
+    aaco_paths, trace, monkeypatch
+):
+    """The TraceLake reads the original while the bundle's copy is made beside it: a profiler
+    that appends to the trace meanwhile makes the two differ, so the ingest is refused, naming
+    the file, and leaves no bundle and no rows."""
+    from aaco_pipelines.tracelake import store
+
+    real_load = store.load_trace
+
+    def load_while_the_profiler_writes(con, path, *args, **kwargs):
+        counts = real_load(con, path, *args, **kwargs)
+        with open(trace, "a") as original:
+            original.write(
+                '"KERNEL_DISPATCH","Agent 1",1,1,1,1,1,"late",1,1,2,0,0,0,0,0,1,1,1,1,1,1\n'
+            )
+        return counts
+
+    monkeypatch.setattr(store, "load_trace", load_while_the_profiler_writes)
+    with pytest.raises(AacoInputError, match="changed while it was being ingested") as error:
+        ingest_trace(trace, aaco_paths, name="external")
+    assert str(trace) in str(error.value)
+    assert not [p for p in aaco_paths.sessions.rglob("*") if p.is_file()]
+    lake = TraceLake(aaco_paths.tracelake)
+    assert lake.query("SELECT count(*) AS n FROM kernel_events")["n"][0].as_py() == 0

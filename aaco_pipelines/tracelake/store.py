@@ -226,6 +226,7 @@ class TraceLake:
         *,
         verify: bool = True,
         complete: bool = False,
+        trace_source: Path | None = None,
     ) -> dict[str, int]:
         """Load one session and its model graph in a single transaction, replacing any earlier
         load of the same session: re-ingesting never doubles rows. `derive` returns rows to add
@@ -233,10 +234,12 @@ class TraceLake:
         bundle's raw evidence is checked against its recorded digests first (`verify=False`
         only right after the bundle was written and hashed). The session is loaded, not
         complete: readers see it once its analysis is committed (`replace_session_rows`), or
-        at once with `complete=True` (a caller that runs no analysis)."""
+        at once with `complete=True` (a caller that runs no analysis). `trace_source`: the
+        device trace to read instead of the bundle's copy (`aaco ingest` reads the original
+        while the copy is made)."""
         graph = read_graph_dir(bundle.graph_dir)
         with self.transaction() as con:
-            self._replace_session(con, bundle, verify)
+            self._replace_session(con, bundle, verify, trace_source)
             if complete:
                 _mark_complete(con, bundle.session_id)
             for name, table in (derive(con) if derive else {}).items():
@@ -310,7 +313,9 @@ class TraceLake:
                 refuse_missing_blocks(con, self.path)
             return _stored_version(con)
 
-    def _replace_session(self, con, bundle: SessionBundle, verify: bool) -> None:
+    def _replace_session(
+        self, con, bundle: SessionBundle, verify: bool, trace_source: Path | None = None
+    ) -> None:
         """The bundle's Parquet tables, then its device trace straight from the raw file."""
         if not bundle.has_tables():
             raise AacoInputError(
@@ -332,9 +337,8 @@ class TraceLake:
                 ).fetchall()
         trace = bundle.device_trace
         if trace is not None:
-            load_trace(
-                con, bundle.inside(trace["path"]), bundle.session_id, iteration=trace["iteration"]
-            )
+            source = trace_source or bundle.inside(trace["path"])
+            load_trace(con, source, bundle.session_id, iteration=trace["iteration"])
         label_kernels(con, bundle.session_id)
 
     def _session_counts(self, con, session_id: str) -> dict[str, int]:
