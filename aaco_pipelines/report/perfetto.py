@@ -7,12 +7,16 @@ millions of kernels never becomes one Python list. Times are microseconds (float
 the session's first event; a device trace on another clock (rocprofv3's monotonic clock beside
 the host's epoch clock) gets its own origin, since the two cannot be placed on one axis by a
 simple subtraction.
+
+The tracks are declared once (`SOURCES`); Perfetto's protobuf format (`perfetto_proto`) reads
+the same declarations, so both files hold the same events.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
@@ -25,63 +29,91 @@ SAME_CLOCK_NS = 3600 * 10**9  # device times within an hour of the host's share 
 BATCH_ROWS = 65_536
 PROCESSES = {1: "Host", 2: "ONNX nodes", 3: "GPU", 4: "Telemetry"}
 
-# Each track source yields pid, tid, its track name, the absolute time t (ns, for ordering)
-# and the event as JSON text. $sid is the session, $host / $device the two clock origins (ns).
-_US = "(({t}) - {origin}) / 1000.0"
-TRACKS = {
-    "iterations": """
-        SELECT 1 AS pid, 1 AS tid, 'iterations' AS track, start_ns AS t, to_json({{
-            'ph': 'X', 'cat': 'iteration', 'name': "pass" || ' ' || iteration, 'pid': 1, 'tid': 1,
-            'ts': {ts}, 'dur': latency_ns / 1000.0,
-            'args': {{'pass': "pass", 'iteration': iteration, 'latency_ns': latency_ns}}
-        }}) AS event
-        FROM iterations WHERE session_id = $sid AND start_ns IS NOT NULL""",
-    "session": """
-        SELECT 1 AS pid, 2 AS tid, 'runtime phases' AS track, start_ns AS t, to_json({{
-            'ph': 'X', 'cat': 'session', 'name': event_name, 'pid': 1, 'tid': 2,
-            'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
-            'args': {{'iteration': iteration, 'source': source}}
-        }}) AS event
-        FROM kernel_events WHERE session_id = $sid AND category = 'Session'""",
-    "nodes": """
-        SELECT 2 AS pid, tid, 'thread ' || coalesce(thread_id::VARCHAR, '?') AS track,
-            start_ns AS t, to_json({{
-            'ph': 'X', 'cat': coalesce(op_type, 'node'), 'name': coalesce(node_name, event_name),
-            'pid': 2, 'tid': tid, 'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
-            'args': {{'op_type': op_type, 'provider': provider, 'iteration': iteration}}
-        }}) AS event
-        FROM (SELECT *, dense_rank() OVER (ORDER BY thread_id) AS tid FROM kernel_events
-              WHERE session_id = $sid AND category = 'Node')""",
-    "kernels": """
-        SELECT 3 AS pid, tid, 'gpu ' || coalesce(device_id::VARCHAR, '?') || ' queue '
-            || coalesce(queue_id::VARCHAR, '?') || coalesce(' stream ' || stream_id, '') AS track,
-            start_ns AS t, to_json({{
-            'ph': 'X', 'cat': coalesce(kernel_family, 'kernel'),
-            'name': coalesce(kernel_name, event_name), 'pid': 3, 'tid': tid,
-            'ts': {ts}, 'dur': coalesce(duration_ns, 0) / 1000.0,
-            'args': {{'kernel_family': kernel_family, 'dispatch_id': dispatch_id,
-                      'correlation_id': correlation_id, 'node': node_name,
-                      'grid_size': grid_size, 'workgroup_size': workgroup_size}}
-        }}) AS event
-        FROM (SELECT *, dense_rank() OVER (ORDER BY device_id, queue_id, stream_id) AS tid
-              FROM kernel_events_with_family
-              WHERE session_id = $sid AND category = 'Kernel')""",
-    "telemetry": """
-        SELECT 4 AS pid, 0 AS tid, 'counters' AS track, timestamp_ns AS t, to_json({{
-            'ph': 'C', 'name': concat_ws(' ', source, device, metric, '(' || unit || ')'),
-            'pid': 4, 'tid': 0, 'ts': {ts}, 'args': {{'value': value}}
-        }}) AS event
-        FROM telemetry WHERE session_id = $sid AND isfinite(value)""",
-}
+
+@dataclass(frozen=True)
+class Source:
+    """One kind of track, as SQL over the TraceLake ($sid: the session): where its rows come
+    from, which track each row is on (pid, tid, name) and what its event says. `dur` is in ns;
+    a source with a `counter` value instead is a counter. `args` are (key, SQL, kind) with kind
+    "int" or "str": the protobuf writer encodes the two differently."""
+
+    pid: int
+    tid: str
+    track: str
+    time: str
+    name: str
+    rows: str
+    cat: str | None = None
+    dur: str | None = None
+    counter: str | None = None
+    args: tuple[tuple[str, str, str], ...] = ()
+    clock: str = "host"
+
+
+DURATION = "coalesce(duration_ns, 0)"
+SOURCES = {
+    "iterations": Source(
+        pid=1, tid="1", track="'iterations'", time="start_ns", cat="'iteration'",
+        name="\"pass\" || ' ' || iteration", dur="latency_ns",
+        args=(("pass", '"pass"', "str"), ("iteration", "iteration", "int"),
+              ("latency_ns", "latency_ns", "int")),
+        rows="iterations WHERE session_id = $sid AND start_ns IS NOT NULL",
+    ),
+    "session": Source(
+        pid=1, tid="2", track="'runtime phases'", time="start_ns", cat="'session'",
+        name="event_name", dur=DURATION,
+        args=(("iteration", "iteration", "int"), ("source", "source", "str")),
+        rows="kernel_events WHERE session_id = $sid AND category = 'Session'",
+    ),
+    "nodes": Source(
+        pid=2, tid="tid", track="'thread ' || coalesce(thread_id::VARCHAR, '?')",
+        time="start_ns", cat="coalesce(op_type, 'node')", name="coalesce(node_name, event_name)",
+        dur=DURATION,
+        args=(("op_type", "op_type", "str"), ("provider", "provider", "str"),
+              ("iteration", "iteration", "int")),
+        rows="""(SELECT *, dense_rank() OVER (ORDER BY thread_id) AS tid FROM kernel_events
+                 WHERE session_id = $sid AND category = 'Node')""",
+    ),
+    "kernels": Source(
+        pid=3, tid="tid", clock="device", time="start_ns",
+        track="""'gpu ' || coalesce(device_id::VARCHAR, '?') || ' queue '
+                 || coalesce(queue_id::VARCHAR, '?') || coalesce(' stream ' || stream_id, '')""",
+        cat="coalesce(kernel_family, 'kernel')", name="coalesce(kernel_name, event_name)",
+        dur=DURATION,
+        args=(("kernel_family", "kernel_family", "str"), ("dispatch_id", "dispatch_id", "int"),
+              ("correlation_id", "correlation_id", "int"), ("node", "node_name", "str"),
+              ("grid_size", "grid_size", "int"), ("workgroup_size", "workgroup_size", "int")),
+        rows="""(SELECT *, dense_rank() OVER (ORDER BY device_id, queue_id, stream_id) AS tid
+                 FROM kernel_events_with_family
+                 WHERE session_id = $sid AND category = 'Kernel')""",
+    ),
+    "telemetry": Source(
+        pid=4, tid="0", track="'counters'", time="timestamp_ns", counter="value",
+        name="concat_ws(' ', source, device, metric, '(' || unit || ')')",
+        rows="telemetry WHERE session_id = $sid AND isfinite(value)",
+    ),
+}  # fmt: skip
+
+
+def _json_event(source: Source) -> str:
+    """The source's event as a DuckDB struct for to_json, keys in Chrome's usual order."""
+    ts = f"(({source.time}) - ${source.clock}) / 1000.0"
+    fields = [f"'ph': '{'C' if source.counter else 'X'}'"]
+    fields += [f"'cat': {source.cat}"] if source.cat else []
+    fields += [f"'name': {source.name}", f"'pid': {source.pid}", f"'tid': {source.tid}"]
+    fields += [f"'ts': {ts}"] + ([f"'dur': ({source.dur}) / 1000.0"] if source.dur else [])
+    args = [("value", source.counter)] if source.counter else [a[:2] for a in source.args]
+    fields.append("'args': {" + ", ".join(f"'{key}': {sql}" for key, sql in args) + "}")
+    return "to_json({" + ", ".join(fields) + "})"
 
 
 def _tracks_sql() -> str:
-    parts = []
-    for name, sql in TRACKS.items():
-        column = "timestamp_ns" if name == "telemetry" else "start_ns"
-        origin = "$device" if name == "kernels" else "$host"
-        parts.append(sql.format(ts=_US.format(t=column, origin=origin)))
-    return " UNION ALL ".join(parts)
+    """Every source's events as pid, tid, track, t (absolute ns, for ordering), event (JSON)."""
+    return " UNION ALL ".join(
+        f"SELECT {s.pid} AS pid, {s.tid} AS tid, {s.track} AS track, {s.time} AS t, "
+        f"{_json_event(s)} AS event FROM {s.rows}"
+        for s in SOURCES.values()
+    )
 
 
 ORIGINS_SQL = """
@@ -96,7 +128,7 @@ SELECT (SELECT min(t) FROM host), (SELECT max(t) FROM host),
 
 def clock_origins(con, session_id: str) -> dict[str, int]:
     """Host and device origins (ns): one shared origin when both look like the same clock."""
-    host_min, host_max, device_min = con.execute(ORIGINS_SQL, {"sid": session_id}).fetchone()
+    [(host_min, host_max, device_min)] = con.execute(ORIGINS_SQL, {"sid": session_id}).fetchall()
     if host_min is None:
         return {"host": device_min or 0, "device": device_min or 0}
     if device_min is None:
