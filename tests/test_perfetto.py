@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import models
 import pytest
@@ -14,8 +14,9 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.report import perfetto
-from aaco_pipelines.report.perfetto import PHASES, export_perfetto, write_perfetto
+from aaco_pipelines.report import perfetto, perfetto_proto
+from aaco_pipelines.report.perfetto import PHASES, clock_origins, export_perfetto, write_perfetto
+from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
 from aaco_pipelines.tracelake.store import TraceLake
 
 RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"
@@ -96,3 +97,117 @@ def test_unknown_session_and_missing_lake_are_input_errors(aaco_paths, tmp_path,
     output = str(tmp_path / "x.json")
     assert main(["export", "--session", "nope", "--output", output]) == 2
     assert "Fix:" in capsys.readouterr().err
+
+
+def read_proto(path) -> dict:
+    """A protobuf trace as Perfetto's importer reads it, parsed with Perfetto's published
+    schema: interned names resolved, each track's begins and ends paired as a stack (an end
+    closes the innermost open slice). Slices and counter samples per track name."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    trace = Trace()
+    trace.ParseFromString(path.read_bytes())
+    names, tracks, open_slices = {}, {}, defaultdict(list)
+    slices, counters = defaultdict(list), defaultdict(list)
+    for packet in trace.packet:
+        names.update((n.iid, n.name) for n in packet.interned_data.event_names)
+        if packet.HasField("track_descriptor"):
+            track = packet.track_descriptor
+            tracks[track.uuid] = track.name or track.process.process_name
+        if not packet.HasField("track_event"):
+            continue
+        assert packet.trusted_packet_sequence_id == perfetto_proto.SEQUENCE
+        event, ts = packet.track_event, packet.timestamp
+        track = tracks[event.track_uuid]  # declared before its first event
+        if event.type == TrackEvent.TYPE_SLICE_BEGIN:
+            open_slices[track].append((names[event.name_iid], ts))
+        elif event.type == TrackEvent.TYPE_SLICE_END:
+            name, start = open_slices[track].pop()
+            slices[track].append((name, start, ts - start))
+        elif event.type == TrackEvent.TYPE_INSTANT:
+            slices[track].append((names[event.name_iid], ts, 0))
+        else:
+            assert event.type == TrackEvent.TYPE_COUNTER
+            counters[track].append((ts, event.double_counter_value))
+    assert not any(open_slices.values())  # every begin ended
+    return {"slices": slices, "counters": counters, "tracks": set(tracks.values())}
+
+
+def test_protobuf_trace_holds_every_kernel_once_as_the_json_does(aaco_paths, tmp_path, monkeypatch):
+    ingest_trace(RPD, aaco_paths, name="vllm")
+    lake = TraceLake(aaco_paths.tracelake)
+    output = tmp_path / "trace.perfetto-trace"
+    count = write_perfetto_proto(lake, "latest", output)
+    proto = read_proto(output)
+    gpu = [s for track, found in proto["slices"].items() if track.startswith("gpu") for s in found]
+    with lake.connect() as con:
+        [session] = con.execute("SELECT session_id FROM sessions").fetchall()[0]
+        origin = clock_origins(con, session)["device"]
+        kernels = con.execute(
+            "SELECT coalesce(kernel_name, event_name), start_ns - ?, coalesce(duration_ns, 0) "
+            "FROM kernel_events WHERE category = 'Kernel'",
+            [origin],
+        ).fetchall()
+    assert len(kernels) == 8948
+    assert sorted(gpu) == sorted(kernels)  # each once: its name, start and duration in ns
+    # 4 kernels cross their neighbour on the queue: a track is a stack, so they get a lane
+    assert sorted(t for t in proto["tracks"] if t.startswith("gpu")) == [
+        "gpu 2 queue 0",
+        "gpu 2 queue 0 (overlap 1)",
+    ]
+    assert len(proto["slices"]["gpu 2 queue 0 (overlap 1)"]) == 4
+
+    json_trace = export_perfetto(lake, "latest")
+    events = [e for e in json_trace["traceEvents"] if e["ph"] != "M"]
+    assert (
+        count
+        == len(events)
+        == sum(map(len, proto["slices"].values())) + sum(map(len, proto["counters"].values()))
+    )
+    threads = {e["args"]["name"] for e in json_trace["traceEvents"] if e["name"] == "thread_name"}
+    lanes = {t for t in proto["slices"] if "(overlap" in t}
+    assert set(proto["slices"]) - lanes == threads - {"counters"}  # named as in the JSON
+    json_counters = Counter((e["name"], round(e["ts"] * 1000), e["args"]["value"]) for e in events
+                            if e["ph"] == "C")  # fmt: skip
+    assert json_counters == Counter(
+        (track, ts, value) for track, samples in proto["counters"].items() for ts, value in samples
+    )
+    assert len(json_counters) == 81
+
+    # An export that fails half-way leaves the earlier file as it was, and nothing beside it.
+    written = output.read_bytes()
+
+    def failing(edges):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(perfetto_proto, "event_packets", failing)
+    with pytest.raises(OSError, match="disk full"):
+        write_perfetto_proto(lake, "latest", output)
+    assert output.read_bytes() == written
+    assert not list(tmp_path.glob(".trace.perfetto-trace*"))
+
+
+def test_protobuf_trace_of_a_measured_session(aaco_paths, fast_options, tmp_path):
+    path = add_model(aaco_paths, "tiny", models.tiny_mlp())
+    bundle = measure_model(registered_model(path), aaco_paths, fast_options)
+    output = tmp_path / "tiny.pftrace"
+    command = ["export", "--session", bundle.session_id, "--format", "perfetto-proto"]
+    assert main([*command, "--output", str(output)]) == 0
+    proto = read_proto(output)
+    json_trace = export_perfetto(TraceLake(aaco_paths.tracelake), bundle.session_id)
+    events = [e for e in json_trace["traceEvents"] if e["ph"] != "M"]
+    slices = Counter(
+        (track, name, start, dur)
+        for track, found in proto["slices"].items()
+        for name, start, dur in found
+    )
+    thread = {(e["pid"], e["tid"]): e["args"]["name"] for e in json_trace["traceEvents"]
+              if e["name"] == "thread_name"}  # fmt: skip
+    assert slices == Counter(
+        (thread[(e["pid"], e["tid"])], e["name"], round(e["ts"] * 1000), round(e["dur"] * 1000))
+        for e in events
+        if e["ph"] == "X"
+    )  # iterations, runtime phases and ONNX nodes per thread, as in the JSON
+    assert {"iterations", "runtime phases"} <= set(proto["slices"])
+    assert any(track.startswith("thread ") for track in proto["slices"])
+    assert sum(map(len, proto["counters"].values())) == sum(e["ph"] == "C" for e in events) > 0

@@ -23,7 +23,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.report.output_file import replacing
 from aaco_pipelines.tracelake.store import TraceLake
 
-FORMATS = ("perfetto",)
+FORMATS = ("perfetto", "perfetto-proto")
 PHASES = ("X", "C", "M")
 SAME_CLOCK_NS = 3600 * 10**9  # device times within an hour of the host's share its clock
 BATCH_ROWS = 65_536
