@@ -46,8 +46,9 @@ def require_headroom() -> None:
     mapped: one clear line before any work, instead of a failure or a hang part-way through."""
     if address_space_limit() is None:
         return
-    import aaco_pipelines.pipeline  # noqa: F401  (maps ONNX Runtime, DuckDB, Arrow)
     import scipy.special  # noqa: F401  (verdicts import it when they judge: map it now too)
+
+    import aaco_pipelines.pipeline  # noqa: F401  (maps ONNX Runtime, DuckDB, Arrow)
 
     left = address_space_left()
     if left is not None and left < MIN_HEADROOM:

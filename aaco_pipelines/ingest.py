@@ -13,6 +13,7 @@ span is the session's latency. Sessions of the same workload stay comparable; sa
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import shutil
@@ -74,7 +75,9 @@ def ingest_trace(
     hold(staging, session_id)
     evidence = None
     try:
-        say(f"copying the {trace_format} trace into the session bundle ({_size_mb(trace)} MB)")
+        size = _trace_bytes(trace)
+        say(f"copying the {trace_format} trace into the session bundle ({size / 1e6:.0f} MB)")
+        _require_room(size, staging)
         evidence = EvidenceCopy(trace, staging / "raw")
         version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
         bundle = SessionBundle(final)
@@ -152,9 +155,22 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     return version
 
 
-def _size_mb(trace: Path) -> int:
+def _trace_bytes(trace: Path) -> int:
     files = [p for p in trace.rglob("*") if p.is_file()] if trace.is_dir() else [trace]
-    return round(sum(f.stat().st_size for f in files) / 1e6)
+    return sum(f.stat().st_size for f in files)
+
+
+def _require_room(size: int, folder: Path) -> None:
+    """Room for the bundle's copy of the trace, before anything is loaded: the copy runs beside
+    the load, and a disk that fills part-way wastes the load and can leave a TraceLake file
+    created on the same disk half-written."""
+    free = shutil.disk_usage(folder).free
+    if free < size:
+        raise OSError(
+            errno.ENOSPC,
+            f"no room for the trace's copy ({size >> 20} MiB, {free >> 20} MiB free)",
+            str(folder),
+        )
 
 
 class EvidenceCopy:
