@@ -75,16 +75,14 @@ def ingest_trace(
     hold(staging, session_id)
     evidence = None
     try:
-        size = _trace_bytes(trace)
-        say(f"copying the {trace_format} trace into the session bundle ({size / 1e6:.0f} MB)")
-        _require_room(size, staging)
         evidence = EvidenceCopy(trace, staging / "raw")
+        say(f"copying the {trace_format} trace into the session bundle ({evidence.mb} MB)")
         version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
         bundle = SessionBundle(final)
 
         def publish(con) -> dict[str, pa.Table]:
             """Once the rows are in, before they commit: the bundle complete and in place."""
-            tables = _span_tables(con, SessionBundle(staging), bundle, trace, version, trace_format)
+            tables = _span_tables(con, SessionBundle(staging), final, trace, version, trace_format)
             record_evidence(staging, known=evidence.finish())
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(staging, final)
@@ -155,37 +153,30 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     return version
 
 
-def _trace_bytes(trace: Path) -> int:
-    files = [p for p in trace.rglob("*") if p.is_file()] if trace.is_dir() else [trace]
-    return sum(f.stat().st_size for f in files)
-
-
-def _require_room(size: int, folder: Path) -> None:
-    """Room for the bundle's copy of the trace, before anything is loaded: the copy runs beside
-    the load, and a disk that fills part-way wastes the load and can leave a TraceLake file
-    created on the same disk half-written."""
-    free = shutil.disk_usage(folder).free
-    if free < size:
-        raise OSError(
-            errno.ENOSPC,
-            f"no room for the trace's copy ({size >> 20} MiB, {free >> 20} MiB free)",
-            str(folder),
-        )
-
-
 class EvidenceCopy:
     """The trace copied into the bundle as its raw evidence, and hashed, in a thread of its
     own while the TraceLake loads the original: the load leaves about a fifth of two cores
     idle, and the copy of a 2.8 GB trace took 3 s of them. A copy, not a hard link: appending
     to or editing the original later must not change what this session was measured from;
-    an original that changes before the copy is done is refused."""
+    an original that changes before the copy is done is refused. The room for the copy is
+    checked before it starts: a disk that fills part-way wastes the load and can leave a
+    TraceLake file created on the same disk half-written."""
 
     def __init__(self, trace: Path, raw: Path):
         files = sorted(p for p in trace.rglob("*") if p.is_file()) if trace.is_dir() else [trace]
         base = trace if trace.is_dir() else trace.parent
         self.targets = {source: raw / source.relative_to(base) for source in files}
-        self.trace, self.raw = trace, raw
+        self.raw = raw
         self.before = {source: _identity(source) for source in files}
+        size = sum(bytes_ for bytes_, _ in self.before.values())
+        self.mb = round(size / 1e6)
+        free = shutil.disk_usage(raw.parent).free
+        if free < size:
+            raise OSError(
+                errno.ENOSPC,
+                f"no room for the trace's copy ({size >> 20} MiB, {free >> 20} MiB free)",
+                str(raw.parent),
+            )
         self.digests: dict[str, dict] = {}
         self.stop, self.failure = threading.Event(), None
         self.thread = threading.Thread(target=self._copy, name="evidence-copy", daemon=True)
@@ -226,7 +217,7 @@ def _identity(file: Path) -> tuple[int, int]:
 
 
 def _span_tables(
-    con, bundle: SessionBundle, published: SessionBundle, trace, version, trace_format
+    con, bundle: SessionBundle, published: Path, trace, version, trace_format
 ) -> dict[str, pa.Table]:
     """After the trace's rows are in: its span (first kernel start to last kernel end) is the
     session's one iteration and its latency; without ONNX Runtime runs a `model_run` span
@@ -250,7 +241,7 @@ def _span_tables(
     }
     tables = {
         "sessions": _sessions_row(
-            bundle, published.path, (start, end), version, trace_format, environment
+            bundle, published, (start, end), version, trace_format, environment
         ),
         "iterations": _iterations_rows(bundle.session_id, (start, end)),
     }

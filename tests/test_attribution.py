@@ -12,11 +12,7 @@ import pyarrow as pa
 import pytest
 
 from aaco_pipelines.analysis.attribution import can_fuse, map_runtime_nodes, original_nodes
-from aaco_pipelines.analysis.metrics import (
-    busy_time_per_iteration,
-    partition_count,
-    table_metrics,
-)
+from aaco_pipelines.analysis.metrics import busy_time_per_iteration, table_metrics
 from aaco_pipelines.graph.extract import extract_graph
 from aaco_pipelines.registry.sidecar import InputSpec
 
@@ -128,8 +124,31 @@ def test_union_of_intervals_counts_overlap_once_per_iteration():
     start = np.array([0, 5, 20, 100, 100], dtype=float)
     duration = np.array([10, 10, 5, 30, 10], dtype=float)  # [0,15] ∪ [20,25]; [100,130]
     assert busy_time_per_iteration(iteration, start, duration, 2).tolist() == [20.0, 30.0]
-    assert partition_count(["CPU", "CPU", "ROCM", "ROCM", "CPU"]) == 3
-    assert partition_count([]) == 0
+
+
+def _partitions(providers: list) -> int:
+    """Maximal runs of one provider, counted one by one (the reference for the metrics)."""
+    return len(providers) and 1 + sum(
+        a != b for a, b in zip(providers[:-1], providers[1:], strict=True)
+    )
+
+
+def test_partitions_are_runs_of_one_provider_in_execution_order():
+    """Listed out of order, the kernels run CPU, CPU, ROCM, ROCM, CPU: three partitions over five
+    graph nodes; no kernels, none."""
+    kernels = pa.table(
+        {
+            "iteration": [0] * 5,
+            "start_ns": [40, 20, 0, 30, 10],
+            "duration_ns": [5] * 5,
+            "provider": ["CPU", "ROCM", "CPU", "ROCM", "CPU"],  # 5 runs in this order
+        }
+    )
+    runs = pa.table({"iteration": [0], "start_ns": [0], "duration_ns": [100]})
+    assert table_metrics(kernels, runs, 5)["partition_fragmentation_index"] == pytest.approx(3 / 5)
+    assert _partitions(["CPU", "CPU", "ROCM", "ROCM", "CPU"]) == 3
+    none = table_metrics(kernels.slice(0, 0), runs, 5)
+    assert none["partition_fragmentation_index"] == 0 and none["busy_ns_per_iteration"] == 0
 
 
 def test_derived_metrics_definitions():
@@ -197,7 +216,7 @@ def test_metrics_streamed_in_batches_of_any_size_equal_the_whole():
     assert whole["busy_ns_per_iteration"] == pytest.approx(busy.mean())
     first = kernels.filter(pa.compute.equal(kernels["iteration"], 0)).sort_by("start_ns")
     assert whole["partition_fragmentation_index"] == pytest.approx(
-        partition_count(first["provider"].to_pylist()) / 7
+        _partitions(first["provider"].to_pylist()) / 7
     )
     for rows in (1, 2, 3, 64):
         assert table_metrics(kernels, runs, 7, batch_rows=rows) == pytest.approx(whole)

@@ -440,10 +440,10 @@ def session_kernels(lake, session_id: str) -> pa.Table | str:
     calls (`gpu_attribution`), and their times moved onto the profile's clock by the estimated
     offset so they compare with the iteration spans; the raw times stay in the TraceLake."""
     params = {"sid": session_id}
-    kernels, unnamed = _device_kernel_counts(lake, session_id)
-    if kernels == 0:
+    evidence = _kernel_evidence(lake, session_id)
+    if evidence["kernels"] == 0:
         return lake.query(HOST_KERNELS_SQL, params)
-    if unnamed == 0 or not _has_launch_evidence(lake, session_id):
+    if evidence["unnamed"] == 0 or not (evidence["calls"] and evidence["nodes"]):
         return NAMED_KERNELS_SQL  # streamed by the breakdown and metrics, never held whole
     device = lake.query(DEVICE_KERNELS_SQL, params)
     attribution = attribute_gpu_kernels(
@@ -472,23 +472,17 @@ def session_kernels(lake, session_id: str) -> pa.Table | str:
     return kernels.filter(pc.fill_null(pc.greater_equal(kernels["iteration"], 0), False))
 
 
-def _device_kernel_counts(lake, session_id: str) -> tuple[int, int]:
-    """The session's device kernels, and how many of them name no node."""
-    row = lake.query(
-        "SELECT count(*) AS kernels, count(*) - count(node_name) AS unnamed FROM kernel_events "
-        "WHERE session_id = $sid AND category = 'Kernel'",
+def _kernel_evidence(lake, session_id: str) -> dict[str, int]:
+    """The session's device kernels, how many name no node, and the launch evidence there is
+    to attribute those by (API calls, profiled node windows)."""
+    return lake.query(
+        "SELECT count(*) FILTER (WHERE category = 'Kernel') AS kernels, "
+        "count(*) FILTER (WHERE category = 'Kernel' AND node_name IS NULL) AS unnamed, "
+        "count(*) FILTER (WHERE category = 'Node') AS nodes, "
+        "(SELECT count(*) FROM api_calls WHERE session_id = $sid) AS calls "
+        "FROM kernel_events WHERE session_id = $sid",
         {"sid": session_id},
     ).to_pylist()[0]
-    return row["kernels"], row["unnamed"]
-
-
-def _has_launch_evidence(lake, session_id: str) -> bool:
-    counts = lake.query(
-        "SELECT (SELECT count(*) FROM api_calls WHERE session_id = $sid) AS calls, "
-        "(SELECT count(*) FROM kernel_events WHERE session_id = $sid AND category = 'Node') AS nodes",
-        {"sid": session_id},
-    ).to_pylist()[0]
-    return counts["calls"] > 0 and counts["nodes"] > 0
 
 
 BREAKDOWN_SQL = """
@@ -634,12 +628,12 @@ def phase_breakdown(
         "WHERE session_id = $sid AND run = 'profiled' AND iteration >= 0",
         {"sid": session_id},
     )
+    source, tables = kernel_source(kernels)
     parts = []
     for phase in ("prefill", "decode"):
         iterations = steps.filter(pc.equal(steps["phase"], phase))["iteration"]
         if len(iterations) == 0:
             continue
-        source, tables = kernel_source(kernels)
         part = lake.query(
             BREAKDOWN_SQL.format(
                 kernels=f"(SELECT * FROM {source} WHERE list_contains($iterations, iteration))"

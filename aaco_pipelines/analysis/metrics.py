@@ -144,12 +144,6 @@ def busy_time_per_iteration(
     return stream.busy_per_iteration(n_iterations)
 
 
-def partition_count(providers) -> int:
-    """Maximal runs of consecutive kernels on one execution provider (in execution order)."""
-    values = np.asarray(providers, object)
-    return int(len(values) > 0) + int(np.count_nonzero(values[1:] != values[:-1]))
-
-
 def compute_metrics(
     batches: Iterable[pa.RecordBatch], runs: pa.Table, onnx_node_count: int | None
 ) -> dict[str, float | None]:
