@@ -13,13 +13,16 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import duckdb
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.collectors.traces import collect_trace, detect_format
+from aaco_pipelines.collectors import rocprofv3_csv, rocprofv3_json
+from aaco_pipelines.collectors.traces import collect_trace, detect_format, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import TABLES
+from aaco_pipelines.tracelake.store import TraceLake
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "profilers"
 KERNEL_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
@@ -340,6 +343,20 @@ def test_older_kernel_trace_headers(tmp_path, header, expected):
     assert row["event_name"] == row["kernel_name"]
 
 
+@pytest.mark.parametrize(
+    ("agent", "number"),
+    [("Agent 2", 2), ("Agent 12", 12), ("GPU 0", 0), ("3", 3), ("Agent x", None), ("CPU", None),
+     ("Agent", None), (None, None)],
+)  # fmt: skip
+def test_agent_id_spellings_give_the_agent_number(agent, number):
+    """rocprofv3 7's "Agent N", other spellings' trailing digits, nothing for none."""
+    expression = rocprofv3_csv._agent_number('"agent_id"')
+    found = duckdb.sql(
+        f"SELECT {expression} FROM (SELECT $a::VARCHAR AS agent_id)", params={"a": agent}
+    )
+    assert found.fetchall() == [(number,)]
+
+
 def test_api_and_copy_traces(tmp_path):
     folder = tmp_path / "trace"
     write(
@@ -413,6 +430,17 @@ def test_a_named_rocprofv3_csv_with_a_foreign_header_is_an_error(tmp_path):
 
 
 # --- rocprofv3 JSON -----------------------------------------------------------------------
+
+
+def test_a_json_document_larger_than_the_lakes_memory_limit_loads(tmp_path, monkeypatch):
+    """DuckDB parses a rocprofv3 JSON whole, in about 9 times its size (37 MB inflated here):
+    the lake's limit (128 MiB here) is raised for that read, and back after. The object size
+    asked for is the document's: 4 GiB asked DuckDB for 8 GiB."""
+    monkeypatch.setenv("AACO_DUCKDB_MEMORY_MB", "128")
+    assert rocprofv3_json.document_bytes(JSON_GZ) == 37_455_763
+    with TraceLake(tmp_path / "lake.duckdb").connect(write=True) as con:
+        assert load_trace(con, JSON_GZ, "big")["kernel_events"] == 43915
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "128.0 MiB"
 
 
 def test_rocprofv3_json_sample(tmp_path):

@@ -13,6 +13,7 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.pipeline import collect_bundle, measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
@@ -165,3 +166,25 @@ def test_reads_inside_reading_share_one_connection_and_writes_still_land(
     with multiprocessing.get_context("spawn").Pool(1) as pool:  # the block released the file
         assert pool.map(_ingest_in_process, [(lake.path, bundle.path)]) == [True]
     assert lake.query("SELECT count(*) AS n FROM session_records")["n"][0].as_py() == 1
+
+
+def test_duckdb_memory_for_a_lake_file_is_bounded(tmp_path, monkeypatch):
+    """A lake file's DuckDB gets AACO_DUCKDB_MEMORY_MB (1 GiB unset), not 80 % of the machine:
+    its cache grew with the trace; in-memory work keeps DuckDB's own default; a bad value is
+    one line naming the variable, before the lake is opened."""
+
+    def limit(lake) -> str:
+        with TraceLake(lake).connect(write=True) as con:
+            return con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
+
+    monkeypatch.delenv("AACO_DUCKDB_MEMORY_MB", raising=False)
+    assert limit(tmp_path / "default.duckdb") == "1.0 GiB"
+    monkeypatch.setenv("AACO_DUCKDB_MEMORY_MB", "300")
+    assert limit(tmp_path / "set.duckdb") == "300.0 MiB"
+    with engine.connect() as con:
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] != "300.0 MiB"
+    for bad in ("lots", "2GB", "64"):
+        monkeypatch.setenv("AACO_DUCKDB_MEMORY_MB", bad)
+        with pytest.raises(AacoInputError, match=f"AACO_DUCKDB_MEMORY_MB='{bad}'.*at least 128"):
+            limit(tmp_path / "bad.duckdb")
+    assert not (tmp_path / "bad.duckdb").exists()

@@ -27,6 +27,7 @@ device_id is that index. Counter collection records are not read yet (no sample 
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -34,6 +35,7 @@ import duckdb
 
 from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.sql import sql_literal, sql_path
+from aaco_pipelines.tracelake import engine
 
 SOURCE = "rocprofv3_json"
 
@@ -99,14 +101,37 @@ def plans(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, Plan]:
 
 
 def _load(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """The document's tool entries into a temp table. DuckDB parses one JSON object whole: a
+    buffer of twice its `maximum_object_size` (so that is the document's own size: 4 GiB asked
+    for 8 GiB) and the parsed tree, about 9 times the text in all (the 37 MB sample needed
+    330-400 MiB). The connection's memory limit is raised to that for the read."""
     columns = "{" + sql_literal("rocprofiler-sdk-tool") + ": " + sql_literal(_ENTRY) + "}"
-    con.execute(
-        "CREATE OR REPLACE TEMP TABLE json_tool AS "
-        "SELECT row_number() OVER () AS entry, tool FROM ("
-        'SELECT unnest("rocprofiler-sdk-tool") AS tool '
-        f"FROM read_json({sql_path(path)}, format = 'auto', columns = {columns}, "
-        "maximum_object_size = 4294967295))"
-    ).fetchall()
+    size = min(document_bytes(path) + 1, MAX_OBJECT_BYTES)
+    with engine.memory_at_least(con, PARSE_FACTOR * size + READ_HEADROOM):
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE json_tool AS "
+            "SELECT row_number() OVER () AS entry, tool FROM ("
+            'SELECT unnest("rocprofiler-sdk-tool") AS tool '
+            f"FROM read_json({sql_path(path)}, format = 'auto', columns = {columns}, "
+            f"maximum_object_size = {size}))"
+        ).fetchall()
+
+
+MAX_OBJECT_BYTES = (1 << 32) - 1  # DuckDB's largest maximum_object_size
+PARSE_FACTOR, READ_HEADROOM = 10, 128 << 20
+
+
+def document_bytes(path: Path) -> int:
+    """The JSON text's size: the file's, or a gzip file's inflated (counted by inflating it:
+    the gzip trailer holds it only modulo 4 GiB)."""
+    with open(path, "rb") as handle:
+        if handle.read(2) != b"\x1f\x8b":
+            return path.stat().st_size
+    total = 0
+    with gzip.open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            total += len(chunk)
+    return total
 
 
 _VIEWS = {
