@@ -10,6 +10,7 @@ import pytest
 from conftest import SHARED, add_model
 
 from aaco_pipelines.cli import main
+from aaco_pipelines.collectors.trace_simulator import simulate_at_scale
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import measure_model
@@ -23,7 +24,8 @@ RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.g
 
 
 def check_structure(trace: dict) -> dict[tuple[int, int], list[dict]]:
-    """Everything a trace viewer relies on; the events of each (pid, tid) track."""
+    """Everything a trace viewer relies on, and the file's order (metadata, then track by
+    track in (pid, tid) order, each in time order); the events of each (pid, tid) track."""
     assert trace["displayTimeUnit"] == "ns"
     events = trace["traceEvents"]
     assert {e["ph"] for e in events} <= set(PHASES)
@@ -43,6 +45,10 @@ def check_structure(trace: dict) -> dict[tuple[int, int], list[dict]]:
     for track in tracks.values():
         stamps = [e["ts"] for e in track]
         assert stamps == sorted(stamps)
+    phases = [e["ph"] for e in events]
+    assert phases == sorted(phases, key=lambda phase: phase != "M")
+    order = [(e["pid"], e["tid"]) for e in events if e["ph"] != "M"]
+    assert order == sorted(order)
     return tracks
 
 
@@ -211,3 +217,25 @@ def test_protobuf_trace_of_a_measured_session(aaco_paths, fast_options, tmp_path
     assert {"iterations", "runtime phases"} <= set(proto["slices"])
     assert any(track.startswith("thread ") for track in proto["slices"])
     assert sum(map(len, proto["counters"].values())) == sum(e["ph"] == "C" for e in events) > 0
+
+
+def test_a_trace_larger_than_duckdbs_memory_exports_whole(aaco_paths, tmp_path, monkeypatch):
+    """600,000 kernels make about 150 MB of JSON events to sort, under a 128 MiB memory
+    limit for DuckDB: the sorts spill to disk, both files hold every kernel. (A window over all
+    the kernels, and one sort over every source at once, ran out of memory here.)"""
+    monkeypatch.setenv("AACO_DUCKDB_MEMORY_MB", "128")
+    truth = simulate_at_scale(600_000, tmp_path / "sim")
+    ingest_trace(truth.kernel_trace.parent, aaco_paths, name="big")
+    lake = TraceLake(aaco_paths.tracelake)
+    assert lake.query("SELECT current_setting('memory_limit') AS m")["m"][0].as_py() == "128.0 MiB"
+
+    output = tmp_path / "big.json"
+    count = write_perfetto(lake, "latest", output)
+    assert output.stat().st_size > 128 << 20
+    events = json.loads(output.read_text())["traceEvents"]
+    kernels = [e for e in events if e["ph"] == "X" and e["pid"] == 3]
+    assert len(kernels) == 600_000 and count == len(events)
+    stamps = [(e["tid"], e["ts"]) for e in kernels]
+    assert stamps == sorted(stamps)
+    proto = tmp_path / "big.pftrace"
+    assert write_perfetto_proto(lake, "latest", proto) == sum(e["ph"] != "M" for e in events)

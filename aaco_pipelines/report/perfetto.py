@@ -50,7 +50,20 @@ class Source:
     clock: str = "host"
 
 
+def numbered_tracks(rows: str, keys: tuple[str, ...]) -> str:
+    """`rows` (a FROM clause) with `tid`: its track's number, 1, 2, ... in the order of `keys`
+    (nulls last). Numbered once per distinct key and joined back: a window over every row
+    would hold the whole session in memory (11 GB for 2 * 10^7 kernels)."""
+    listed = ", ".join(keys)
+    same = " AND ".join(f"e.{key} IS NOT DISTINCT FROM k.{key}" for key in keys)
+    return f"""(SELECT e.*, k.tid FROM (SELECT * FROM {rows}) e
+        JOIN (SELECT {listed}, row_number() OVER (ORDER BY {listed}) AS tid
+              FROM (SELECT DISTINCT {listed} FROM {rows})) k ON {same})"""
+
+
 DURATION = "coalesce(duration_ns, 0)"
+# In track order (pid, then tid): the writers read one source after another, each sorted on its
+# own; one sort over all of them did not spill (DuckDB 2.0 ran out of memory at its limit).
 SOURCES = {
     "iterations": Source(
         pid=1, tid="1", track="'iterations'", time="start_ns", cat="'iteration'",
@@ -71,8 +84,9 @@ SOURCES = {
         dur=DURATION,
         args=(("op_type", "op_type", "str"), ("provider", "provider", "str"),
               ("iteration", "iteration", "int")),
-        rows="""(SELECT *, dense_rank() OVER (ORDER BY thread_id) AS tid FROM kernel_events
-                 WHERE session_id = $sid AND category = 'Node')""",
+        rows=numbered_tracks(
+            "kernel_events WHERE session_id = $sid AND category = 'Node'", ("thread_id",)
+        ),
     ),
     "kernels": Source(
         pid=3, tid="tid", clock="device", time="start_ns",
@@ -83,9 +97,10 @@ SOURCES = {
         args=(("kernel_family", "kernel_family", "str"), ("dispatch_id", "dispatch_id", "int"),
               ("correlation_id", "correlation_id", "int"), ("node", "node_name", "str"),
               ("grid_size", "grid_size", "int"), ("workgroup_size", "workgroup_size", "int")),
-        rows="""(SELECT *, dense_rank() OVER (ORDER BY device_id, queue_id, stream_id) AS tid
-                 FROM kernel_events_with_family
-                 WHERE session_id = $sid AND category = 'Kernel')""",
+        rows=numbered_tracks(
+            "kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel'",
+            ("device_id", "queue_id", "stream_id"),
+        ),
     ),
     "telemetry": Source(
         pid=4, tid="0", track="'counters'", time="timestamp_ns", counter="value",
@@ -167,16 +182,23 @@ def iter_event_chunks(lake: TraceLake, session_id: str) -> Iterator[list[str]]:
     with lake.connect() as con:
         origins = clock_origins(con, session_id)
         params = {"sid": session_id, **origins}
-        tracks = _tracks_sql()
         names = con.execute(
-            f"SELECT DISTINCT pid, tid, track FROM ({tracks}) ORDER BY pid, tid", params
+            f"SELECT DISTINCT pid, tid, track FROM ({_tracks_sql()}) ORDER BY pid, tid", params
         ).fetchall()
         yield list(_metadata(names))
-        reader = con.sql(
-            f"SELECT event FROM ({tracks}) ORDER BY pid, tid, t", params=params
-        ).fetch_record_batch(BATCH_ROWS)
-        for batch in reader:
-            yield batch.column(0).to_pylist()
+        for source in SOURCES.values():
+            sql = (
+                f"SELECT {_json_event(source)} AS event, {source.tid} AS tid, {source.time} AS t "
+                f"FROM {source.rows} ORDER BY tid, t"
+            )
+            reader = con.sql(sql, params=source_params(source, params))
+            for batch in reader.to_arrow_reader(BATCH_ROWS):
+                yield batch.column(0).to_pylist()
+
+
+def source_params(source: Source, params: dict) -> dict:
+    """Of the session's parameters, those a source's SQL uses (DuckDB refuses the others)."""
+    return {"sid": params["sid"], source.clock: params[source.clock]}
 
 
 def _metadata(names: list[tuple[int, int, str]]) -> Iterator[str]:

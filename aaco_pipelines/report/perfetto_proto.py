@@ -37,6 +37,7 @@ from aaco_pipelines.report.perfetto import (
     SOURCES,
     clock_origins,
     resolve_session,
+    source_params,
 )
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -167,21 +168,24 @@ def _slots(source, kind: str, count: int) -> list[str]:
 
 
 def events_sql() -> str:
-    """Every source's events: the JSON's pid and tid (their order), the time from the clock
+    """Every source's events (`source_events_sql`), one after another."""
+    return " UNION ALL ".join(source_events_sql(number) for number in range(len(SOURCES)))
+
+
+def source_events_sql(number: int) -> str:
+    """One source's events: the JSON's pid and tid (their order), the time from the clock
     origin and the duration in ns, the strings to intern and the argument slots."""
-    parts = []
-    for number, source in enumerate(SOURCES.values()):
-        ints = [f"({sql})::BIGINT AS i{k}" for k, sql in enumerate(_slots(source, "int", 4))]
-        strs = [f"({sql})::VARCHAR AS s{k}" for k, sql in enumerate(_slots(source, "str", 2))]
-        parts.append(
-            f"SELECT {number}::UTINYINT AS src, {source.pid} AS pid, {source.tid} AS tid, "
-            f"({source.time}) - ${source.clock} AS t, "
-            f"{f'({source.dur})' if source.dur else 'NULL'}::BIGINT AS dur, "
-            f"({source.name})::VARCHAR AS name, ({source.cat or 'NULL'})::VARCHAR AS cat, "
-            f"({source.counter or 'NULL'})::DOUBLE AS value, {', '.join(ints + strs)} "
-            f"FROM {source.rows}"
-        )
-    return " UNION ALL ".join(parts)
+    source = list(SOURCES.values())[number]
+    ints = [f"({sql})::BIGINT AS i{k}" for k, sql in enumerate(_slots(source, "int", 4))]
+    strs = [f"({sql})::VARCHAR AS s{k}" for k, sql in enumerate(_slots(source, "str", 2))]
+    return (
+        f"SELECT {number}::UTINYINT AS src, {source.pid} AS pid, {source.tid} AS tid, "
+        f"({source.time}) - ${source.clock} AS t, "
+        f"{f'({source.dur})' if source.dur else 'NULL'}::BIGINT AS dur, "
+        f"({source.name})::VARCHAR AS name, ({source.cat or 'NULL'})::VARCHAR AS cat, "
+        f"({source.counter or 'NULL'})::DOUBLE AS value, {', '.join(ints + strs)} "
+        f"FROM {source.rows}"
+    )
 
 
 STRINGS = ("name", "cat", "s0", "s1")  # the strings an event carries, all interned
@@ -220,16 +224,24 @@ def _distinct(columns: list[pa.ChunkedArray]) -> list[str]:
     return sorted(pc.unique(values).drop_null().to_pylist())
 
 
-def ordered_events_sql() -> str:
-    """The events with their strings' ids, in the JSON's order (track, then time); at one time
-    the longer slice first, so a slice's children follow it."""
+def ordered_events_sql(number: int) -> str:
+    """One source's events with their strings' ids, in the JSON's order (track, then time); at
+    one time the longer slice first, so a slice's children follow it."""
     on = " AND ".join(f"e.{c} IS NOT DISTINCT FROM k.{c}" for c in ("src",) + STRINGS)
     ints = ", ".join(f"e.i{k}" for k in range(INT_SLOTS))
     return f"""
         SELECT e.src, e.pid, e.tid, e.t, e.dur, e.value, {ints},
                k.name_iid, k.cat_iid, k.s0_iid, k.s1_iid
-        FROM ({events_sql()}) e JOIN interned_keys k ON {on}
-        ORDER BY e.pid, e.tid, e.t, e.dur DESC NULLS LAST"""
+        FROM ({source_events_sql(number)}) e JOIN interned_keys k ON {on}
+        ORDER BY e.tid, e.t, e.dur DESC NULLS LAST"""
+
+
+def ordered_events(con, params: dict) -> Iterator[pa.RecordBatch]:
+    """Every source's events in order, a batch at a time: the sources one after another
+    (SOURCES is in track order), each sorted on its own."""
+    for number, source in enumerate(SOURCES.values()):
+        sql = ordered_events_sql(number)
+        yield from con.sql(sql, params=source_params(source, params)).to_arrow_reader(BATCH_ROWS)
 
 
 # --- begins and ends in time order, a batch at a time -----------------------------------------
@@ -253,8 +265,10 @@ class Lanes:
 
     def assign(self, trk: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Lanes of a batch of slices sorted by (track, start, longer first), carrying each
-        track's open slices over to the next batch."""
+        track's open slices over to the next batch (a batch of counters alone has none)."""
         lanes = np.zeros(len(trk), np.int64)
+        if len(trk) == 0:
+            return lanes
         bounds = np.flatnonzero(np.diff(trk)) + 1
         for first, stop in zip(np.r_[0, bounds], np.r_[bounds, len(trk)], strict=True):
             if trk[first] != self.trk:
@@ -518,9 +532,8 @@ def write_perfetto_proto(lake: TraceLake, session_id: str, output: Path) -> int:
         out.write(interned_packet(interned))
         tracks = _named_tracks(con, {"sid": session_id})
         out.write(track_packets(tracks, _counters(interned)))
-        reader = con.sql(ordered_events_sql(), params=params).fetch_record_batch(BATCH_ROWS)
         names, declared = {pid << 24 | tid: name for pid, tid, name in tracks}, set()
-        for edges in _edges(reader, _counter_sources()):
+        for edges in _edges(ordered_events(con, params), _counter_sources()):
             out.write(lane_packets(edges["uuid"], names, declared))
             out.write(event_packets(edges).data)
             count += int(np.count_nonzero(edges["type"] != SLICE_END))
