@@ -285,3 +285,34 @@ def test_a_missing_lake_is_an_input_error_and_stays_missing(tmp_path):
     with pytest.raises(AacoInputError, match="no TraceLake"):
         render_json(lake, "latest")
     assert not lake.exists()
+
+
+def test_the_rooflines_texts_stay_inside_the_image(monkeypatch):
+    """Title, axis labels, the peak label and the annotations are drawn inside the figure: the
+    title with its note on ops without known cost, and the peak's label placed from the ridge
+    point, ran past the right edge and were cut off."""
+    drawn = []
+    render = plots._png
+    monkeypatch.setattr(
+        plots, "_png", lambda figure, dpi=plots.DPI: drawn.append(figure) or render(figure, dpi)
+    )
+    points = pa.table(
+        {
+            "onnx_node": ["/model/layers.0/self_attn/q_proj/MatMul", "add", "custom"],
+            "arithmetic_intensity": [50.0, 0.01, None],
+            "achieved_flops_per_s": [3e10, 5e6, None],
+            "time_ns": [1e5, 2e4, 1e3],
+            "bound": ["compute", "memory", None],
+        }
+    )
+    _assert_png(plots.roofline(points, 5.3e12, 1.2345e11, source="datasheet"))
+    [figure] = drawn
+    renderer = figure.canvas.get_renderer()
+    inside = figure.bbox
+    [axis] = figure.axes
+    texts = [axis.title, axis.xaxis.label, axis.yaxis.label, *axis.texts]
+    assert any("without known cost" in t.get_text() for t in texts)
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert inside.x0 - 1 <= box.x0 and box.x1 <= inside.x1 + 1, text.get_text()
+        assert inside.y0 - 1 <= box.y0 and box.y1 <= inside.y1 + 1, text.get_text()

@@ -262,11 +262,11 @@ def roofline(
         if dtype in used and peak != gemm_flops_per_s:
             axis.loglog(x, np.minimum(peak, x * bandwidth_bytes_per_s), color="grey", lw=1, ls="--")
             axis.text(x[-1], peak, f"{dtype} ", ha="right", va="bottom", fontsize="x-small")
-    axis.text(
-        ridge,
+    axis.text(  # over the flat roof, ending at the right edge: from the ridge it ran off the image
+        x[-1],
         gemm_flops_per_s * 1.15,
-        f"fp32 GEMM peak {gemm_flops_per_s:.3g} FLOP/s",
-        ha="left",
+        f"fp32 GEMM peak {gemm_flops_per_s:.3g} FLOP/s ",
+        ha="right",
         va="bottom",
         fontsize="small",
     )
@@ -310,11 +310,11 @@ def roofline(
                 textcoords="offset points",
             )
     hidden = int(points.num_rows - shown.sum())
-    note = f"; {hidden} ops without known cost not shown" if hidden else ""
-    axis.set(
+    note = f"\n{hidden} op{'s' * (hidden > 1)} without known cost not shown" if hidden else ""
+    axis.set(  # the note on a line of its own: on one line the title ran off the image
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="achieved FLOP/s",
-        title=f"Roofline, {source} envelope (bandwidth {bandwidth_bytes_per_s:.3g} B/s{note})",
+        title=f"Roofline, {source} envelope (bandwidth {bandwidth_bytes_per_s:.3g} B/s){note}",
     )
     if shown.any():
         axis.legend(fontsize="small", loc="lower right")
