@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import SHARED, fill
 
 from aaco_pipelines.cli import main
+from aaco_pipelines.report.output_file import replacing
 
 KERNEL_CSV = SHARED / "samples" / "profilers" / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
 COMMANDS = {
@@ -140,3 +145,49 @@ def test_a_regular_file_is_replaced_whole(aaco, tmp_path, command):
     assert code == 0, err
     assert json.loads(output.read_text())  # the new content, valid JSON
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+WRITER = """
+import os, signal, sys, time
+from pathlib import Path
+from aaco_pipelines.report.output_file import replacing
+with replacing(Path(sys.argv[1])) as out:
+    out.write("half of it")
+    out.flush()
+    print("writing", flush=True)
+    if sys.argv[2] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)
+"""
+
+
+def test_a_killed_writers_partial_file_goes_with_the_next_write(tmp_path):
+    """`kill -9` in the middle of an export leaves its partial file beside the output (nothing
+    runs to remove it); the next write of that output removes it, but never the partial file of
+    a writer still at work."""
+    output = tmp_path / "trace.json"
+    killed = subprocess.run(
+        [sys.executable, "-c", WRITER, str(output), "kill"], capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL and killed.stdout == "writing\n"
+    [abandoned] = tmp_path.glob(".trace.json.*.partial")
+    live = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(output), "live"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert live.stdout.readline() == "writing\n"
+        [working] = set(tmp_path.glob(".trace.json.*.partial")) - {abandoned}
+        with replacing(output) as out:  # both look new: left, in case a writer is starting
+            out.write("first")
+        assert abandoned.exists() and working.exists()
+        hour_ago = time.time() - 3600
+        for partial in (abandoned, working):
+            os.utime(partial, (hour_ago, hour_ago))
+        with replacing(output) as out:
+            out.write("whole")
+        assert output.read_text() == "whole"
+        assert not abandoned.exists() and working.exists()
+    finally:
+        live.kill()
+        live.wait()
+        live.stdout.close()

@@ -6,21 +6,28 @@ file; a FIFO or a socket would be lost the same way, and a symbolic link (even t
 file, even dangling) would be replaced by a file instead of meaning the file it names. So
 anything else is refused, before any work, in one line. The content is written beside the
 output and renamed over it at the end: a failed or interrupted write leaves the earlier file as
-it was and nothing beside it.
+it was and nothing beside it. A killed writer (`kill -9`, an out-of-memory kill) cannot remove
+its partial file, so the writer holds a lock on it while it writes, and the next write of the
+same output removes every partial file beside it that no live process holds.
 """
 
 from __future__ import annotations
 
 import errno
+import fcntl
+import glob
 import os
 import secrets
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
 from aaco_pipelines.errors import NO_SPACE_ERRNOS, AacoInputError
+
+ABANDONED_AFTER_S = 5.0
 
 
 def check_output(output: Path) -> Path:
@@ -66,6 +73,8 @@ def replacing(output: Path) -> Iterator[TextIO]:
         descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except OSError as exc:
         raise _cannot_write(output, exc) from exc
+    fcntl.flock(descriptor, fcntl.LOCK_EX)  # released however this process ends
+    remove_abandoned_partials(output)
     try:
         with open(descriptor, "w", encoding="utf-8") as handle:
             yield handle
@@ -77,6 +86,30 @@ def replacing(output: Path) -> Iterator[TextIO]:
         raise
     finally:
         partial.unlink(missing_ok=True)
+
+
+def remove_abandoned_partials(output: Path) -> list[Path]:
+    """Remove the partial files of `output` that no live writer holds (a killed export's);
+    the ones removed. One changed in the last few seconds is left: its writer may be between
+    creating it and locking it."""
+    removed, recent = [], time.time() - ABANDONED_AFTER_S
+    for partial in output.parent.glob(f".{glob.escape(output.name)}.*.partial"):
+        try:
+            descriptor = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone already, or not a file this module made
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # a live writer's (this one's included)
+        else:
+            if os.fstat(descriptor).st_mtime > recent:
+                continue
+            partial.unlink(missing_ok=True)
+            removed.append(partial)
+        finally:
+            os.close(descriptor)
+    return removed
 
 
 def _cannot_write(output: Path, exc: OSError) -> AacoInputError:
