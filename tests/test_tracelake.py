@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 
 import duckdb
 import models
@@ -188,3 +190,37 @@ def test_duckdb_memory_for_a_lake_file_is_bounded(tmp_path, monkeypatch):
         with pytest.raises(AacoInputError, match=f"AACO_DUCKDB_MEMORY_MB='{bad}'.*at least 128"):
             limit(tmp_path / "bad.duckdb")
     assert not (tmp_path / "bad.duckdb").exists()
+
+
+SPILLER = """
+import sys
+from pathlib import Path
+from aaco_pipelines.tracelake.store import TraceLake
+sorted_rows = TraceLake(Path(sys.argv[1])).query(
+    "SELECT count(*) AS n FROM (SELECT i, md5(i::VARCHAR) AS h FROM range(6000000) t(i) "
+    "ORDER BY h)"
+)
+print(sorted_rows["n"][0].as_py())
+"""
+
+
+def test_two_processes_spilling_beside_one_lake_both_finish(tmp_path, monkeypatch):
+    """Under its memory limit DuckDB spills a sort to `<lake>.tmp`. DuckDB 1.5 names its spill
+    files alike in every process: two processes spilling there at once both died (SIGSEGV),
+    so under 1.5 each process spills into a folder of its own (2.0 names them by process)."""
+    monkeypatch.setenv("AACO_DUCKDB_MEMORY_MB", "128")
+    lake = tmp_path / "lake.duckdb"
+    with TraceLake(lake).connect(write=True):
+        pass
+    spillers = [
+        subprocess.Popen(
+            [sys.executable, "-c", SPILLER, str(lake)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    results = [spiller.communicate(timeout=300) for spiller in spillers]
+    assert [spiller.returncode for spiller in spillers] == [0, 0], results
+    assert [out.split()[-1] for out, _ in results] == ["6000000", "6000000"]

@@ -13,8 +13,9 @@ configuration.
 A TraceLake file's DuckDB also gets a fixed memory limit (AACO_DUCKDB_MEMORY_MB, default 1024):
 its buffer pool otherwise caches what it reads and writes up to 80 % of the machine, so memory
 grew with the trace (exporting 2 * 10^7 kernels to Perfetto took 7 GB), and under the limit
-DuckDB spills its sorts and joins to `<lake>.tmp` instead. An in-memory database keeps DuckDB's
-default: there the limit would bound the data itself.
+DuckDB spills its sorts and joins to `<lake>.tmp` instead (under DuckDB 1.5 to `<lake>.tmp-<pid>`:
+see `_names_spill_files_by_process`). An in-memory database keeps DuckDB's default: there the
+limit would bound the data itself.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def settings(database: str | Path = IN_MEMORY) -> dict[str, str]:
     for a lake file, and a smaller one (with fewer threads) under an address-space limit."""
     limits = [] if str(database) == IN_MEMORY else [lake_memory_limit()]
     config: dict[str, str] = {}
+    if limits and not _names_spill_files_by_process():
+        config["temp_directory"] = f"{database}.tmp-{os.getpid()}"
     soft = address_space_limit()
     if soft is not None:
         limits.append(max(int(soft * SHARE_OF_ADDRESS_SPACE), MIN_MEMORY_LIMIT))
@@ -67,11 +70,21 @@ def lake_memory_limit() -> int:
     return int(value) << 20
 
 
+def _names_spill_files_by_process() -> bool:
+    """DuckDB 2.0 names its spill files by process; 1.5 gives them the same names in every
+    process, and two processes spilling into one folder at once both died (SIGSEGV), so under
+    1.5 a lake's spills go to a folder of the process's own (left behind if it is killed)."""
+    return _duckdb_major() >= 2
+
+
+def _duckdb_major() -> int:
+    return int(duckdb.__version__.split(".")[0])
+
+
 def _has_async_threads() -> bool:
     """By version, not by asking a connection: under the limit, a connection with DuckDB's
     defaults is what must not be opened."""
-    major = int(duckdb.__version__.split(".")[0])
-    return major >= 2
+    return _duckdb_major() >= 2
 
 
 def connect(database: str | Path = ":memory:", *, read_only: bool = False):
