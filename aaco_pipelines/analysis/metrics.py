@@ -216,5 +216,5 @@ def table_metrics(
 
     with engine.connect() as con:
         con.register("kernels", kernels)
-        batches = con.sql(STREAM_SQL.format(kernels="kernels")).fetch_record_batch(batch_rows)
+        batches = con.sql(STREAM_SQL.format(kernels="kernels")).to_arrow_reader(batch_rows)
         return compute_metrics(batches, runs, onnx_node_count)

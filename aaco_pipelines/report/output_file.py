@@ -88,11 +88,10 @@ def replacing(output: Path) -> Iterator[TextIO]:
         partial.unlink(missing_ok=True)
 
 
-def remove_abandoned_partials(output: Path) -> list[Path]:
-    """Remove the partial files of `output` that no live writer holds (a killed export's);
-    the ones removed. One changed in the last few seconds is left: its writer may be between
-    creating it and locking it."""
-    removed, recent = [], time.time() - ABANDONED_AFTER_S
+def remove_abandoned_partials(output: Path) -> None:
+    """Remove the partial files of `output` that no live writer holds (a killed export's). One
+    changed in the last few seconds is left: its writer may be between creating and locking it."""
+    recent = time.time() - ABANDONED_AFTER_S
     for partial in output.parent.glob(f".{glob.escape(output.name)}.*.partial"):
         try:
             descriptor = os.open(partial, os.O_RDONLY | os.O_NOFOLLOW)
@@ -106,10 +105,8 @@ def remove_abandoned_partials(output: Path) -> list[Path]:
             if os.fstat(descriptor).st_mtime > recent:
                 continue
             partial.unlink(missing_ok=True)
-            removed.append(partial)
         finally:
             os.close(descriptor)
-    return removed
 
 
 def _cannot_write(output: Path, exc: OSError) -> AacoInputError:

@@ -122,13 +122,15 @@ def _json_event(source: Source) -> str:
     return "to_json({" + ", ".join(fields) + "})"
 
 
-def _tracks_sql() -> str:
-    """Every source's events as pid, tid, track, t (absolute ns, for ordering), event (JSON)."""
-    return " UNION ALL ".join(
-        f"SELECT {s.pid} AS pid, {s.tid} AS tid, {s.track} AS track, {s.time} AS t, "
-        f"{_json_event(s)} AS event FROM {s.rows}"
+def track_names(con, session_id: str, counters: bool = True) -> list[tuple[int, int, str]]:
+    """(pid, tid, name) of every track the session has events on, in track order; without the
+    counter tracks for `counters=False`."""
+    sql = " UNION ALL ".join(
+        f"SELECT DISTINCT {s.pid} AS pid, {s.tid} AS tid, {s.track} AS track FROM {s.rows}"
         for s in SOURCES.values()
+        if counters or not s.counter
     )
+    return con.execute(f"SELECT * FROM ({sql}) ORDER BY pid, tid", {"sid": session_id}).fetchall()
 
 
 ORIGINS_SQL = """
@@ -182,10 +184,7 @@ def iter_event_chunks(lake: TraceLake, session_id: str) -> Iterator[list[str]]:
     with lake.connect() as con:
         origins = clock_origins(con, session_id)
         params = {"sid": session_id, **origins}
-        names = con.execute(
-            f"SELECT DISTINCT pid, tid, track FROM ({_tracks_sql()}) ORDER BY pid, tid", params
-        ).fetchall()
-        yield list(_metadata(names))
+        yield list(_metadata(track_names(con, session_id)))
         for source in SOURCES.values():
             sql = (
                 f"SELECT {_json_event(source)} AS event, {source.tid} AS tid, {source.time} AS t "

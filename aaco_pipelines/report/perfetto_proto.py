@@ -38,6 +38,7 @@ from aaco_pipelines.report.perfetto import (
     clock_origins,
     resolve_session,
     source_params,
+    track_names,
 )
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -510,14 +511,6 @@ def _counter_pid() -> int:
     return next(source.pid for source in SOURCES.values() if source.counter)
 
 
-def _tracks_sql() -> str:
-    return " UNION ALL ".join(
-        f"SELECT DISTINCT {s.pid} AS pid, {s.tid} AS tid, {s.track} AS track FROM {s.rows}"
-        for s in SOURCES.values()
-        if not s.counter
-    )
-
-
 def write_perfetto_proto(lake: TraceLake, session_id: str, output: Path) -> int:
     """Stream the session's trace to `output` in Perfetto's protobuf format; returns the number
     of events (slices, instants and counter samples, as the JSON's non-metadata events). The
@@ -530,7 +523,7 @@ def write_perfetto_proto(lake: TraceLake, session_id: str, output: Path) -> int:
         interned = intern(con, params)
         con.register("interned_keys", interned.keys)
         out.write(interned_packet(interned))
-        tracks = _named_tracks(con, {"sid": session_id})
+        tracks = track_names(con, session_id, counters=False)  # counters: from `interned`
         out.write(track_packets(tracks, _counters(interned)))
         names, declared = {pid << 24 | tid: name for pid, tid, name in tracks}, set()
         for edges in _edges(ordered_events(con, params), _counter_sources()):
@@ -539,11 +532,6 @@ def write_perfetto_proto(lake: TraceLake, session_id: str, output: Path) -> int:
             count += int(np.count_nonzero(edges["type"] != SLICE_END))
         con.unregister("interned_keys")
     return count
-
-
-def _named_tracks(con, params: dict) -> list[tuple[int, int, str]]:
-    sql = f"SELECT pid, tid, track FROM ({_tracks_sql()}) ORDER BY pid, tid"
-    return con.execute(sql, params).fetchall()
 
 
 def _counters(interned: Interned) -> list[tuple[int, str]]:

@@ -14,7 +14,7 @@ A TraceLake file's DuckDB also gets a fixed memory limit (AACO_DUCKDB_MEMORY_MB,
 its buffer pool otherwise caches what it reads and writes up to 80 % of the machine, so memory
 grew with the trace (exporting 2 * 10^7 kernels to Perfetto took 7 GB), and under the limit
 DuckDB spills its sorts and joins to `<lake>.tmp` instead (under DuckDB 1.5 to `<lake>.tmp-<pid>`:
-see `_names_spill_files_by_process`). An in-memory database keeps DuckDB's default: there the
+see `settings`). An in-memory database keeps DuckDB's default: there the
 limit would bound the data itself.
 """
 
@@ -32,12 +32,13 @@ from aaco_pipelines.errors import AacoInputError
 
 SHARE_OF_ADDRESS_SPACE = 0.25
 MIN_MEMORY_LIMIT = 64 << 20
-
-
 LAKE_MEMORY_MB = 1024
 LAKE_MIN_MEMORY_MB = 128  # DuckDB's CSV reader alone takes 30 MiB buffers: 64 MiB failed a load
 LAKE_MEMORY_VARIABLE = "AACO_DUCKDB_MEMORY_MB"
 IN_MEMORY = ":memory:"
+# By version, not by asking a connection: under an address-space limit, a connection with
+# DuckDB's defaults is what must not be opened.
+DUCKDB_2 = int(duckdb.__version__.split(".")[0]) >= 2
 
 
 def settings(database: str | Path = IN_MEMORY) -> dict[str, str]:
@@ -45,13 +46,15 @@ def settings(database: str | Path = IN_MEMORY) -> dict[str, str]:
     for a lake file, and a smaller one (with fewer threads) under an address-space limit."""
     limits = [] if str(database) == IN_MEMORY else [lake_memory_limit()]
     config: dict[str, str] = {}
-    if limits and not _names_spill_files_by_process():
+    if limits and not DUCKDB_2:
+        # DuckDB 1.5 names its spill files alike in every process: two processes spilling into
+        # one folder at once both died (SIGSEGV). 2.0 names them by process itself.
         config["temp_directory"] = f"{database}.tmp-{os.getpid()}"
     soft = address_space_limit()
     if soft is not None:
         limits.append(max(int(soft * SHARE_OF_ADDRESS_SPACE), MIN_MEMORY_LIMIT))
         config["threads"] = "1"
-        if _has_async_threads():  # DuckDB 2.0's; 1.5 refuses a setting it does not know
+        if DUCKDB_2:  # async_threads is 2.0's; 1.5 refuses a setting it does not know
             config["async_threads"] = "1"
     if limits:
         config["memory_limit"] = f"{min(limits) >> 20}MiB"
@@ -70,24 +73,7 @@ def lake_memory_limit() -> int:
     return int(value) << 20
 
 
-def _names_spill_files_by_process() -> bool:
-    """DuckDB 2.0 names its spill files by process; 1.5 gives them the same names in every
-    process, and two processes spilling into one folder at once both died (SIGSEGV), so under
-    1.5 a lake's spills go to a folder of the process's own (left behind if it is killed)."""
-    return _duckdb_major() >= 2
-
-
-def _duckdb_major() -> int:
-    return int(duckdb.__version__.split(".")[0])
-
-
-def _has_async_threads() -> bool:
-    """By version, not by asking a connection: under the limit, a connection with DuckDB's
-    defaults is what must not be opened."""
-    return _duckdb_major() >= 2
-
-
-def connect(database: str | Path = ":memory:", *, read_only: bool = False):
+def connect(database: str | Path = IN_MEMORY, *, read_only: bool = False):
     """duckdb.connect with this process's settings."""
     return duckdb.connect(str(database), read_only=read_only, config=settings(database))
 

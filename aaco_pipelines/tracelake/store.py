@@ -216,7 +216,7 @@ class TraceLake:
         with self.connect() as con:
             for name, table in (tables or {}).items():
                 con.register(name, table)
-            reader = con.sql(sql, params=params).fetch_record_batch(rows)
+            reader = con.sql(sql, params=params).to_arrow_reader(rows)
             yield iter(reader)
 
     def ingest_session(
