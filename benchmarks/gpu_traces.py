@@ -193,10 +193,11 @@ def child(stage: str, kernel_trace: Path, work: Path) -> None:
     t0 = time.perf_counter()
     STAGES[stage](kernel_trace, work)
     seconds = time.perf_counter() - t0
-    print(json.dumps({"seconds": seconds, "peak_rss_bytes": _peak_rss_bytes()}))
+    print(json.dumps({"seconds": seconds, "peak_rss_bytes": peak_rss_bytes()}))
 
 
-def _peak_rss_bytes() -> int:
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (VmHWM, or ru_maxrss without /proc)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) * 1024

@@ -41,6 +41,8 @@ def build_session(kernels: int, home: Path) -> None:
 
 def export(fmt: str, lake: Path, output: Path) -> dict:
     """One export in this process: seconds, events, bytes, peak resident memory."""
+    from gpu_traces import peak_rss_bytes
+
     from aaco_pipelines.report.perfetto import write_perfetto
     from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
     from aaco_pipelines.tracelake.store import TraceLake
@@ -49,10 +51,8 @@ def export(fmt: str, lake: Path, output: Path) -> dict:
     t0 = time.perf_counter()
     events = write(TraceLake(lake), "latest", output)
     seconds = time.perf_counter() - t0
-    status = Path("/proc/self/status").read_text().splitlines()
-    peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     return {"format": fmt, "seconds": round(seconds, 2), "events": events,
-            "bytes": output.stat().st_size, "peak_rss_mb": peak_kb // 1024}  # fmt: skip
+            "bytes": output.stat().st_size, "peak_rss_mb": peak_rss_bytes() >> 20}  # fmt: skip
 
 
 def run_export(fmt: str, lake: Path, output: Path) -> dict:
