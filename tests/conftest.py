@@ -134,3 +134,13 @@ def store_sessions(lake, rows) -> None:
     table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
     lake.append_rows("sessions", table)
     lake.append_rows("completed_sessions", table.select(["session_id"]))
+
+
+def as_one_kernel_events_table(con) -> None:
+    """Back to the shape of a lake before v10: kernel_events one table of every row."""
+    con.execute("CREATE TABLE kernel_events_v9 AS SELECT * FROM kernel_events")
+    con.execute("DROP VIEW kernel_events_with_family")
+    con.execute("DROP VIEW kernel_events")
+    con.execute("DROP TABLE kernel_events_profile")
+    con.execute("DROP TABLE kernel_events_trace")
+    con.execute("ALTER TABLE kernel_events_v9 RENAME TO kernel_events")

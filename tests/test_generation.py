@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO
+from conftest import REPO, as_one_kernel_events_table
 from scipy import stats
 
 from aaco_pipelines.config import AacoPaths
@@ -496,6 +496,7 @@ def test_a_v8_lake_migrates_its_sessions_as_forward_passes(measured, tmp_path):
     copy = tmp_path / "v8.duckdb"
     shutil.copyfile(lake.path, copy)
     with duckdb.connect(str(copy)) as con:  # back to v8's shape
+        as_one_kernel_events_table(con)
         con.execute("DROP VIEW sessions")
         for column in ("workload", "scenario"):
             con.execute(f"ALTER TABLE session_records DROP COLUMN {column}")

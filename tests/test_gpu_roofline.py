@@ -13,7 +13,7 @@ import numpy as np
 import onnxruntime as ort
 import pyarrow as pa
 import pytest
-from conftest import SHARED
+from conftest import SHARED, as_one_kernel_events_table
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.analysis import envelope as envelope_module
@@ -416,6 +416,7 @@ def test_a_v7_lake_migrates_its_envelopes_as_measured(tmp_path):
     lake = TraceLake(tmp_path / "v7.duckdb")
     envelope_id = analysis.save_envelope(lake, measured_gpu("gfx942", 304, "MI300X", 150.0))
     with duckdb.connect(str(lake.path)) as con:  # back to v7's shape
+        as_one_kernel_events_table(con)
         for table, column in (
             ("hardware_envelopes", "source"),
             ("hardware_envelopes", "device_arch"),

@@ -67,7 +67,9 @@ def lake(tmp_path):
         con.execute(statement)
     con.execute("INSERT INTO session_records (session_id, model_slug) VALUES ('earlier', 'kept')")
     con.execute("INSERT INTO completed_sessions (session_id) VALUES ('earlier')")
-    con.execute("INSERT INTO kernel_events (session_id, kernel_name) VALUES ('earlier', 'kept')")
+    con.execute(  # a device trace's kernel, stored where the hostile ones will go
+        "INSERT INTO kernel_events_trace (session_id, kernel_name) VALUES ('earlier', 'kept')"
+    )
     yield con
     con.close()
 

@@ -8,11 +8,13 @@ import sys
 
 import duckdb
 import models
+import pyarrow.compute as pc
 import pytest
-from conftest import add_model
+from conftest import SHARED, add_model, as_one_kernel_events_table
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import collect_bundle, measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake import engine
@@ -131,6 +133,7 @@ def test_a_v5_lake_migrates_with_every_stored_session_visible(measured, tmp_path
     lake = TraceLake(old)
     lake.ingest_session(bundle, complete=True)
     with duckdb.connect(str(old)) as con:  # back to v5's shape: a plain sessions table
+        as_one_kernel_events_table(con)
         con.execute("DROP VIEW sessions")
         con.execute("DROP TABLE completed_sessions")
         con.execute("ALTER TABLE session_records RENAME TO sessions")
@@ -143,6 +146,40 @@ def test_a_v5_lake_migrates_with_every_stored_session_visible(measured, tmp_path
     assert lake.query("SELECT session_id FROM sessions")["session_id"].to_pylist() == [
         bundle.session_id
     ]
+
+
+def test_a_v9_lake_keeps_its_kernels_and_loads_device_traces_apart(aaco_paths):
+    """v10 stores a device trace's kernels without the columns no device trace has: a lake of
+    v9 keeps every row it had, readable as before, and its sessions are still replaced and
+    deleted whole."""
+    trace = SHARED / "samples" / "profilers" / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
+    lake = TraceLake(aaco_paths.tracelake)
+    first = ingest_trace(trace, aaco_paths, name="v9", complete=True)
+    everything = "SELECT * FROM kernel_events ORDER BY session_id, start_ns, kernel_name"
+    before = lake.query(everything)
+    with duckdb.connect(str(aaco_paths.tracelake)) as con:
+        as_one_kernel_events_table(con)
+        con.execute("DELETE FROM schema_info")
+        con.execute("INSERT INTO schema_info VALUES (9, now())")
+    second = ingest_trace(trace, aaco_paths, name="v10", complete=True)  # migrates first
+    assert lake.schema_version() == SCHEMA_VERSION
+    after = lake.query(everything)
+    assert after.filter(pc.equal(after["session_id"], first.session_id)).equals(before)
+    stored = lake.query(
+        "SELECT (SELECT count(*) FROM kernel_events_profile WHERE session_id = $old) AS old_kept, "
+        "(SELECT count(*) FROM kernel_events_trace WHERE session_id = $new) AS new_apart, "
+        "(SELECT count(*) FROM kernel_events_trace WHERE session_id = $old) AS old_moved",
+        {"old": first.session_id, "new": second.session_id},
+    ).to_pylist()[0]
+    kernels = before.num_rows - 1  # and the span standing for the one iteration
+    assert stored == {"old_kept": before.num_rows, "new_apart": kernels, "old_moved": 0}
+    new_rows = after.filter(pc.equal(after["session_id"], second.session_id))
+    assert new_rows.drop_columns("session_id").equals(before.drop_columns("session_id"))
+    lake.ingest_session(SessionBundle(second.path), complete=True)  # replaced, not doubled
+    lake.delete_sessions([first.session_id])
+    assert lake.query(
+        "SELECT session_id, count(*) AS n FROM kernel_events GROUP BY 1"
+    ).to_pylist() == [{"session_id": second.session_id, "n": before.num_rows}]
 
 
 def test_reads_inside_reading_share_one_connection_and_writes_still_land(

@@ -184,8 +184,11 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
     run_id = ui.wait_for(
         "the model_registry_sensor to start the endless model's run",
         lambda: next(
-            (r["runId"] for r in ui.graphql(PARTITION_RUNS, {"model": ENDLESS})["runsOrError"][
-                "results"] if r["status"] == "STARTED"),
+            (
+                r["runId"]
+                for r in ui.graphql(PARTITION_RUNS, {"model": ENDLESS})["runsOrError"]["results"]
+                if r["status"] == "STARTED"
+            ),
             None,
         ),
         timeout=90,
@@ -193,7 +196,8 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
     workers = ui.wait_for(
         "its benchmark worker",
         lambda: [
-            pid for pid in processes_with_env("AACO_HOME", str(aaco_paths.home))
+            pid
+            for pid in processes_with_env("AACO_HOME", str(aaco_paths.home))
             if WORKER_MODULE in describe([pid])
         ],
         timeout=90,

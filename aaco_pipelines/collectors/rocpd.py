@@ -98,8 +98,6 @@ def _kernel_events(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
     return source, present(
         {
             "source": f"'{SOURCE}'",
-            "category": "'Kernel'",
-            "event_name": name,
             "kernel_name": name,
             "start_ns": start,
             "duration_ns": f"{end} - {start}",

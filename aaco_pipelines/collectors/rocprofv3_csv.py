@@ -231,8 +231,6 @@ def _kernel_events(c: set) -> dict[str, str]:
     return present(
         {
             "source": f"'{SOURCE}'",
-            "category": "'Kernel'",
-            "event_name": name,
             "kernel_name": name,
             "start_ns": column(c, "start_timestamp"),
             "duration_ns": duration("start_timestamp", "end_timestamp"),

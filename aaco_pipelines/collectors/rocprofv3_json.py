@@ -188,8 +188,6 @@ def _kernel_events() -> dict[str, str]:
     info = "k.d.dispatch_info"
     return {
         "source": f"'{SOURCE}'",
-        "category": "'Kernel'",
-        "event_name": "s.name",
         "kernel_name": "s.name",
         "start_ns": "k.d.start_timestamp",
         "duration_ns": "k.d.end_timestamp - k.d.start_timestamp",

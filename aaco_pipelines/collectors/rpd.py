@@ -82,8 +82,6 @@ def _kernel_events(names: set[str]) -> dict[str, str]:
     details = "rocpd_kernelapi" in names and "rocpd_api_ops" in names
     return {
         "source": f"'{SOURCE}'",
-        "category": "'Kernel'",
-        "event_name": "d.string",
         "kernel_name": "d.string",
         "start_ns": "o.start",
         "duration_ns": 'o."end" - o.start',

@@ -46,7 +46,7 @@ from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal
 from aaco_pipelines.tracelake import engine
-from aaco_pipelines.tracelake.schema import TABLES, schema_ddl, sql_projection
+from aaco_pipelines.tracelake.schema import schema_ddl, sql_projection, trace_table
 
 FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort_profile")
 SUPPORTED = (
@@ -132,13 +132,20 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
             label_kernels(con, session_id)
             for table in counts:
                 target = sql_literal(str(staging / f"{table}.parquet"))
-                source = "kernel_events_with_family" if table == "kernel_events" else table
-                con.execute(f"COPY (FROM {source}) TO {target} (FORMAT parquet)").fetchall()
+                con.execute(f"COPY ({_copied(table)}) TO {target} (FORMAT parquet)").fetchall()
         for table in counts:
             os.replace(staging / f"{table}.parquet", out_dir / f"{table}.parquet")
         return counts
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _copied(table: str) -> str:
+    """What collect_trace writes of a table: kernels with their families, in time order (a
+    view's join keeps no order of its own)."""
+    if table == "kernel_events":
+        return "FROM kernel_events_with_family ORDER BY start_ns, kernel_name"
+    return f"FROM {table}"
 
 
 # --- detection --------------------------------------------------------------------------------
@@ -277,9 +284,7 @@ def _insert_tables(con, trace_format: str, source: Path, session: str, iteration
         with _plain_copy(source, _is_gzip(source)) as plain, closing(_connect(plain)) as db:
             plans = _SQLITE_READERS[trace_format].plans(db)
             return {
-                table: _insert_batches(
-                    con, table, _sqlite_batches(db, session, plan, TABLES[table]), iteration
-                )
+                table: _insert_batches(con, table, session, plan, db, iteration)
                 for table, plan in plans.items()
             }
     plans = _DUCKDB_READERS[trace_format].plans(con, source)
@@ -294,24 +299,27 @@ def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | Non
     expressions = {"session_id": session, **expressions}
     if table == "kernel_events":
         expressions = {**expressions, **_stamped_iteration(iteration)}
-    select = sql_projection(TABLES[table], expressions)
-    return con.execute(f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}").fetchall()[0][
-        0
-    ]
+    target, schema = trace_table(table, expressions)
+    select = sql_projection(schema, expressions)
+    inserted = con.execute(f"INSERT INTO {target} BY NAME SELECT {select} FROM {source}")
+    return inserted.fetchall()[0][0]
 
 
-def _insert_batches(con, table: str, batches, iteration: int | None) -> int:
-    """INSERT of Arrow batches of exactly the table's schema (from sqlite3)."""
-    schema = TABLES[table]
+def _insert_batches(
+    con, table: str, session: str, plan: Plan, db: sqlite3.Connection, iteration: int | None
+) -> int:
+    """INSERT of the plan's rows fetched from SQLite as Arrow batches."""
+    target, schema = trace_table(table, {"session_id", *plan[1]})
     expressions = {f.name: sql_identifier(f.name) for f in schema}
     if table == "kernel_events":
         expressions.update(_stamped_iteration(iteration))
+    batches = _sqlite_batches(db, session, plan, schema)
     reader = pa.RecordBatchReader.from_batches(schema, batches)
     con.register("trace_batches", reader)
     try:
         select = sql_projection(schema, expressions)
         return con.execute(
-            f"INSERT INTO {table} BY NAME SELECT {select} FROM trace_batches"
+            f"INSERT INTO {target} BY NAME SELECT {select} FROM trace_batches"
         ).fetchall()[0][0]
     finally:
         con.unregister("trace_batches")

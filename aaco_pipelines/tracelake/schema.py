@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -465,7 +465,22 @@ TABLES: dict[str, pa.Schema] = {
 # is the view of the completed ones, so reports, the gate, baselines and drift history never see
 # a session that a kill, a full disk or a lock timeout left half-loaded or half-analysed. The
 # stages that load and analyse a session read session_records.
-STORED_AS = {"sessions": "session_records"}
+STORED_AS = {"sessions": "session_records", "kernel_events": "kernel_events_profile"}
+
+# kernel_events is stored as two tables, read as one view: rows with the whole schema (ONNX
+# Runtime's profiler, a bundle's Parquet) in kernel_events_profile, and the kernels loaded from a
+# device trace file in kernel_events_trace, which keeps only what a device trace has. DuckDB
+# stores an all-NULL column at about 25 ns a row (2.1 s for the 9 columns a rocprofv3 kernel row
+# left empty, 10^7 kernels), and a constant or copied one at 12-25 ns; a column the table lacks
+# costs nothing. Every device kernel is of category Kernel, named by its kernel name: the view
+# says so instead of each row.
+TRACE_IMPLIED = {"category": "'Kernel'", "event_name": "kernel_name"}
+PROFILE_ONLY = {"node_name", "op_type", "provider", "node_index", "input_shapes", "output_shapes",
+                "kernel_family"}  # fmt: skip
+TRACE_KERNEL_EVENTS = pa.schema(
+    [f for f in KERNEL_EVENTS if f.name not in PROFILE_ONLY and f.name not in TRACE_IMPLIED]
+)
+TRACE_TABLES = {"kernel_events": ("kernel_events_trace", TRACE_KERNEL_EVENTS)}
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
@@ -503,6 +518,9 @@ def duckdb_type(arrow_type: pa.DataType) -> str:
 # else the one of its name in kernel_symbols. Readers that need families read this view.
 VIEWS = {
     "sessions": "SELECT r.* FROM session_records r SEMI JOIN completed_sessions USING (session_id)",
+    "kernel_events": "SELECT * FROM kernel_events_profile UNION ALL BY NAME SELECT *, "
+    + ", ".join(f"{sql} AS {name}" for name, sql in TRACE_IMPLIED.items())
+    + " FROM kernel_events_trace",
     "kernel_events_with_family": """
         SELECT e.* REPLACE (coalesce(e.kernel_family, s.kernel_family) AS kernel_family)
         FROM kernel_events e LEFT JOIN kernel_symbols s
@@ -514,13 +532,31 @@ VIEWS = {
 def schema_ddl() -> list[str]:
     """Statements creating every table (if missing) and view of the TraceLake schema."""
     tables = [create_table_sql(stored(name), schema) for name, schema in TABLES.items()]
+    tables += [create_table_sql(name, schema) for name, schema in TRACE_TABLES.values()]
     views = [f"CREATE OR REPLACE VIEW {name} AS {sql}" for name, sql in VIEWS.items()]
     return tables + views
 
 
 def stored(table: str) -> str:
-    """The name a table of TABLES is stored under in the TraceLake."""
+    """The name a table of TABLES is stored under in the TraceLake (where rows with its whole
+    schema are inserted)."""
     return STORED_AS.get(table, table)
+
+
+def stored_tables(table: str) -> list[str]:
+    """Every table a table of TABLES keeps rows in: what a delete of its rows must reach."""
+    trace = TRACE_TABLES.get(table)
+    return [stored(table), trace[0]] if trace else [stored(table)]
+
+
+def trace_table(table: str, columns) -> tuple[str, pa.Schema]:
+    """Where rows of these columns loaded from a device trace file go, and that table's schema:
+    the table of device-trace rows when it has every one of the columns (a reader that keeps
+    the raw name apart from the kernel name, as rocprof v1's, gives the whole schema)."""
+    trace = TRACE_TABLES.get(table)
+    if trace is not None and set(columns) <= set(trace[1].names):
+        return trace
+    return stored(table), TABLES[table]
 
 
 def create_table_sql(name: str, schema: pa.Schema) -> str:

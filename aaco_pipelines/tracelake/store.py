@@ -42,6 +42,7 @@ from aaco_pipelines.tracelake.schema import (
     conform,
     schema_ddl,
     stored,
+    stored_tables,
 )
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
@@ -112,6 +113,9 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE session_records ADD COLUMN IF NOT EXISTS scenario VARCHAR",
         "UPDATE session_records SET workload = 'forward' WHERE workload IS NULL",
     ],
+    # kernel_events becomes a view over kernel_events_profile (every row stored so far) and
+    # kernel_events_trace (device traces' kernels from now on), created with the schema.
+    10: ["ALTER TABLE kernel_events RENAME TO kernel_events_profile"],
 }
 
 
@@ -256,7 +260,7 @@ class TraceLake:
         `complete=True` (the last analysis stage) also makes the session visible to readers."""
         with self.transaction() as con:
             for name, table in tables.items():
-                con.execute(f"DELETE FROM {stored(name)} WHERE session_id = ?", [session_id])
+                _delete_session_rows(con, name, session_id)
                 _insert(con, name, table)
             if complete:
                 _mark_complete(con, session_id)
@@ -279,10 +283,11 @@ class TraceLake:
         tables = [name for name, schema in TABLES.items() if "session_id" in schema.names]
         with self.transaction() as con:
             for name in tables:
-                con.execute(
-                    f"DELETE FROM {stored(name)} WHERE session_id IN (SELECT unnest(?))",
-                    [session_ids],
-                )
+                for table in stored_tables(name):
+                    con.execute(
+                        f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
+                        [session_ids],
+                    )
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -328,7 +333,7 @@ class TraceLake:
         # A session loaded again is not complete until it is analysed again.
         con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            con.execute(f"DELETE FROM {stored(table)} WHERE session_id = ?", [bundle.session_id])
+            _delete_session_rows(con, table, bundle.session_id)
             source = bundle.table_path(table)
             if source.exists():
                 con.execute(
@@ -344,9 +349,12 @@ class TraceLake:
     def _session_counts(self, con, session_id: str) -> dict[str, int]:
         counts = {}
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            rows = con.execute(
-                f"SELECT count(*) FROM {stored(table)} WHERE session_id = ?", [session_id]
-            ).fetchall()[0][0]
+            rows = sum(
+                con.execute(
+                    f"SELECT count(*) FROM {name} WHERE session_id = ?", [session_id]
+                ).fetchall()[0][0]
+                for name in stored_tables(table)
+            )
             if rows or table in SESSION_TABLES:
                 counts[table] = rows
         return counts
@@ -472,6 +480,11 @@ def _release(held, key: Path) -> None:
     con = held.connections.pop(key, None)
     if con is not None:
         con.close()
+
+
+def _delete_session_rows(con, name: str, session_id: str) -> None:
+    for table in stored_tables(name):
+        con.execute(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
 
 
 def _insert(con, name: str, table: pa.Table) -> None:
