@@ -260,7 +260,7 @@ class TraceLake:
         `complete=True` (the last analysis stage) also makes the session visible to readers."""
         with self.transaction() as con:
             for name, table in tables.items():
-                _delete_session_rows(con, name, session_id)
+                _delete_session_rows(con, name, [session_id])
                 _insert(con, name, table)
             if complete:
                 _mark_complete(con, session_id)
@@ -283,11 +283,7 @@ class TraceLake:
         tables = [name for name, schema in TABLES.items() if "session_id" in schema.names]
         with self.transaction() as con:
             for name in tables:
-                for table in stored_tables(name):
-                    con.execute(
-                        f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))",
-                        [session_ids],
-                    )
+                _delete_session_rows(con, name, session_ids)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -333,7 +329,7 @@ class TraceLake:
         # A session loaded again is not complete until it is analysed again.
         con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
         for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            _delete_session_rows(con, table, bundle.session_id)
+            _delete_session_rows(con, table, [bundle.session_id])
             source = bundle.table_path(table)
             if source.exists():
                 con.execute(
@@ -482,9 +478,10 @@ def _release(held, key: Path) -> None:
         con.close()
 
 
-def _delete_session_rows(con, name: str, session_id: str) -> None:
+def _delete_session_rows(con, name: str, session_ids: list[str]) -> None:
+    """Every row of these sessions in a table of TABLES, in each table it is stored in."""
     for table in stored_tables(name):
-        con.execute(f"DELETE FROM {table} WHERE session_id = ?", [session_id])
+        con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [session_ids])
 
 
 def _insert(con, name: str, table: pa.Table) -> None:
