@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from aaco_pipelines.analysis.attribution import can_fuse, map_runtime_nodes, original_nodes
-from aaco_pipelines.analysis.metrics import busy_time_per_iteration, table_metrics
+from aaco_pipelines.analysis.metrics import KernelStream, busy_time_per_iteration, table_metrics
 from aaco_pipelines.graph.extract import extract_graph
 from aaco_pipelines.registry.sidecar import InputSpec
 
@@ -192,6 +192,35 @@ def test_union_of_intervals_is_exact_for_unsorted_kernels_and_huge_spans():
                 expected[k] = len(covered)
             got = busy_time_per_iteration(iteration, start, duration, 4)
             assert got[:4].tolist() == expected.tolist()
+
+
+def _brute_union(iteration, start, duration, n_iterations: int) -> list[int]:
+    covered = [set() for _ in range(n_iterations)]
+    for k, s, d in zip(iteration, start, duration, strict=True):
+        covered[k] |= set(range(int(s), int(s + d)))
+    return [len(c) for c in covered]
+
+
+def test_union_streamed_a_few_kernels_at_a_time_is_exact():
+    """Batches within one iteration (a device trace's, and most batches of a profile) take the
+    short path: a segment left open by one batch must go on into the next, be closed by a gap
+    at the next batch's first kernel, or end where the iteration changes."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        iteration = np.sort(rng.integers(0, 3, n))
+        start = rng.integers(0, 1000, n)
+        duration = rng.integers(0, int(rng.choice([5, 60, 400])), n)
+        order = np.lexsort((start, iteration))
+        iteration, start, end = iteration[order], start[order], (start + duration)[order]
+        stream, cut = KernelStream(), 0
+        while cut < n:
+            step = int(rng.integers(1, 8))
+            part = slice(cut, cut + step)
+            stream.add(iteration[part], start[part], end[part], np.zeros(len(start[part])))
+            cut += step
+        expected = _brute_union(iteration, start, end - start, 3)
+        assert stream.busy_per_iteration(3).tolist() == expected
 
 
 def test_metrics_streamed_in_batches_of_any_size_equal_the_whole():
