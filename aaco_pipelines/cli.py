@@ -249,9 +249,6 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     are checked before any work: a FIFO or device would block or never end once opened."""
     from aaco_pipelines.collectors.trace_paths import check_trace
     from aaco_pipelines.ingest import ingest_trace
-    from aaco_pipelines.leftovers import finishing
-    from aaco_pipelines.pipeline import analyze_session
-    from aaco_pipelines.tracelake.store import TraceLake
 
     check_trace(Path(args.path))
     model = Path(args.model) if args.model else None
@@ -271,6 +268,10 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
         on_progress=say,
     )
     say("analysing: attribution, bottleneck, drift")
+    from aaco_pipelines.leftovers import finishing
+    from aaco_pipelines.pipeline import analyze_session  # the analysis stack: imported for it
+    from aaco_pipelines.tracelake.store import TraceLake
+
     with finishing(bundle.path, paths, TraceLake(paths.tracelake)):
         summary = analyze_session(bundle, paths)
     say("done")

@@ -27,13 +27,10 @@ import pyarrow as pa
 
 from aaco_pipelines.bundle import SessionBundle, copy_with_digest, record_evidence, write_json
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.session import latency_summary
 from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
-from aaco_pipelines.execution.worker import create_session
-from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.leftovers import clean_leftovers, hold, release
 from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
@@ -117,6 +114,8 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     not copied into them)."""
     version = None
     if model is not None:
+        from aaco_pipelines.graph.store import prepare_model_version  # onnx: only with a model
+
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
         shutil.copytree(version.graph_dir, staging / "graph")
         derive_optimized_model(
@@ -276,6 +275,8 @@ def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:
 def _derive_here(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
+    from aaco_pipelines.execution.worker import create_session
+
     options = ort.SessionOptions()
     options.log_severity_level = 3
     request = {"model_path": str(model), "resolved_providers": ["CPUExecutionProvider"]}
@@ -343,6 +344,8 @@ def _gpu_agents(con, session_id: str) -> list[dict]:
 def _sessions_row(
     bundle: SessionBundle, bundle_path: Path, span, version, trace_format, environment: dict
 ) -> pa.Table:
+    from aaco_pipelines.collectors.session import latency_summary  # with the generation readers
+
     session = bundle.session
     wall = float(span[1] - span[0])
     summary = latency_summary(pa.array([wall]).to_numpy(), pa.array([wall]).to_numpy())

@@ -14,10 +14,12 @@ import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-
-import onnx
+from typing import TYPE_CHECKING
 
 from aaco_pipelines.errors import AacoInputError
+
+if TYPE_CHECKING:  # onnx (0.1 s) is imported where a model is parsed: most have no external data
+    import onnx
 
 FIX = (
     "keep the weight files beside the model, named as the model refers to them "
@@ -27,6 +29,8 @@ FIX = (
 
 def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every tensor a graph stores: initializers and Constant values, subgraphs included."""
+    import onnx
+
     yield from graph.initializer
     for node in graph.node:
         for attribute in node.attribute:
@@ -56,6 +60,8 @@ def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> li
         model = _parsed_if_external(model_path, _scan(model_path))
         if model is None:
             return []
+    import onnx
+
     folder = model_path.parent.resolve()
     needed: dict[str, int] = {}
     for tensor in _tensors(model.graph):
@@ -157,6 +163,8 @@ def _parsed_if_external(model_path: Path, marked: bool) -> onnx.ModelProto | Non
     that keeps its weights inside, up to 2 GB, is never parsed just to learn it has none."""
     if not marked:
         return None
+    import onnx
+
     try:
         return onnx.load(str(model_path), load_external_data=False)
     except Exception:  # noqa: BLE001 - protobuf's DecodeError, OSError: not a model
