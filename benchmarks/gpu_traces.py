@@ -136,13 +136,18 @@ def timed_process(command: list[str], env: dict) -> dict:
 
 
 def alternated(trace: Path, tmp: Path, repeats: int) -> dict[str, list[dict]]:
-    """a, b and c in turn, `repeats` times, each in a fresh folder: this 2-core VM's run-to-run
-    spread is about 20%, so one run says little. The last folder is kept for d and e."""
+    """a, b and c in turn, `repeats` times, each in a fresh folder and after a sync (untimed):
+    this 2-core VM's run-to-run spread is about 20%, so one run says little. The last folder is
+    kept for d and e."""
     runs: dict[str, list[dict]] = {"plain": [], "load": [], "ingest": []}
     for i in range(repeats):
         work = tmp / f"run{i}"
         work.mkdir()
         for stage, (command, env) in process_commands(trace, work).items():
+            # Each stage starts with the disk settled: the simulation's 2.8 GB and every
+            # ingest's 2.8 GB copy are otherwise still being written out while the next
+            # stage runs (400 MB/s here), which made the first pair the slowest every time.
+            os.sync()
             runs[stage].append(timed_process(command, env))
         if i < repeats - 1:
             shutil.rmtree(work)
