@@ -105,7 +105,7 @@ class KernelStream:
     def _merge_one(self, iteration: int, start: np.ndarray, end: np.ndarray) -> None:
         """_merge for kernels of one iteration (a device trace has one, and most batches lie
         within one): one running maximum, no windows, and the open segment is carried in
-        without copying the batch. 10^7 kernels: 0.2 s instead of 0.45 s."""
+        without copying the batch. numpy's part for 10^7 kernels: 0.07-0.15 s, not 0.4-0.6 s."""
         carried = None
         if self.open is not None and self.open[0] == iteration:
             carried = self.open[1:]
