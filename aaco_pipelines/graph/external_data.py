@@ -46,8 +46,10 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
 def _location(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
     entries = {entry.key: entry.value for entry in tensor.external_data}
     length = entries.get("length")
-    return entries.get("location", ""), int(entries.get("offset", 0)), (
-        int(length) if length is not None else None
+    return (
+        entries.get("location", ""),
+        int(entries.get("offset", 0)),
+        (int(length) if length is not None else None),
     )
 
 
