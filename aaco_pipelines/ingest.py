@@ -344,7 +344,8 @@ def _gpu_agents(con, session_id: str) -> list[dict]:
 def _sessions_row(
     bundle: SessionBundle, bundle_path: Path, span, version, trace_format, environment: dict
 ) -> pa.Table:
-    from aaco_pipelines.collectors.session import latency_summary  # with the generation readers
+    # collectors.session brings the generation readers and onnx: 0.1 s of every start-up
+    from aaco_pipelines.collectors.session import latency_summary
 
     session = bundle.session
     wall = float(span[1] - span[0])

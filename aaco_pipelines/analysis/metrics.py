@@ -106,16 +106,11 @@ class KernelStream:
         """_merge for kernels of one iteration (a device trace has one, and most batches lie
         within one): one running maximum, no windows, and the open segment is carried in
         without copying the batch. numpy's part for 10^7 kernels: 0.07-0.15 s, not 0.4-0.6 s."""
-        carried = None
-        if self.open is not None and self.open[0] == iteration:
-            carried = self.open[1:]
-        else:
-            self._close_open()
         reach = np.maximum.accumulate(end)
-        if carried is not None and start[0] <= carried[1]:  # the open segment goes on
-            np.maximum(reach, carried[1], out=reach)
-            first = carried[0]
-        else:
+        if self.open is not None and self.open[0] == iteration and start[0] <= self.open[2]:
+            _, first, carried_reach = self.open  # the open segment goes on into this batch
+            np.maximum(reach, carried_reach, out=reach)
+        else:  # an open segment of another iteration, or one a gap ends, is final
             self._close_open()
             first = int(start[0])
         gaps = np.flatnonzero(start[1:] > reach[:-1]) + 1  # each later segment's first kernel
