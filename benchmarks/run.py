@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.pipeline import MeasureOptions, measure_model
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import build_zoo
@@ -154,7 +155,8 @@ def main() -> int:
 
     with (
         tempfile.TemporaryDirectory(prefix="aaco-bench-") as tmp,
-        dg.instance_for_test() as instance,
+        # The embedded instance's event log, as `aaco up` writes it into dagster.yaml.
+        dg.instance_for_test(overrides=event_log_settings(Path(tmp) / "dagster")) as instance,
     ):
         root = Path(tmp)
         print(f"1. full zoo sweep (alternated, {args.repeats} pairs)", flush=True)

@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, add_model
 
 from aaco_pipelines.generation.workload import Curves, GenerationWorkload
+from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
@@ -44,8 +45,9 @@ from sensors import (
 
 
 @pytest.fixture
-def instance():
-    with dg.instance_for_test() as instance:
+def instance(tmp_path):
+    """A test instance with the embedded instance's event log (`aaco up` writes it)."""
+    with dg.instance_for_test(overrides=event_log_settings(tmp_path / "dagster")) as instance:
         yield instance
 
 

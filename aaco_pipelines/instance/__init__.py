@@ -12,7 +12,6 @@ device's worker on the host that owns it takes (`aaco worker --target gpu3`).
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,6 +27,23 @@ DRIVER = "postgresql+psycopg2"
 POSTGRES_STORAGE = {"storage": {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}}
 BROKER_ENV = "AACO_CELERY_BROKER"
 TARGETS_PARTITIONS = "targets"  # assets.partitions.targets_partitions
+EVENT_LOG_TITLE = (
+    "# Dagster's SQLite event log, its files opened cheaper (instance/event_log.py).\n"
+)
+
+
+def event_log_settings(dagster_home: Path) -> dict:
+    """dagster.yaml's event_log_storage section for the embedded instance: event_log.py's
+    SqliteEventLog, keeping its files where Dagster's own does (DAGSTER_HOME/history/runs), so
+    the runs recorded before stay readable."""
+    base_dir = Path(dagster_home).absolute() / "history" / "runs"
+    return {
+        "event_log_storage": {
+            "module": "aaco_pipelines.instance.event_log",
+            "class": "SqliteEventLog",
+            "config": {"base_dir": str(base_dir)},
+        }
+    }
 
 
 def celery_launcher(default_queue: str) -> dict:
@@ -137,9 +153,11 @@ def initialize_pools(dagster_home: Path, pools: tuple[str, ...]) -> None:
 
 
 def _write_config(config: Path, *, postgres: bool, celery: bool) -> None:
-    """The template, with the PostgreSQL storage and the Celery launcher when asked for."""
+    """The template, with the PostgreSQL storage and the Celery launcher when asked for, else
+    with the embedded event log (event_log.py: Dagster's SQLite one, opened cheaper)."""
     if not postgres:
-        shutil.copyfile(TEMPLATE, config)
+        section = yaml.safe_dump(event_log_settings(config.parent), sort_keys=False)
+        config.write_text(TEMPLATE.read_text() + EVENT_LOG_TITLE + section)
         return
     settings = yaml.safe_load(TEMPLATE.read_text()) | POSTGRES_STORAGE
     if celery:
