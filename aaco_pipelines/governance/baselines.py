@@ -475,5 +475,3 @@ def _pin(con, name: str, model_slug: str, target: str) -> None:
         "UPDATE baselines SET pinned = (baseline_name = ?) WHERE model_slug = ? AND target = ?",
         [name, model_slug, target],
     )
-
-
