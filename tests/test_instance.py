@@ -146,3 +146,22 @@ def _log_entry(run_id: str, message: str) -> EventLogEntry:
         run_id=run_id,
         timestamp=time.time(),
     )
+
+
+def test_a_moved_dagster_home_is_told_where_its_event_log_went(tmp_path):
+    """dagster.yaml names the event log's folder in full: after the home moves, Dagster would
+    start an empty history at the old path; the move is named instead, with the line to fix."""
+    home = prepare_dagster_home(tmp_path / "dagster")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        instance.add_dynamic_partitions("things", ["a"])
+    moved = tmp_path / "elsewhere"
+    home.rename(moved)
+    with pytest.raises(AacoInputError, match="was the folder moved") as info:
+        prepare_dagster_home(moved)
+    assert str(moved / "dagster.yaml") in str(info.value)
+    assert str(moved / "history" / "runs") in str(info.value)
+    settings = yaml.safe_load((moved / "dagster.yaml").read_text())
+    settings["event_log_storage"]["config"]["base_dir"] = str(moved / "history" / "runs")
+    (moved / "dagster.yaml").write_text(yaml.safe_dump(settings))  # the fix it names
+    with dg.DagsterInstance.from_config(str(prepare_dagster_home(moved))) as instance:
+        assert instance.get_dynamic_partitions("things") == ["a"]

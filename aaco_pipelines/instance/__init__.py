@@ -46,6 +46,22 @@ def event_log_settings(dagster_home: Path) -> dict:
     }
 
 
+def _check_event_log_place(config: Path, stored: dict) -> None:
+    """The event log's folder is written into dagster.yaml as a full path: a DAGSTER_HOME moved
+    (or copied) elsewhere would start an empty history there instead of reading its own."""
+    settings = (stored.get("event_log_storage") or {}).get("config") or {}
+    written = settings.get("base_dir")
+    own = event_log_settings(config.parent)["event_log_storage"]["config"]["base_dir"]
+    if isinstance(written, str) and written != own and not Path(written).exists():
+        if Path(own).exists():
+            raise AacoInputError(
+                f"this DAGSTER_HOME's event log is configured at {written}, which does not exist, "
+                f"while its own history is at {own} (was the folder moved?)",
+                path=config,
+                fix=f"set event_log_storage's base_dir in it to {own}",
+            )
+
+
 def celery_launcher(default_queue: str) -> dict:
     """dagster.yaml's run_launcher section: Celery tasks, broker and results on the broker URL
     (read from the environment), runs without a device queue tag on `default_queue`."""
@@ -96,6 +112,7 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
     if raw:
         os.environ[POSTGRES_ENV] = postgres_url(raw)
     stored = yaml.safe_load(config.read_text()) or {}
+    _check_event_log_place(config, stored)
     if raw and "postgres" not in (stored.get("storage") or {}):
         raise AacoInputError(
             f"{POSTGRES_ENV} is set but this DAGSTER_HOME's dagster.yaml stores on SQLite",
