@@ -29,6 +29,7 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.pipeline import MeasureOptions, measure_model
 from aaco_pipelines.registry.scan import scan_registry
+from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.registry.zoo import build_zoo
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -196,7 +197,13 @@ def main() -> int:
 
         print("3. profiling overhead (profiled vs unprofiled median latency)", flush=True)
         results["profiling_overhead_pct"] = {}
+        generative = {
+            m.slug for m in scan_registry(bare.registry) if load_sidecar(m.path).generation
+        }
         for slug, session_id in sessions.items():
+            if slug in generative:  # a request's latency against one decode step's: no ratio
+                print(f"   {slug:15} not compared: measured = whole requests, profiled = steps")
+                continue
             lat = session_latencies(bare, session_id)
             m, p = np.median(lat["measured"]), np.median(lat["profiled"])
             results["profiling_overhead_pct"][slug] = round((p - m) / m * 100, 1)
