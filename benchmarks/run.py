@@ -183,7 +183,8 @@ def main() -> int:
             f"2. Dagster overhead on one model ({args.overhead_model}, {args.repeats} pairs)",
             flush=True,
         )
-        model = next(m for m in scan_registry(bare.registry) if m.slug == args.overhead_model)
+        registered = {m.slug: m for m in scan_registry(bare.registry)}
+        model = registered[args.overhead_model]
         bare_times, dagster_times = [], []
         for _ in range(args.repeats):  # alternated, so a busy moment hits both alike
             bare_times.append(timed(lambda: measure_model(model, bare, analyze=True))[0])
@@ -197,9 +198,7 @@ def main() -> int:
 
         print("3. profiling overhead (profiled vs unprofiled median latency)", flush=True)
         results["profiling_overhead_pct"] = {}
-        generative = {
-            m.slug for m in scan_registry(bare.registry) if load_sidecar(m.path).generation
-        }
+        generative = {slug for slug, m in registered.items() if load_sidecar(m.path).generation}
         for slug, session_id in sessions.items():
             if slug in generative:  # a request's latency against one decode step's: no ratio
                 print(f"   {slug:15} not compared: measured = whole requests, profiled = steps")

@@ -32,16 +32,20 @@ EVENT_LOG_TITLE = (
 )
 
 
+def event_log_dir(dagster_home: Path) -> Path:
+    """Where Dagster's own SQLite event log keeps its files, and so the embedded one's."""
+    return Path(dagster_home).absolute() / "history" / "runs"
+
+
 def event_log_settings(dagster_home: Path) -> dict:
     """dagster.yaml's event_log_storage section for the embedded instance: event_log.py's
-    SqliteEventLog, keeping its files where Dagster's own does (DAGSTER_HOME/history/runs), so
-    the runs recorded before stay readable."""
-    base_dir = Path(dagster_home).absolute() / "history" / "runs"
+    SqliteEventLog, keeping its files where Dagster's own does, so the runs recorded before stay
+    readable."""
     return {
         "event_log_storage": {
             "module": "aaco_pipelines.instance.event_log",
             "class": "SqliteEventLog",
-            "config": {"base_dir": str(base_dir)},
+            "config": {"base_dir": str(event_log_dir(dagster_home))},
         }
     }
 
@@ -49,17 +53,15 @@ def event_log_settings(dagster_home: Path) -> dict:
 def _check_event_log_place(config: Path, stored: dict) -> None:
     """The event log's folder is written into dagster.yaml as a full path: a DAGSTER_HOME moved
     (or copied) elsewhere would start an empty history there instead of reading its own."""
-    settings = (stored.get("event_log_storage") or {}).get("config") or {}
-    written = settings.get("base_dir")
-    own = event_log_settings(config.parent)["event_log_storage"]["config"]["base_dir"]
-    if isinstance(written, str) and written != own and not Path(written).exists():
-        if Path(own).exists():
-            raise AacoInputError(
-                f"this DAGSTER_HOME's event log is configured at {written}, which does not exist, "
-                f"while its own history is at {own} (was the folder moved?)",
-                path=config,
-                fix=f"set event_log_storage's base_dir in it to {own}",
-            )
+    written = ((stored.get("event_log_storage") or {}).get("config") or {}).get("base_dir")
+    own = event_log_dir(config.parent)
+    if isinstance(written, str) and not Path(written).exists() and own.exists():
+        raise AacoInputError(
+            f"this DAGSTER_HOME's event log is configured at {written}, which does not exist, "
+            f"while its own history is at {own} (was the folder moved?)",
+            path=config,
+            fix=f"set event_log_storage's base_dir in it to {own}",
+        )
 
 
 def celery_launcher(default_queue: str) -> dict:
