@@ -42,15 +42,16 @@ browser:
 	} || echo "warning: chromium could not be installed; the UI end-to-end test will be skipped" >&2
 
 # Real services for the scale-out tests (tests/services.py starts and stops them itself): Debian's
-# PostgreSQL and redis, installed once like chromium; where they cannot be, those tests skip.
+# PostgreSQL and redis, installed once like chromium; where they cannot be, those tests skip. Also
+# xfsprogs, for the evidence copy's test on a real copy-on-write file system (tests/conftest.py).
 services:
 	@{ [ -x "$$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | tail -n 1)" ] && \
-	   command -v redis-server >/dev/null 2>&1; } || { \
+	   command -v redis-server >/dev/null 2>&1 && command -v mkfs.xfs >/dev/null 2>&1; } || { \
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
-	  echo "installing postgresql and redis-server for the scale-out tests"; \
+	  echo "installing postgresql, redis-server and xfsprogs for the tests"; \
 	  $$sudo apt-get update -qq && \
-	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null; \
-	} || echo "warning: postgresql/redis-server could not be installed; the scale-out tests will be skipped" >&2
+	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server xfsprogs >/dev/null; \
+	} || echo "warning: postgresql/redis-server/xfsprogs could not be installed; the tests that need them will be skipped" >&2
 
 # The suite on DuckDB 2.0, then the TraceLake's tests again on DuckDB 1.5 with the shared
 # (DuckLake) backend's.

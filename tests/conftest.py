@@ -110,6 +110,32 @@ def full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+@pytest.fixture
+def xfs_disk(tmp_path):
+    """A real XFS file system (a loop-mounted 320 MiB image, sparse): one that shares blocks
+    copy-on-write, as RHEL's default file system does. Needs root and xfsprogs (`make test`
+    installs it); skipped where either is missing or mounting is refused."""
+    import os
+    import shutil
+    import subprocess
+
+    mkfs = shutil.which("mkfs.xfs", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if mkfs is None:
+        pytest.skip("mkfs.xfs missing (make services installs xfsprogs)")
+    image, mount = tmp_path / "xfs.img", tmp_path / "xfs"
+    mount.mkdir()
+    with open(image, "wb") as handle:
+        handle.truncate(320 << 20)
+    subprocess.run([mkfs, "-q", str(image)], check=True, capture_output=True)
+    done = subprocess.run(["mount", "-o", "loop", str(image), str(mount)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount an XFS image here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
 def fill(disk: Path, leave_bytes: int = 0) -> None:
     """Fill a small file system until at most `leave_bytes` are free."""
     import os

@@ -3,8 +3,11 @@ changed is refused when it is loaded again, and bundle files name no path outsid
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import fcntl
 import json
+import mmap
 import os
 import shutil
 import stat
@@ -13,6 +16,7 @@ import models
 import pytest
 from conftest import SHARED, add_model
 
+from aaco_pipelines import bundle as bundle_module
 from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
@@ -87,22 +91,88 @@ def test_measured_bundles_record_their_evidence_with_consistent_permissions(aaco
     assert {oct(stat.S_IMODE(p.stat().st_mode)) for p in raw_files} == {"0o444"}
 
 
-def test_a_copy_the_kernel_gives_up_on_halfway_is_redone_by_chunks(tmp_path, trace, monkeypatch):
-    """copy_file_range fails across file systems on older kernels (EXDEV), possibly after
-    copying part of the file: the copy starts over by chunks and is byte for byte the trace."""
-    real = os.copy_file_range
-    calls = []
+def test_the_copy_is_written_past_the_page_cache_and_is_byte_for_byte_the_trace(
+    tmp_path, trace, monkeypatch
+):
+    """The copy is written direct (the TraceLake reads the original meanwhile; caching the copy
+    as well cost seconds of system time at 10M kernels), in chunks whose last one is no whole
+    block and so goes through the page cache: the copy is the trace, and only its tail is
+    cached."""
+    if _file_system(tmp_path) in {"tmpfs", "ramfs"}:
+        pytest.skip("a memory file system caches everything it holds")
+    monkeypatch.setattr(bundle_module, "_CHUNK", 16 << 10)
+    target = tmp_path / "copy.csv"
+    copied = copy_with_digest(trace, target)
+    assert trace.stat().st_size // (16 << 10) == 3 and trace.stat().st_size % 4096  # and a tail
+    assert _cached_pages(target) == 1  # of 13: the tail's
+    assert target.read_bytes() == trace.read_bytes()
+    assert copied == file_digest(trace)
 
-    def gives_up(src, dst, count, *args):
-        calls.append(count)
-        if len(calls) > 1:
-            raise OSError(errno.EXDEV, "Invalid cross-device link")
-        return real(src, dst, 1000, *args)  # a partial copy first
 
-    monkeypatch.setattr(os, "copy_file_range", gives_up)
+def test_on_a_file_system_that_shares_blocks_the_copy_is_a_clone(xfs_disk):
+    """XFS and btrfs clone a file copy-on-write: the copy takes no room, and writing to the
+    original afterwards still leaves the copy as it was."""
+    original, copy = xfs_disk / "trace.csv", xfs_disk / "copy.csv"
+    content = os.urandom(64 << 20)
+    original.write_bytes(content)
+    os.sync()
+    free_before = _free_bytes(xfs_disk)
+    copied = copy_with_digest(original, copy)
+    os.sync()
+    assert free_before - _free_bytes(xfs_disk) < 1 << 20  # not the 64 MiB a copy takes
+    assert copied == file_digest(original)
+    with open(original, "r+b") as handle:
+        handle.write(b"edited")
+    with open(original, "ab") as handle:
+        handle.write(b"appended")
+    assert copy.read_bytes() == content
+    assert file_digest(copy) == copied
+
+
+def test_a_file_system_without_direct_io_gets_a_cached_copy(tmp_path, trace, monkeypatch):
+    """Where the file system refuses direct I/O (some FUSE and network file systems), the copy
+    is written through the page cache, byte for byte the same."""
+    real = fcntl.fcntl
+
+    def refuses_direct(fd, command, arg=0):
+        if command == fcntl.F_SETFL and arg & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real(fd, command, arg)
+
+    monkeypatch.setattr(fcntl, "fcntl", refuses_direct)
     copied = copy_with_digest(trace, tmp_path / "copy.csv")
     assert (tmp_path / "copy.csv").read_bytes() == trace.read_bytes()
-    assert copied == file_digest(trace) and len(calls) == 2
+    assert copied == file_digest(trace)
+
+
+def _free_bytes(folder) -> int:
+    stats = os.statvfs(folder)
+    return stats.f_bavail * stats.f_frsize
+
+
+def _file_system(path) -> str:
+    """The type of the file system `path` is on (the longest mount point above it)."""
+    mounts = [line.split()[1:3] for line in open("/proc/mounts")]
+    path = str(path.resolve())
+    point, kind = max(
+        ((p, k) for p, k in mounts if path == p or path.startswith(p.rstrip("/") + "/")),
+        key=lambda mount: len(mount[0]),
+    )
+    return kind
+
+
+def _cached_pages(file) -> int:
+    """How many of a file's pages are in the page cache (mincore of a mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = file.stat().st_size
+    pages = -(-size // mmap.PAGESIZE)
+    resident = (ctypes.c_ubyte * pages)()
+    with open(file, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY) as m:
+        address = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(m)))
+        if libc.mincore(address, ctypes.c_size_t(size), resident) != 0:
+            raise OSError(ctypes.get_errno(), "mincore failed")
+        del address
+        return sum(page & 1 for page in resident)
 
 
 def test_a_trace_still_being_written_while_it_is_ingested_is_refused(
