@@ -16,7 +16,7 @@ imports, work, exit), with its peak memory:
      node windows the simulation came from, + derived metrics (target < 20 s at 10M), and its
      accuracy against the simulated truth;
   e. `aaco export --format perfetto` of the session (write_perfetto): time, events, file size.
-a, b and c alternate `--repeats` times (default 3): medians, every run, and each ratio as the
+a, b and c alternate `--repeats` times (default 5): medians, every run, and each ratio as the
 median of the pairs' ratios. Prints a small table and one JSON line. Everything lives in a
 temporary folder.
 """
@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernels", type=int, default=10_000_000)
     parser.add_argument(
-        "--repeats", type=int, default=3, help="alternated a/b/c rounds; medians are reported"
+        "--repeats", type=int, default=5, help="alternated a/b/c rounds; medians are reported"
     )
     parser.add_argument("--stage", choices=sorted(STAGES), help=argparse.SUPPRESS)
     parser.add_argument("--trace", type=Path, help=argparse.SUPPRESS)
