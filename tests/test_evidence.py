@@ -11,6 +11,7 @@ import mmap
 import os
 import shutil
 import stat
+import threading
 
 import models
 import pytest
@@ -127,6 +128,17 @@ def test_on_a_file_system_that_shares_blocks_the_copy_is_a_clone(xfs_disk):
         handle.write(b"appended")
     assert copy.read_bytes() == content
     assert file_digest(copy) == copied
+
+
+def test_a_copy_told_to_stop_stops_within_a_chunk(tmp_path, trace, monkeypatch):
+    """A failed load stops the copy beside it (EvidenceCopy.cancel) instead of waiting for
+    gigabytes nobody will keep."""
+    monkeypatch.setattr(bundle_module, "_CHUNK", 16 << 10)
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(InterruptedError):
+        copy_with_digest(trace, tmp_path / "copy.csv", stop)
+    assert (tmp_path / "copy.csv").stat().st_size == 16 << 10  # of 50,376 bytes
 
 
 def test_a_file_system_without_direct_io_gets_a_cached_copy(tmp_path, trace, monkeypatch):
