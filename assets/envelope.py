@@ -35,6 +35,10 @@ def hardware_envelope(
             "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
             "runtime_fingerprint": envelope.runtime_fingerprint[:16],
             "source": envelope.source,  # always measured here; datasheets serve ingested traces
+            # Other processes' share of the host's CPU time meanwhile: above 0.2 the peaks
+            # are suspect, and the next session an hour later measures them again.
+            "host_contention": envelope.host_contention,
+            "measured": envelope.describe(),
             "device_arch": (envelope.device or {}).get("arch"),
             "gemm_peaks_gflops": dg.MetadataValue.json(
                 {d: round(p / 1e9, 2) for d, p in envelope.gemm_peaks().items()}

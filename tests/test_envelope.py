@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
+import sys
+import time
 
 import pyarrow as pa
 import pytest
 
+from aaco_pipelines.analysis import session
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, measure_envelope
 from aaco_pipelines.analysis.roofline import (
     ROOFLINE_COLUMNS,
@@ -14,6 +20,7 @@ from aaco_pipelines.analysis.roofline import (
     roofline_table,
 )
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.store import TraceLake
 
 GFLOP, GB = 1e9, 1e9
 
@@ -203,3 +210,55 @@ def test_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
     assert envelope.last_level_cache_bytes("cuda") == envelope.GPU_LAST_LEVEL_CACHE_BYTES
     monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path / "absent")
     assert envelope.last_level_cache_bytes("cpu") is None
+
+
+def test_an_envelope_measured_beside_busy_processes_says_so(measured):
+    """Peaks measured while other processes hold every core are the leftovers of that work:
+    the envelope records how much of the host's CPU time the others took, and says so."""
+    assert measured.host_contention is not None and not measured.contended  # measured alone
+    cores = len(os.sched_getaffinity(0))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        busy = measure_envelope(budget_s=1, repeats=2, dtypes=())
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert busy.contended and busy.host_contention > 0.4, busy.host_contention
+    assert "other processes took" in busy.describe()
+    assert HardwareEnvelope.from_dict(busy.to_dict()).host_contention == busy.host_contention
+
+
+def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wins(
+    tmp_path, measured, monkeypatch
+):
+    """A session uses the newest quiet envelope of its runtime; a contended one only for an
+    hour, after which the next session measures again (not at every session on a busy host)."""
+    measurements = []
+
+    def measure(target, providers=None, **kwargs):
+        measurements.append(target)
+        return dataclasses.replace(measured, measured_at_ns=time.time_ns())
+
+    monkeypatch.setattr(session, "measure_envelope", measure)
+    hour_ns = int(session.RECHECK_CONTENDED_S * 1e9)
+    contended = dataclasses.replace(measured, host_contention=0.6, measured_at_ns=time.time_ns())
+
+    recent = TraceLake(tmp_path / "recent.duckdb")
+    recent_id = session.save_envelope(recent, contended)
+    assert session.current_envelope(recent, "cpu")[0] == recent_id and not measurements
+
+    stale = TraceLake(tmp_path / "stale.duckdb")
+    stale_id = session.save_envelope(
+        stale, dataclasses.replace(contended, measured_at_ns=time.time_ns() - hour_ns - 1)
+    )
+    again_id, again = session.current_envelope(stale, "cpu")
+    assert measurements == ["cpu"] and again_id != stale_id and not again.contended
+    assert session.current_envelope(stale, "cpu")[0] == again_id  # kept: it is quiet
+
+    both = TraceLake(tmp_path / "both.duckdb")
+    quiet_id = session.save_envelope(
+        both, dataclasses.replace(measured, measured_at_ns=time.time_ns() - 2 * hour_ns)
+    )
+    session.save_envelope(both, contended)  # newer, but measured under load
+    assert session.current_envelope(both, "cpu")[0] == quiet_id

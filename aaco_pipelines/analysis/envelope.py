@@ -60,6 +60,7 @@ from aaco_pipelines.address_space import address_space_left
 from aaco_pipelines.analysis.datasheets import FALLBACK_DTYPE, GpuAgent, local_gpu, match_datasheet
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
+from aaco_pipelines.execution.host_sampler import OtherWork
 
 GEMM_SIZES = (128, 256, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
 # 16M float32 elements = 64 MiB per tensor: beyond the CPU's last-level cache; the larger sizes
@@ -76,6 +77,9 @@ GEMM_BUDGET_SHARE = 0.5  # the rest, plus what GEMM leaves unused, goes to the s
 FP32_GEMM_SHARE = 0.5  # of the GEMM budget, when other data types are measured too
 GEMM_DTYPES = ("fp16", "bf16", "int8")  # measured besides fp32 where the provider runs them
 HOST_MEMORY_SHARE = 0.5  # never build feeds larger than this share of available host memory
+# An envelope measured while other processes took more of the host's CPU time than this is
+# contended: a quiet 2-core host measured 0-3 %, two busy loops 68 %.
+CONTENDED_SHARE = 0.2
 OPSET = [helper.make_opsetid("", 17)]
 IR_VERSION = 9  # ONNX Runtime 1.22 reads IR <= 10
 # Providers whose tensors live on a GPU: IOBinding names that device "cuda" for CUDA and ROCm.
@@ -111,6 +115,14 @@ class HardwareEnvelope:
     dtype_gemm: dict[str, ResourcePeak] = field(default_factory=dict)  # fp16, bf16, int8, ...
     dtype_notes: dict[str, str] = field(default_factory=dict)  # why a data type has no peak
     reference: dict | None = None  # datasheet: product, url, white paper, how matched, notes
+    # Share of the host's CPU time other processes took while this was measured (None: not
+    # known, a datasheet or an envelope stored before it was recorded).
+    host_contention: float | None = None
+
+    @property
+    def contended(self) -> bool:
+        """Measured while other work held the host's CPUs: its peaks may be too low."""
+        return self.host_contention is not None and self.host_contention > CONTENDED_SHARE
 
     def ridge_point(self) -> float:
         """FLOP per byte where the roofline bends: gemm.peak / bandwidth.peak."""
@@ -139,7 +151,13 @@ class HardwareEnvelope:
             ref = self.reference or {}
             return f"datasheet of the {ref.get('product', name)} ({device.get('arch')})"
         on = ", ".join(self.providers) or self.target
-        return f"measured on {on}" + (f" ({name}, {device.get('arch')})" if name else "")
+        described = f"measured on {on}" + (f" ({name}, {device.get('arch')})" if name else "")
+        if self.contended:
+            described += (
+                f", while other processes took {self.host_contention:.0%} of the host's CPU "
+                "time: its peaks may be low"
+            )
+        return described
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -158,6 +176,7 @@ class HardwareEnvelope:
             dtype_gemm={k: ResourcePeak(**v) for k, v in (d.get("dtype_gemm") or {}).items()},
             dtype_notes=dict(d.get("dtype_notes") or {}),
             reference=d.get("reference"),
+            host_contention=d.get("host_contention"),
         )
 
 
@@ -591,7 +610,9 @@ def measure_envelope(
 
     GEMM gets GEMM_BUDGET_SHARE of the budget (fp32 half of it when other types are measured,
     they the rest in turn), streaming what is left. A sweep always measures its first size, so
-    even a tiny budget yields an envelope, with short sweeps.
+    even a tiny budget yields an envelope, with short sweeps. The share of the host's CPU time
+    that other processes took meanwhile is kept with it (`host_contention`): above
+    CONTENDED_SHARE the peaks are suspect, and session.current_envelope measures again later.
     """
     import onnxruntime as ort
 
@@ -599,6 +620,20 @@ def measure_envelope(
     runtime = Runtime(tuple(providers or ["CPUExecutionProvider"]), threads)
     _check_providers(ort, runtime.providers)
     measured_at_ns = time.time_ns()
+    with OtherWork() as other_work:
+        peaks = _measure_peaks(ort, runtime, repeats, budget_s, dtypes)
+    return HardwareEnvelope(
+        target=target,
+        runtime_fingerprint=runtime_fingerprint(capture_environment()),
+        measured_at_ns=measured_at_ns,
+        source="measured",
+        host_contention=other_work.share,
+        **peaks,
+    )
+
+
+def _measure_peaks(ort, runtime: Runtime, repeats: int, budget_s: float, dtypes) -> dict:
+    """The sweeps of measure_envelope: its providers, peaks, device and notes."""
     start = time.perf_counter()
     gemm_deadline = start + budget_s * GEMM_BUDGET_SHARE
     others, notes = [], {}
@@ -624,18 +659,14 @@ def measure_envelope(
         dtype_gemm[dtype] = _peak("gemm_flops", "FLOP/s", sweep)
     stream_sweep, _ = _sweep(ort, runtime, ADD, repeats, start + budget_s)
     device = _measured_device(runtime)
-    return HardwareEnvelope(
-        target=target,
-        providers=list(used),
-        runtime_fingerprint=runtime_fingerprint(capture_environment()),
-        measured_at_ns=measured_at_ns,
-        gemm=_peak("gemm_flops", "FLOP/s", gemm_sweep),
-        bandwidth=_peak("memory_bandwidth", "B/s", stream_sweep),
-        source="measured",
-        device=device.to_dict() if device else None,
-        dtype_gemm=dtype_gemm,
-        dtype_notes=notes,
-    )
+    return {
+        "providers": list(used),
+        "gemm": _peak("gemm_flops", "FLOP/s", gemm_sweep),
+        "bandwidth": _peak("memory_bandwidth", "B/s", stream_sweep),
+        "device": device.to_dict() if device else None,
+        "dtype_gemm": dtype_gemm,
+        "dtype_notes": notes,
+    }
 
 
 def _measured_device(runtime: Runtime) -> GpuAgent | None:

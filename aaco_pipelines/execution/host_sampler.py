@@ -52,6 +52,40 @@ def read_cpu_jiffies() -> dict[int, tuple[int, int]]:
     return jiffies
 
 
+class OtherWork:
+    """The share of the host's CPU time that other processes took while a block ran: every
+    CPU's busy jiffies (/proc/stat, steal included: a VM's lost time is lost to it too) less
+    this process's own CPU time (its threads', exited ones included), over all CPUs' time.
+    `share` is None where /proc/stat is missing (not Linux)."""
+
+    def __enter__(self) -> OtherWork:
+        self.share: float | None = None
+        self._start = self._now()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        end = self._now()
+        if self._start is None or end is None:
+            return
+        busy, total, own = (after - before for before, after in zip(self._start, end, strict=True))
+        if total > 0:
+            self.share = min(max((busy - own) / total, 0.0), 1.0)
+
+    @staticmethod
+    def _now() -> tuple[float, float, float] | None:
+        try:
+            jiffies = read_cpu_jiffies()
+        except OSError:
+            return None
+        times = os.times()
+        own = (times.user + times.system) * os.sysconf("SC_CLK_TCK")
+        return (
+            float(sum(busy for busy, _ in jiffies.values())),
+            float(sum(total for _, total in jiffies.values())),
+            own,
+        )
+
+
 def _status_fields(path: Path, wanted: tuple[str, ...]) -> dict[str, int]:
     found: dict[str, int] = {}
     with open(path) as handle:
