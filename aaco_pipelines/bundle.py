@@ -203,7 +203,7 @@ def copy_with_digest(source: Path, target: Path, stop: threading.Event | None = 
             return file_digest(target)
         buffer = mmap.mmap(-1, _CHUNK)
         view = memoryview(buffer)
-        direct = _write_direct(writer)
+        direct = _set_direct(writer, True)
         while count := reader.readinto(buffer):
             digest.update(view[:count])
             size += count
@@ -222,16 +222,18 @@ def _clone(reader, writer) -> bool:
     return True
 
 
-def _write_direct(writer) -> bool:
-    """Switch a file being written to direct I/O, if its file system has it."""
+def _set_direct(writer, on: bool) -> bool:
+    """Switch direct I/O on or off for a file being written; whether it is now on (not where
+    the file system, or the platform, has none)."""
     flag = getattr(os, "O_DIRECT", 0)  # Linux only
     if not flag:
         return False
+    flags = fcntl.fcntl(writer, fcntl.F_GETFL)
     try:
-        fcntl.fcntl(writer, fcntl.F_SETFL, fcntl.fcntl(writer, fcntl.F_GETFL) | flag)
+        fcntl.fcntl(writer, fcntl.F_SETFL, flags | flag if on else flags & ~flag)
     except OSError:
         return False
-    return True
+    return on
 
 
 def _write_all(writer, data: memoryview, direct: bool) -> bool:
@@ -244,8 +246,7 @@ def _write_all(writer, data: memoryview, direct: bool) -> bool:
         except OSError as exc:
             if not (direct and exc.errno == errno.EINVAL):
                 raise
-            fcntl.fcntl(writer, fcntl.F_SETFL, fcntl.fcntl(writer, fcntl.F_GETFL) & ~os.O_DIRECT)
-            direct = False
+            direct = _set_direct(writer, False)
             continue
         data = data[written:]
     return direct

@@ -183,7 +183,6 @@ def _cached_pages(file) -> int:
         address = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(m)))
         if libc.mincore(address, ctypes.c_size_t(size), resident) != 0:
             raise OSError(ctypes.get_errno(), "mincore failed")
-        del address
         return sum(page & 1 for page in resident)
 
 

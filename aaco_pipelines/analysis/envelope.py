@@ -620,20 +620,7 @@ def measure_envelope(
     runtime = Runtime(tuple(providers or ["CPUExecutionProvider"]), threads)
     _check_providers(ort, runtime.providers)
     measured_at_ns = time.time_ns()
-    with OtherWork() as other_work:
-        peaks = _measure_peaks(ort, runtime, repeats, budget_s, dtypes)
-    return HardwareEnvelope(
-        target=target,
-        runtime_fingerprint=runtime_fingerprint(capture_environment()),
-        measured_at_ns=measured_at_ns,
-        source="measured",
-        host_contention=other_work.share,
-        **peaks,
-    )
-
-
-def _measure_peaks(ort, runtime: Runtime, repeats: int, budget_s: float, dtypes) -> dict:
-    """The sweeps of measure_envelope: its providers, peaks, device and notes."""
+    other_work = OtherWork()
     start = time.perf_counter()
     gemm_deadline = start + budget_s * GEMM_BUDGET_SHARE
     others, notes = [], {}
@@ -659,14 +646,19 @@ def _measure_peaks(ort, runtime: Runtime, repeats: int, budget_s: float, dtypes)
         dtype_gemm[dtype] = _peak("gemm_flops", "FLOP/s", sweep)
     stream_sweep, _ = _sweep(ort, runtime, ADD, repeats, start + budget_s)
     device = _measured_device(runtime)
-    return {
-        "providers": list(used),
-        "gemm": _peak("gemm_flops", "FLOP/s", gemm_sweep),
-        "bandwidth": _peak("memory_bandwidth", "B/s", stream_sweep),
-        "device": device.to_dict() if device else None,
-        "dtype_gemm": dtype_gemm,
-        "dtype_notes": notes,
-    }
+    return HardwareEnvelope(
+        target=target,
+        providers=list(used),
+        runtime_fingerprint=runtime_fingerprint(capture_environment()),
+        measured_at_ns=measured_at_ns,
+        gemm=_peak("gemm_flops", "FLOP/s", gemm_sweep),
+        bandwidth=_peak("memory_bandwidth", "B/s", stream_sweep),
+        source="measured",
+        device=device.to_dict() if device else None,
+        dtype_gemm=dtype_gemm,
+        dtype_notes=notes,
+        host_contention=other_work.share(),
+    )
 
 
 def _measured_device(runtime: Runtime) -> GpuAgent | None:

@@ -119,16 +119,16 @@ RECHECK_CONTENDED_S = 3600
 
 
 def latest_envelope(
-    lake: TraceLake, target: str, fingerprint: str | None = None, *, quiet: bool = False
+    lake: TraceLake, target: str, fingerprint: str | None = None
 ) -> tuple[str, HardwareEnvelope] | None:
-    """The newest envelope measured for a target (for one runtime fingerprint when given);
-    with `quiet`, the newest measured while no other work held the host's CPUs."""
+    """The newest envelope measured for a target (for one runtime fingerprint when given), one
+    measured while no other work held the host's CPUs before any contended one."""
     rows = lake.query(
         "SELECT envelope_id, envelope_json FROM hardware_envelopes WHERE target = $target "
         "AND ($fp IS NULL OR runtime_fingerprint = $fp) "
-        f"AND coalesce(source, 'measured') = 'measured' AND NOT ($quiet AND {CONTENDED_SQL}) "
-        "ORDER BY measured_at DESC LIMIT 1",
-        {"target": target, "fp": fingerprint, "quiet": quiet, "contended": CONTENDED_SHARE},
+        "AND coalesce(source, 'measured') = 'measured' "
+        f"ORDER BY {CONTENDED_SQL}, measured_at DESC LIMIT 1",
+        {"target": target, "fp": fingerprint, "contended": CONTENDED_SHARE},
     ).to_pylist()
     if not rows:
         return None
@@ -144,12 +144,11 @@ def current_envelope(
     first session an hour later, and a quiet one is always preferred: a busy host is not
     re-measured at every session, and one quiet moment gives it its peaks for good."""
     fingerprint = runtime_fingerprint(capture_environment())
-    found = latest_envelope(lake, target, fingerprint, quiet=True)
+    found = latest_envelope(lake, target, fingerprint)
     if found is not None:
-        return found
-    newest = latest_envelope(lake, target, fingerprint)
-    if newest is not None and time.time_ns() - newest[1].measured_at_ns < RECHECK_CONTENDED_S * 1e9:
-        return newest
+        age_s = (time.time_ns() - found[1].measured_at_ns) / 1e9
+        if not found[1].contended or age_s < RECHECK_CONTENDED_S:
+            return found
     envelope = measure_envelope(target, providers or host_default_providers())
     return save_envelope(lake, envelope), envelope
 

@@ -53,23 +53,20 @@ def read_cpu_jiffies() -> dict[int, tuple[int, int]]:
 
 
 class OtherWork:
-    """The share of the host's CPU time that other processes took while a block ran: every
-    CPU's busy jiffies (/proc/stat, steal included: a VM's lost time is lost to it too) less
-    this process's own CPU time (its threads', exited ones included), over all CPUs' time.
-    `share` is None where /proc/stat is missing (not Linux)."""
+    """The share of the host's CPU time that other processes have taken since this was made:
+    every CPU's busy jiffies (/proc/stat, steal included: a VM's lost time is lost to it too)
+    less this process's own CPU time (its threads', exited ones included), over all CPUs'
+    time. None where /proc/stat is missing (not Linux)."""
 
-    def __enter__(self) -> OtherWork:
-        self.share: float | None = None
+    def __init__(self):
         self._start = self._now()
-        return self
 
-    def __exit__(self, *exc) -> None:
+    def share(self) -> float | None:
         end = self._now()
         if self._start is None or end is None:
-            return
+            return None
         busy, total, own = (after - before for before, after in zip(self._start, end, strict=True))
-        if total > 0:
-            self.share = min(max((busy - own) / total, 0.0), 1.0)
+        return min(max((busy - own) / total, 0.0), 1.0) if total > 0 else None
 
     @staticmethod
     def _now() -> tuple[float, float, float] | None:
