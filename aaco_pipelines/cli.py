@@ -189,7 +189,7 @@ WHERE session_id = ? AND source = 'aaco' AND batch_size IS NULL AND run NOT IN (
 
 def generation_summary(lake_path: Path, session_id: str) -> list[tuple[str, str]]:
     """One line per scenario of a generation session: TTFT, TPOT, tokens/s, goodput."""
-    from aaco_pipelines.generation.workload import SCENARIOS
+    from aaco_pipelines.llm.workload import SCENARIOS
     from aaco_pipelines.tracelake.store import TraceLake
 
     rows = TraceLake(lake_path).query(GENERATION_SUMMARY_SQL, [session_id]).to_pylist()
@@ -268,11 +268,11 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
         on_progress=say,
     )
     say("analysing: attribution, bottleneck, drift")
-    from aaco_pipelines.leftovers import finishing
     from aaco_pipelines.pipeline import analyze_session  # the analysis stack: imported for it
+    from aaco_pipelines.session_folders import quarantine_on_failure
     from aaco_pipelines.tracelake.store import TraceLake
 
-    with finishing(bundle.path, paths, TraceLake(paths.tracelake)):
+    with quarantine_on_failure(bundle.path, paths, TraceLake(paths.tracelake)):
         summary = analyze_session(bundle, paths)
     say("done")
     print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
@@ -780,7 +780,7 @@ def add_baseline_parser(sub) -> None:
 
 def cmd_sweep(args, paths: AacoPaths) -> int:
     """Measure every registry model as Dagster runs; exit 1 when a model failed."""
-    from aaco_pipelines.sweep import dagster_home_for, sweep
+    from sensors.sweep import dagster_home_for, sweep
 
     only, targets = _names(args.models), _names(args.targets)
     print(

@@ -171,8 +171,8 @@ def check_tracelake(paths: AacoPaths) -> Check:
 
 
 def check_interrupted(paths: AacoPaths) -> Check:
-    """What killed or failed runs left behind (aaco_pipelines.leftovers)."""
-    from aaco_pipelines.leftovers import find_leftovers, grace_s, lake_states
+    """What killed or failed runs left behind (aaco_pipelines.session_folders)."""
+    from aaco_pipelines.session_folders import find_leftovers, grace_s, lake_states
     from aaco_pipelines.tracelake.store import TraceLake
 
     states = lake_states(TraceLake(paths.tracelake, lock_timeout_s=5))

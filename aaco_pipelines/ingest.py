@@ -31,9 +31,13 @@ from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
-from aaco_pipelines.leftovers import clean_leftovers, hold, release
 from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
+from aaco_pipelines.session_folders import (
+    clean_leftovers,
+    hold_session_folder,
+    release_session_folder,
+)
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -69,7 +73,7 @@ def ingest_trace(
     final = paths.sessions / dt.date.today().isoformat() / session_id
     clean_leftovers(paths)
     staging.mkdir(parents=True)
-    hold(staging, session_id)
+    hold_session_folder(staging, session_id)
     evidence = None
     try:
         evidence = EvidenceCopy(trace, staging / "raw")
@@ -96,7 +100,7 @@ def ingest_trace(
     except BaseException as exc:
         if evidence is not None:
             evidence.cancel()
-        release(session_id)
+        release_session_folder(session_id)
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
         problem = out_of_space(exc, paths.home)
@@ -104,7 +108,7 @@ def ingest_trace(
             raise problem from exc
         raise
     if complete:
-        release(session_id)
+        release_session_folder(session_id)
     return bundle
 
 
@@ -276,7 +280,7 @@ def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:
 def _derive_here(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
-    from aaco_pipelines.execution.worker import create_session
+    from aaco_pipelines.execution.measuring_process import create_session
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -346,11 +350,11 @@ def _sessions_row(
     bundle: SessionBundle, bundle_path: Path, span, version, trace_format, environment: dict
 ) -> pa.Table:
     # collectors.session brings the generation readers and onnx: 0.1 s of every start-up
-    from aaco_pipelines.collectors.session import latency_summary
+    from aaco_pipelines.collectors.bundle_tables import measured_latency_figures
 
     session = bundle.session
     wall = float(span[1] - span[0])
-    summary = latency_summary(pa.array([wall]).to_numpy(), pa.array([wall]).to_numpy())
+    summary = measured_latency_figures(pa.array([wall]).to_numpy(), pa.array([wall]).to_numpy())
     row = {
         **{
             k: session.get(k)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.collectors.session import collect_session
+from aaco_pipelines.collectors.bundle_tables import collect_session
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.laboratory import laboratory_settings
 from aaco_pipelines.execution.runner import (
@@ -23,10 +23,10 @@ from aaco_pipelines.execution.runner import (
 )
 from aaco_pipelines.governance.series import drift_rows
 from aaco_pipelines.graph.store import ModelVersion, prepare_model_version
-from aaco_pipelines.leftovers import clean_leftovers, finishing
 from aaco_pipelines.registry.identity import check_series_owner
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.registry.sidecar import ModelSidecar
+from aaco_pipelines.session_folders import clean_leftovers, quarantine_on_failure
 from aaco_pipelines.tracelake.store import TraceLake
 
 
@@ -140,7 +140,7 @@ def measure_model(
     version, _graph = prepare_model_version(model, paths)
     bundle = benchmark_version(version, paths, options, on_progress)
     lake = TraceLake(paths.tracelake)
-    with finishing(bundle.path, paths, lake):
+    with quarantine_on_failure(bundle.path, paths, lake):
         say("collecting the session's tables and loading them into the TraceLake")
         collect_bundle(bundle)
         lake.ingest_session(bundle, complete=not analyze)

@@ -9,7 +9,7 @@ from aaco_pipelines.analysis.metrics import UNITS
 from aaco_pipelines.analysis.session import attribute, metrics_of
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown
 from assets.partitions import model_target_partitions
 from resources import TraceLakeResource

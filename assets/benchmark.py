@@ -3,7 +3,7 @@
 import dagster as dg
 import numpy as np
 
-from aaco_pipelines.collectors.session import latency_summary
+from aaco_pipelines.collectors.bundle_tables import measured_latency_figures
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.store import ModelVersion
@@ -40,7 +40,7 @@ def benchmark_run(
         version, registry.paths, runner.options(), on_progress=context.log.info
     )
     session, latencies = bundle.session, bundle.read_json("latencies.json")
-    summary = latency_summary(
+    summary = measured_latency_figures(
         np.asarray(latencies["measured"]["latency_ns"], dtype=np.float64),
         np.asarray(latencies["profiled"]["latency_ns"], dtype=np.float64),
     )

@@ -4,7 +4,7 @@ import dagster as dg
 
 from aaco_pipelines.analysis.session import explain, session_envelope, top_roofline_points
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.report.markdown import markdown_table, ms, num, pct
+from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, roofline
 from assets.envelope import hardware_envelope
 from assets.partitions import model_target_partitions

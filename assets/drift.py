@@ -10,9 +10,9 @@ from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
-from aaco_pipelines.leftovers import release
-from aaco_pipelines.report.markdown import markdown_table, num
+from aaco_pipelines.report.markdown_tables import markdown_table, num
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
+from aaco_pipelines.session_folders import release_session_folder
 from assets.partitions import model_and_target, model_target_partitions
 from resources import TraceLakeResource
 
@@ -44,7 +44,7 @@ def performance_drift(
     rows = drift_rows(lake, slug, session_id)
     # The last stage: its verdicts and the session's completion commit together.
     lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
-    release(session_id)
+    release_session_folder(session_id)
     verdicts = rows.to_pylist()
     p50_row = next(v for v in verdicts if v["metric"] == "latency_p50_ns")
     gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))

@@ -14,7 +14,7 @@ import dagster as dg
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.fdr import CHANGES, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
-from aaco_pipelines.report.markdown import markdown_table
+from aaco_pipelines.report.markdown_tables import markdown_table
 from assets.partitions import NIGHT_TAG, nights_partitions
 from resources import TraceLakeResource
 

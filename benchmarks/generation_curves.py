@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.generation.workload import Curves
+from aaco_pipelines.llm.workload import Curves
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import llama_decoder, zoo_sidecar

@@ -14,8 +14,8 @@ import models
 import pytest
 from conftest import REPO, add_model
 
-from aaco_pipelines.generation.workload import Curves, GenerationWorkload
 from aaco_pipelines.instance import event_log_settings
+from aaco_pipelines.llm.workload import Curves, GenerationWorkload
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar

@@ -28,9 +28,9 @@ from services import delayed, postgres_server
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.leftovers import clean_leftovers
 from aaco_pipelines.pipeline import analyze_session, measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.session_folders import clean_leftovers
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
 from aaco_pipelines.tracelake.store import TraceLake

@@ -23,11 +23,11 @@ from conftest import add_model, fill
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.doctor import check_interrupted, check_tracelake
-from aaco_pipelines.leftovers import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.registry.sidecar import ModelSidecar
+from aaco_pipelines.session_folders import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.tracelake.store import TraceLake
 
-WORKER_MODULE = "aaco_pipelines.execution.worker"
+WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
 # Runs for minutes unless stopped: a 1024² MatMul chain, 100k measured iterations.
 ENDLESS = ModelSidecar(warmup_iterations=1, measured_iterations=100_000, profiled_iterations=2)
 

@@ -21,8 +21,8 @@ from scipy import stats
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.generation.decoder_io import detect_decoder_io
-from aaco_pipelines.generation.workload import Curves, GenerationWorkload, ServiceLevel
+from aaco_pipelines.llm.decoder_io import detect_decoder_io
+from aaco_pipelines.llm.workload import Curves, GenerationWorkload, ServiceLevel
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
@@ -399,7 +399,7 @@ def test_the_real_exporters_decoder_is_found_and_generated_from(tmp_path):
 
 
 def test_a_decoder_without_a_sidecar_is_a_generation_workload_with_the_defaults(tmp_path):
-    from aaco_pipelines.generation.decoder_io import generation_plan
+    from aaco_pipelines.llm.decoder_io import generation_plan
 
     path = tmp_path / "llm.onnx"
     onnx.save(llama_decoder(), path)

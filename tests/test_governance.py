@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.baseline import qn_scale, robust_baseline, standardize
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
 from aaco_pipelines.governance.noise import series_shape
+from aaco_pipelines.governance.robust_scale import qn_scale, robust_baseline, standardize
 from aaco_pipelines.governance.verdict import VerdictPolicy, drift_verdict, predictive_p_value
 
 

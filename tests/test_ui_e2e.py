@@ -84,7 +84,7 @@ TERMINATE_RUN = """mutation($runId: String!) { terminateRun(runId: $runId) { __t
 PARTITION_RUNS = """query($model: String!) { runsOrError(filter: {tags: [
   {key: "dagster/partition/model", value: $model}]}) { ... on Runs { results { runId status } } } }"""
 ENDLESS = "endless"  # a model whose measurement runs for minutes: stopped from the UI
-WORKER_MODULE = "aaco_pipelines.execution.worker"
+WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
 
 
 @pytest.fixture

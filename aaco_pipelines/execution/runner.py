@@ -38,8 +38,8 @@ from aaco_pipelines.execution.lifeline import Lifeline
 from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
 from aaco_pipelines.graph.external_data import total_bytes
-from aaco_pipelines.leftovers import hold, release
 from aaco_pipelines.registry.sidecar import InputSpec
+from aaco_pipelines.session_folders import hold_session_folder, release_session_folder
 
 Progress = Callable[[str], None]
 # Laboratory mode asks GPUs to hold this gfx clock (performance determinism); the clocks really
@@ -136,7 +136,9 @@ def run_benchmark(
     limits, memory_rule = with_memory_limit(limits, request)
     staging = paths.sessions / ".staging" / request.session_id
     staging.mkdir(parents=True, exist_ok=False)
-    hold(staging, request.session_id)  # held until the session is complete or abandoned
+    hold_session_folder(
+        staging, request.session_id
+    )  # held until the session is complete or abandoned
     started_at = dt.datetime.now(dt.timezone.utc)
     final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
     try:
@@ -152,7 +154,7 @@ def run_benchmark(
     except BaseException as exc:
         # A stop signal can land just after the rename: the published folder is the one kept.
         _keep_failure(staging if staging.exists() else final, paths, request.session_id, exc)
-        release(request.session_id)
+        release_session_folder(request.session_id)
         problem = out_of_space(exc, paths.home) or _worker_out_of_space(exc, paths)
         if problem is not None:
             raise problem from exc
@@ -211,7 +213,7 @@ def worker_plan(request_path: Path, rocprofv3: str | None, trace_dir: Path) -> l
     plain worker and the profiled pass in a second worker traced by rocprofv3 (kernel, HIP
     runtime API and memory-copy traces as CSV), so the device trace never slows the latency
     figures down."""
-    worker = [sys.executable, "-m", "aaco_pipelines.execution.worker", str(request_path)]
+    worker = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process", str(request_path)]
     if rocprofv3 is None:
         return [WorkerCall("all", [*worker, "all"])]
     traced = [

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from aaco_pipelines.governance.baseline import EPSILON, MAD_TO_SD
+from aaco_pipelines.governance.robust_scale import EPSILON, MAD_TO_SD
 
 IQR_TO_SD = 1.349  # the IQR of a normal distribution in standard deviations
 SQRT2 = float(np.sqrt(2.0))

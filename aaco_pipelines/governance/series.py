@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.governance.baseline import robust_baseline
 from aaco_pipelines.governance.changepoint import ChangePoint, change_points_of
+from aaco_pipelines.governance.robust_scale import robust_baseline
 from aaco_pipelines.governance.verdict import (
     DriftVerdict,
     VerdictPolicy,

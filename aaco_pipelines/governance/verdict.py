@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from aaco_pipelines.governance.baseline import robust_baseline, standardize
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
 from aaco_pipelines.governance.noise import ShapeParams, series_shape
+from aaco_pipelines.governance.robust_scale import robust_baseline, standardize
 
 BOOTSTRAP_CHUNK_ELEMENTS = 4_000_000  # bounds the resample-index matrix to ~32 MB at a time
 P_VALUE_TEST = "two-sided predictive: z / sqrt(1/k + pi/2n); t, df 0.7n - 2, or normal if floored"

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, out_of_space
-from aaco_pipelines.generation.decoder_io import DecoderIO, generation_plan
 from aaco_pipelines.graph.external_data import external_files, model_sha256
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, resolve_input_specs
+from aaco_pipelines.llm.decoder_io import DecoderIO, generation_plan
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, load_sidecar, parse_sidecar
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.generation.workload import (
+from aaco_pipelines.llm.workload import (
     KV_LAYOUTS,
     SCENARIOS,
     Curves,

@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.generation.workload import Curves, GenerationWorkload
+from aaco_pipelines.llm.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 
 ZOO_MODEL_NAMES: tuple[str, ...] = (

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis import metrics as metrics_module
 from aaco_pipelines.analysis.classification import SIGNAL_RULES
-from aaco_pipelines.generation.workload import SCENARIOS
 from aaco_pipelines.governance.series import series_change_points
+from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.data import ReportData, gather
-from aaco_pipelines.report.summary import latency_summary
+from aaco_pipelines.report.summary import latency_with_intervals
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_OPS = 15
@@ -55,7 +55,7 @@ def report_content(data: ReportData) -> dict:
     measured = _measured(data.iterations)
     return {
         "session": _plain(data.session),
-        "summary": latency_summary(data.session, measured),
+        "summary": latency_with_intervals(data.session, measured),
         "environment": data.environment,
         "bottleneck": _bottleneck(data.bottleneck),
         "derived_metrics": _derived(data.derived_metrics),

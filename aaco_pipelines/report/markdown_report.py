@@ -4,7 +4,7 @@ plots (most Markdown viewers refuse data-URI images; render --format html for th
 from __future__ import annotations
 
 from aaco_pipelines.report.content import render_json
-from aaco_pipelines.report.markdown import markdown_table
+from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.sections import Section, report_sections
 from aaco_pipelines.tracelake.store import TraceLake
 

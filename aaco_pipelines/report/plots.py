@@ -18,11 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.generation.workload import SCENARIOS
-from aaco_pipelines.governance.baseline import RobustBaseline, standardize
 from aaco_pipelines.governance.changepoint import ChangePoint
 from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
+from aaco_pipelines.governance.robust_scale import RobustBaseline, standardize
 from aaco_pipelines.governance.series import series_change_points
+from aaco_pipelines.llm.workload import SCENARIOS
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

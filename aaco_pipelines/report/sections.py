@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
-from aaco_pipelines.report.markdown import num, pct
+from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.units import by_unit, duration
 
 Columns = Sequence[tuple[str, str, Callable | None]]

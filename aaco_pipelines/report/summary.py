@@ -53,7 +53,7 @@ def median_interval(
     return float(x[k - 1]), float(x[n - k]), coverage
 
 
-def latency_summary(session: dict, measured_ns: np.ndarray) -> dict:
+def latency_with_intervals(session: dict, measured_ns: np.ndarray) -> dict:
     """The sessions row's latency figures plus CIs of the mean and the median."""
     summary = {name: session.get(name) for name in SESSION_FIELDS}
     summary["measured_iterations"] = int(np.size(measured_ns))

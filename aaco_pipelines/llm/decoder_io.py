@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.generation.workload import GenerationWorkload
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs
+from aaco_pipelines.llm.workload import GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 
 PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")

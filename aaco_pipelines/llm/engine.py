@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from aaco_pipelines.generation.decoder_io import DecoderIO
+from aaco_pipelines.llm.decoder_io import DecoderIO
 
 # ONNX Runtime's device name for OrtValues of each provider (ROCm and MIGraphX builds allocate
 # GPU memory under the "cuda" device name, as the CUDA build does).

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.collectors.generation import generation_tables
 from aaco_pipelines.collectors.host_telemetry import host_telemetry_table, pass_labels
+from aaco_pipelines.collectors.llm_generation import generation_tables
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.execution.environment import runtime_fingerprint
@@ -109,7 +109,7 @@ def iterations_table(session_id: str, latencies: dict) -> pa.Table:
     return pa.concat_tables([conform(p, ITERATIONS) for p in parts])
 
 
-def latency_summary(measured_ns: np.ndarray, profiled_ns: np.ndarray) -> dict:
+def measured_latency_figures(measured_ns: np.ndarray, profiled_ns: np.ndarray) -> dict:
     """Summary statistics of the measured pass, and what profiling cost on top of it."""
     p50 = float(np.percentile(measured_ns, 50))
     profiled_p50 = float(np.percentile(profiled_ns, 50))
@@ -128,7 +128,7 @@ def latency_summary(measured_ns: np.ndarray, profiled_ns: np.ndarray) -> dict:
 
 def sessions_row(bundle: SessionBundle, latencies: dict) -> pa.Table:
     session, request, env = bundle.session, bundle.request, bundle.environment
-    summary = latency_summary(
+    summary = measured_latency_figures(
         np.asarray(latencies["measured"]["latency_ns"], dtype=np.float64),
         np.asarray(latencies["profiled"]["latency_ns"], dtype=np.float64),
     )

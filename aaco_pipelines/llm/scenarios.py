@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.generation.engine import ColumnLog, Generator, StepLog, now_ns
-from aaco_pipelines.generation.workload import GenerationWorkload
+from aaco_pipelines.llm.engine import ColumnLog, Generator, StepLog, now_ns
+from aaco_pipelines.llm.workload import GenerationWorkload
 
 # LoadGen's scenario for each of ours.
 LOADGEN_SCENARIOS = {"single_stream": "SingleStream", "server": "Server", "offline": "Offline"}

@@ -19,10 +19,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.generation.decoder_io import DecoderIO
-from aaco_pipelines.generation.engine import Generator, StepLog
-from aaco_pipelines.generation.engine import now_ns as _now
-from aaco_pipelines.generation.scenarios import (
+from aaco_pipelines.llm.decoder_io import DecoderIO
+from aaco_pipelines.llm.engine import Generator, StepLog
+from aaco_pipelines.llm.engine import now_ns as _now
+from aaco_pipelines.llm.scenarios import (
     RequestLog,
     make_prompts,
     run_batch,
@@ -40,7 +40,7 @@ def workload_of(request: dict):
 
 def run_generation_passes(ort, request: dict, out: Path, which: str, progress) -> tuple[dict, dict]:
     """(worker result, latencies by pass) of the generation passes `which` names."""
-    from aaco_pipelines.execution.worker import create_session, session_options
+    from aaco_pipelines.execution.measuring_process import create_session, session_options
 
     workload = workload_of(request)
     decoder = DecoderIO(**request["generation"]["decoder"])
@@ -96,7 +96,7 @@ def _measure(generator, workload, vocab, seed, out, requests, steps, passes, pro
 
 
 def _profile(ort, request, workload, decoder, vocab, seed, out, requests, steps, passes, progress):
-    from aaco_pipelines.execution.worker import create_session, session_options
+    from aaco_pipelines.execution.measuring_process import create_session, session_options
 
     count = request["profiled_iterations"]
     progress(f"profiled pass: {count} requests at batch 1 ({workload.output_tokens} runs each)")

@@ -1,6 +1,6 @@
 """The benchmark worker: runs one model in ONNX Runtime, in its own process.
 
-Started by `execution.runner` as `python -m aaco_pipelines.execution.worker REQUEST.json [PASSES]`
+Started by `execution.runner` as `python -m aaco_pipelines.execution.measuring_process REQUEST.json [PASSES]`
 (PASSES: all | measured | profiled; the runner splits them when the profiled pass runs under
 rocprofv3). It owns
 nothing but its output folder, so a crash, hang or out-of-memory here cannot take the caller down.
@@ -150,7 +150,7 @@ def run_passes(request: dict, out: Path, which: str = "all") -> dict:
     result: dict = {"providers_requested": request["resolved_providers"]}
     passes: dict[str, dict] = {}
     if request.get("generation"):
-        from aaco_pipelines.generation.passes import run_generation_passes
+        from aaco_pipelines.llm.passes import run_generation_passes
 
         done, passes = run_generation_passes(ort, request, out, which, progress)
         result.update(done)

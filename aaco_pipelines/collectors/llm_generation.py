@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.generation.decoder_io import DecoderIO
+from aaco_pipelines.llm.decoder_io import DecoderIO
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import (
     GENERATION_METRICS,

@@ -7,7 +7,7 @@ steps) can leave
   analysed (its rows stay invisible: readers only see completed sessions),
 - temp files (`.*.tmp`, `.tables-*`) inside a bundle.
 
-Whoever works on a session holds a shared flock on its folder (`hold`), from staging to
+Whoever works on a session holds a shared flock on its folder (`hold_session_folder`), from staging to
 completion; the lock goes with the process, however it ends. So a folder nobody holds is an
 orphan: staging at once (a few seconds of age rule out a run that has just created it), a
 published but incomplete session once AACO_ORPHAN_GRACE_S have passed since its last change
@@ -60,8 +60,8 @@ class Leftover:
         return f"{what}: {self.path} ({self.age_s / 60:.0f} min old)"
 
 
-def hold(folder: Path, session_id: str) -> None:
-    """Mark a session folder as worked on by this process until `release` or exit (the lock
+def hold_session_folder(folder: Path, session_id: str) -> None:
+    """Mark a session folder as worked on by this process until `release_session_folder` or exit (the lock
     follows the folder when it is renamed from staging into sessions/)."""
     if session_id in _held:
         return
@@ -70,7 +70,7 @@ def hold(folder: Path, session_id: str) -> None:
     _held[session_id] = fd
 
 
-def release(session_id: str) -> None:
+def release_session_folder(session_id: str) -> None:
     fd = _held.pop(session_id, None)
     if fd is not None:
         os.close(fd)
@@ -166,7 +166,7 @@ def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | 
     timeout, bad data in analysis): its rows go (where the lake can be written now; else they
     stay invisible and the next clean-up removes them) and the bundle moves to failed/ with
     the reason. Returns where the evidence went, None where it could not be moved."""
-    release(folder.name)
+    release_session_folder(folder.name)
     try:
         lake.delete_sessions([folder.name])
     except Exception:  # noqa: BLE001 - incomplete rows are invisible; clean-up retries
@@ -181,7 +181,7 @@ def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | 
 
 
 @contextlib.contextmanager
-def finishing(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
+def quarantine_on_failure(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
     """The stages that take a published session to complete, in this process: on any failure
     or stop signal the session is abandoned; either way the folder is released at the end."""
     try:
@@ -190,7 +190,7 @@ def finishing(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
         abandon(folder, paths, lake, exc)
         raise
     finally:
-        release(folder.name)
+        release_session_folder(folder.name)
 
 
 def lake_states(lake) -> dict[str, bool] | None:
