@@ -209,8 +209,9 @@ def generation_summary(lake_path: Path, session_id: str) -> list[tuple[str, str]
 def cmd_run(args, paths: AacoPaths) -> int:
     """Measure and analyse one model through the same pipeline the Dagster assets run."""
     from aaco_pipelines.execution.runner import RunnerLimits
-    from aaco_pipelines.pipeline import MeasureOptions, measure_model
     from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
+    from aaco_pipelines.stages.measure import MeasureOptions
+    from aaco_pipelines.stages.runner import measure_model
 
     if args.iterations is not None and args.iterations < 1:
         raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
@@ -248,7 +249,7 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     """A trace collected elsewhere becomes a session, analysed like a measured one. Both paths
     are checked before any work: a FIFO or device would block or never end once opened."""
     from aaco_pipelines.collectors.trace_paths import check_trace
-    from aaco_pipelines.ingest import ingest_trace
+    from aaco_pipelines.stages.ingest_trace import ingest_trace
 
     check_trace(Path(args.path))
     model = Path(args.model) if args.model else None
@@ -268,8 +269,8 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
         on_progress=say,
     )
     say("analysing: attribution, bottleneck, drift")
-    from aaco_pipelines.pipeline import analyze_session  # the analysis stack: imported for it
     from aaco_pipelines.session_folders import quarantine_on_failure
+    from aaco_pipelines.stages.runner import analyze_session  # the analysis stack: imported for it
     from aaco_pipelines.tracelake.store import TraceLake
 
     with quarantine_on_failure(bundle.path, paths, TraceLake(paths.tracelake)):

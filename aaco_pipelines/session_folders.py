@@ -7,9 +7,9 @@ steps) can leave
   analysed (its rows stay invisible: readers only see completed sessions),
 - temp files (`.*.tmp`, `.tables-*`) inside a bundle.
 
-Whoever works on a session holds a shared flock on its folder (`hold_session_folder`), from staging to
-completion; the lock goes with the process, however it ends. So a folder nobody holds is an
-orphan: staging at once (a few seconds of age rule out a run that has just created it), a
+Whoever works on a session holds a shared flock on its folder while it works on it
+(`session_folder_held`: each stage for its own work); the lock goes with the process, however
+it ends. So a folder nobody holds is an orphan: staging at once (a few seconds of age rule out a run that has just created it), a
 published but incomplete session once AACO_ORPHAN_GRACE_S have passed since its last change
 (Dagster runs each step in its own process, so between steps nobody holds a live run's bundle;
 the grace, an hour by default, also keeps a failed run's bundle for re-execution from failure).
@@ -40,7 +40,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 GRACE_VARIABLE = "AACO_ORPHAN_GRACE_S"
 DEFAULT_GRACE_S = 3600.0
 STAGING_MIN_AGE_S = 5.0
-_held: dict[str, int] = {}  # session id -> descriptor of its locked folder, in this process
+_held: dict[str, tuple[int, int]] = {}  # session id -> (locked folder descriptor, depth)
 
 
 @dataclass(frozen=True)
@@ -61,19 +61,37 @@ class Leftover:
 
 
 def hold_session_folder(folder: Path, session_id: str) -> None:
-    """Mark a session folder as worked on by this process until `release_session_folder` or exit (the lock
-    follows the folder when it is renamed from staging into sessions/)."""
+    """Mark a session folder as worked on by this process until as many
+    `release_session_folder` calls or exit (the lock follows the folder when it is renamed from
+    staging into sessions/). Nested holds of one session count: the folder is let go by the
+    outermost release."""
     if session_id in _held:
+        fd, depth = _held[session_id]
+        _held[session_id] = (fd, depth + 1)
         return
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     fcntl.flock(fd, fcntl.LOCK_SH)
-    _held[session_id] = fd
+    _held[session_id] = (fd, 1)
 
 
 def release_session_folder(session_id: str) -> None:
-    fd = _held.pop(session_id, None)
-    if fd is not None:
+    fd, depth = _held.pop(session_id, (None, 0))
+    if depth > 1:
+        _held[session_id] = (fd, depth - 1)
+    elif fd is not None:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def session_folder_held(folder: Path, session_id: str | None = None) -> Iterator[None]:
+    """The folder held while the block works on it (each stage holds what it works on, and
+    lets go when it is done: no hold crosses from one stage to the next)."""
+    session_id = session_id or folder.name
+    hold_session_folder(folder, session_id)
+    try:
+        yield
+    finally:
+        release_session_folder(session_id)
 
 
 def is_held(folder: Path) -> bool:
@@ -166,7 +184,6 @@ def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | 
     timeout, bad data in analysis): its rows go (where the lake can be written now; else they
     stay invisible and the next clean-up removes them) and the bundle moves to failed/ with
     the reason. Returns where the evidence went, None where it could not be moved."""
-    release_session_folder(folder.name)
     try:
         lake.delete_sessions([folder.name])
     except Exception:  # noqa: BLE001 - incomplete rows are invisible; clean-up retries
@@ -182,15 +199,14 @@ def abandon(folder: Path, paths: AacoPaths, lake, exc: BaseException) -> Path | 
 
 @contextlib.contextmanager
 def quarantine_on_failure(folder: Path, paths: AacoPaths, lake) -> Iterator[None]:
-    """The stages that take a published session to complete, in this process: on any failure
-    or stop signal the session is abandoned; either way the folder is released at the end."""
+    """The stages that take a published session to complete, in this process, with its folder
+    held: on any failure or stop signal the folder is let go and the session abandoned."""
     try:
-        yield
+        with session_folder_held(folder):
+            yield
     except BaseException as exc:
         abandon(folder, paths, lake, exc)
         raise
-    finally:
-        release_session_folder(folder.name)
 
 
 def lake_states(lake) -> dict[str, bool] | None:

@@ -6,11 +6,11 @@ import dagster as dg
 import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.metrics import UNITS
-from aaco_pipelines.analysis.session import attribute, metrics_of
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown
+from aaco_pipelines.stages.attribute import Attribution, attribute
 from assets.partitions import model_target_partitions
 from resources import TraceLakeResource
 
@@ -42,40 +42,9 @@ CHECKS = [
 def kernel_attribution(
     context: dg.AssetExecutionContext, tracelake_session: dict, tracelake: TraceLakeResource
 ):
-    lake = tracelake.lake
-    bundle = SessionBundle(Path(tracelake_session["bundle_path"]))
-    tables = attribute(lake, bundle)
-    metrics = metrics_of(tables)
-    mapping, breakdown = tables["node_attribution"], tables["op_breakdown"]
-    unmatched = breakdown.filter(
-        pc.and_(
-            pc.equal(breakdown["level"], "node"), pc.starts_with(breakdown["name"], "(unmatched)")
-        )
-    )
-    yield dg.Output(
-        {**tracelake_session, "metrics": metrics},
-        metadata={
-            "session_id": bundle.session_id,
-            "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
-            "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
-            "time_per_op_plot": dg.MetadataValue.md(
-                markdown_image(
-                    op_breakdown(breakdown.filter(pc.equal(breakdown["level"], "node"))),
-                    "time per op",
-                )
-            ),
-            "derived_metrics": dg.MetadataValue.md(_metrics_table(metrics)),
-            "attribution_methods": dg.MetadataValue.json(
-                {
-                    row["values"]: row["counts"]
-                    for row in pc.value_counts(mapping["method"]).to_pylist()
-                }
-            ),
-            "unmatched_kernels": dg.MetadataValue.md(_top_table(unmatched, "node", 10)),
-            "unmatched_time_share": float(pc.sum(unmatched["share"]).as_py() or 0.0),
-            **{name: round(value, 6) for name, value in metrics.items()},
-        },
-    )
+    attribution = attribute(tracelake.lake, SessionBundle(Path(tracelake_session["bundle_path"])))
+    metrics = attribution.metrics
+    yield dg.Output({**tracelake_session, "metrics": metrics}, metadata=_metadata(attribution))
     yield dg.AssetCheckResult(
         check_name="kernel_events_present",
         passed=metrics["wall_ns_per_iteration"] > 0 and metrics["busy_ns_per_iteration"] > 0,
@@ -86,6 +55,29 @@ def kernel_attribution(
         passed=metrics["max_busy_over_wall"] <= 1.001,
         metadata={"max_busy_over_wall": metrics["max_busy_over_wall"]},
     )
+
+
+def _metadata(attribution: Attribution) -> dict:
+    metrics, unmatched = attribution.metrics, attribution.unmatched
+    mapping, breakdown = attribution.tables["node_attribution"], attribution.tables["op_breakdown"]
+    return {
+        "session_id": attribution.session_id,
+        "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
+        "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
+        "time_per_op_plot": dg.MetadataValue.md(
+            markdown_image(
+                op_breakdown(breakdown.filter(pc.equal(breakdown["level"], "node"))),
+                "time per op",
+            )
+        ),
+        "derived_metrics": dg.MetadataValue.md(_metrics_table(metrics)),
+        "attribution_methods": dg.MetadataValue.json(
+            {row["values"]: row["counts"] for row in pc.value_counts(mapping["method"]).to_pylist()}
+        ),
+        "unmatched_kernels": dg.MetadataValue.md(_top_table(unmatched, "node", 10)),
+        "unmatched_time_share": float(pc.sum(unmatched["share"]).as_py() or 0.0),
+        **{name: round(value, 6) for name, value in metrics.items()},
+    }
 
 
 def _top_table(breakdown, level: str, limit: int) -> str:

@@ -2,10 +2,10 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.session import explain, session_envelope, top_roofline_points
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, roofline
+from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
 from assets.envelope import hardware_envelope
 from assets.partitions import model_target_partitions
 from resources import BenchmarkRunnerResource, TraceLakeResource
@@ -28,86 +28,80 @@ def bottleneck_report(
     tracelake: TraceLakeResource,
     runner: BenchmarkRunnerResource,
 ) -> dict:
-    lake, session_id = tracelake.lake, kernel_attribution["session_id"]
-    with lake.reading():  # the reads after explain's write share one open of the lake
-        choice = session_envelope(lake, session_id, runner.target)
-        envelope_id, envelope = choice.envelope_id, choice.envelope
-        report, utilization = explain(
-            lake, session_id, kernel_attribution["metrics"], envelope_id, envelope, note=choice.note
-        )
-        points = top_roofline_points(lake, session_id).to_pylist()
-        roofline_points = (
-            lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id})
-            if envelope is not None
-            else None
-        )
-    evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
-    context.add_output_metadata(
-        {
-            "session_id": session_id,
-            "bottleneck": report.bottleneck,
-            "confidence": round(report.confidence, 4),
-            "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4)
-            if utilization
-            else None,
-            "dominant_resource": utilization.dominant_resource if utilization else None,
-            "posterior": dg.MetadataValue.md(
-                markdown_table(
-                    [
-                        {"class": k, "p": v}
-                        for k, v in sorted(report.posterior.items(), key=lambda kv: -kv[1])
-                    ],
-                    [("class", "class", None), ("p", "posterior", num)],
-                )
-            ),
-            "evidence": dg.MetadataValue.md(
-                markdown_table(
-                    evidence,
-                    [
-                        ("signal", "signal", None),
-                        ("value", "value", num),
-                        ("bin", "bin", None),
-                        ("favours", "favours", None),
-                    ],
-                )
-            ),
-            "recommendations": dg.MetadataValue.md(
-                "\n".join(f"{r.rank}. **{r.action}** — {r.why}" for r in report.recommendations)
-            ),
-            "roofline_top_ops": dg.MetadataValue.md(
-                markdown_table(
-                    points,
-                    [
-                        ("onnx_node", "node", None),
-                        ("op_type", "op", None),
-                        ("time_ns", "ms/iter", ms),
-                        ("arithmetic_intensity", "FLOP/B", num),
-                        ("achieved_flops_per_s", "FLOP/s", num),
-                        ("dtype", "dtype", None),
-                        ("roof_dtype", "roof", None),
-                        ("bound", "bound", None),
-                        ("utilization", "of roof", pct),
-                    ],
-                )
-            ),
-            "plots": dg.MetadataValue.md(_plots(roofline_points, envelope))
-            if envelope is not None
-            else dg.MetadataValue.md(choice.note),
-            "envelope_id": envelope_id,
-            # measured | datasheet (published peaks, not measured) | none
-            "envelope_source": choice.source,
-            "envelope_note": choice.note,
-            "envelope_gemm_peaks_tflops": dg.MetadataValue.json(
-                {d: round(p / 1e12, 4) for d, p in envelope.gemm_peaks().items()}
-            )
-            if envelope is not None
-            else None,
-            "envelope_reference": dg.MetadataValue.json(envelope.reference)
-            if envelope is not None and envelope.reference
-            else None,
-        }
-    )
+    session_id, metrics = kernel_attribution["session_id"], kernel_attribution["metrics"]
+    diagnosis = diagnose(tracelake.lake, session_id, metrics, runner.target)
+    context.add_output_metadata(_metadata(diagnosis))
+    report = diagnosis.report
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
+
+
+def _metadata(diagnosis: Diagnosis) -> dict:
+    choice, report, utilization = diagnosis.choice, diagnosis.report, diagnosis.utilization
+    envelope, points = choice.envelope, diagnosis.top_points
+    evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
+    return {
+        "session_id": diagnosis.session_id,
+        "bottleneck": report.bottleneck,
+        "confidence": round(report.confidence, 4),
+        "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4)
+        if utilization
+        else None,
+        "dominant_resource": utilization.dominant_resource if utilization else None,
+        "posterior": dg.MetadataValue.md(
+            markdown_table(
+                [
+                    {"class": k, "p": v}
+                    for k, v in sorted(report.posterior.items(), key=lambda kv: -kv[1])
+                ],
+                [("class", "class", None), ("p", "posterior", num)],
+            )
+        ),
+        "evidence": dg.MetadataValue.md(
+            markdown_table(
+                evidence,
+                [
+                    ("signal", "signal", None),
+                    ("value", "value", num),
+                    ("bin", "bin", None),
+                    ("favours", "favours", None),
+                ],
+            )
+        ),
+        "recommendations": dg.MetadataValue.md(
+            "\n".join(f"{r.rank}. **{r.action}** — {r.why}" for r in report.recommendations)
+        ),
+        "roofline_top_ops": dg.MetadataValue.md(
+            markdown_table(
+                points,
+                [
+                    ("onnx_node", "node", None),
+                    ("op_type", "op", None),
+                    ("time_ns", "ms/iter", ms),
+                    ("arithmetic_intensity", "FLOP/B", num),
+                    ("achieved_flops_per_s", "FLOP/s", num),
+                    ("dtype", "dtype", None),
+                    ("roof_dtype", "roof", None),
+                    ("bound", "bound", None),
+                    ("utilization", "of roof", pct),
+                ],
+            )
+        ),
+        "plots": dg.MetadataValue.md(_plots(diagnosis.roofline_points, envelope))
+        if envelope is not None
+        else dg.MetadataValue.md(choice.note),
+        "envelope_id": choice.envelope_id,
+        # measured | datasheet (published peaks, not measured) | none
+        "envelope_source": choice.source,
+        "envelope_note": choice.note,
+        "envelope_gemm_peaks_tflops": dg.MetadataValue.json(
+            {d: round(p / 1e12, 4) for d, p in envelope.gemm_peaks().items()}
+        )
+        if envelope is not None
+        else None,
+        "envelope_reference": dg.MetadataValue.json(envelope.reference)
+        if envelope is not None and envelope.reference
+        else None,
+    }
 
 
 def _plots(points, envelope) -> str:

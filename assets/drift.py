@@ -1,19 +1,15 @@
 """performance_drift: each metric's history for the model, and the verdict on the new session."""
 
-import json
+from pathlib import Path
 
 import dagster as dg
-import pyarrow as pa
-import pyarrow.compute as pc
 
+from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.gate import gate_verdict
-from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
 from aaco_pipelines.report.markdown_tables import markdown_table, num
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
-from aaco_pipelines.session_folders import release_session_folder
-from assets.partitions import model_and_target, model_target_partitions
+from aaco_pipelines.stages.judge_drift import judge_drift
+from assets.partitions import model_target_partitions
 from resources import TraceLakeResource
 
 
@@ -39,31 +35,24 @@ from resources import TraceLakeResource
 def performance_drift(
     context: dg.AssetExecutionContext, bottleneck_report: dict, tracelake: TraceLakeResource
 ):
-    lake, session_id = tracelake.lake, bottleneck_report["session_id"]
-    slug, _target = model_and_target(context.partition_key)  # the series is the session's target's
-    rows = drift_rows(lake, slug, session_id)
-    # The last stage: its verdicts and the session's completion commit together.
-    lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
-    release_session_folder(session_id)
-    verdicts = rows.to_pylist()
-    p50_row = next(v for v in verdicts if v["metric"] == "latency_p50_ns")
-    gated = rows.filter(pc.is_in(rows["metric"], value_set=pa.array(GATED_METRICS)))
-    regressions = [v for v in gated.to_pylist() if v["verdict"] == "regression"]
-    gate = _gate(lake, session_id) if regressions else None
+    # The series is the session's model on the session's target (this partition's).
+    judged = judge_drift(tracelake.lake, SessionBundle(Path(bottleneck_report["bundle_path"])))
+    p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
     yield dg.Output(
-        {"session_id": session_id, "verdicts": {v["metric"]: v["verdict"] for v in verdicts}},
+        {"session_id": judged.session_id, "verdicts": judged.by_metric},
         metadata={
-            "session_id": session_id,
-            "verdicts": dg.MetadataValue.md(_verdict_table(verdicts)),
+            "session_id": judged.session_id,
+            "verdicts": dg.MetadataValue.md(_verdict_table(judged.verdicts)),
             "p50_history": dg.MetadataValue.md(
                 markdown_image(drift_row_plot(p50_row), "p50 drift history")
             ),
             "p50_last_points_ms": dg.MetadataValue.md(
-                _last_points(json.loads(p50_row["series_json"]))
+                _last_points(judged.series("latency_p50_ns"))
             ),
-            "history_points": verdicts[0]["history_points"],
+            "history_points": judged.verdicts[0]["history_points"],
         },
     )
+    regressions = judged.regressions
     yield dg.AssetCheckResult(
         check_name="no_performance_regression",
         passed=not regressions,
@@ -71,21 +60,10 @@ def performance_drift(
             "regressions": dg.MetadataValue.md(
                 _verdict_table(regressions) if regressions else "none"
             ),
-            "verdicts": dg.MetadataValue.json(
-                {v["metric"]: v["verdict"] for v in gated.to_pylist()}
-            ),
-            **_gate_metadata(gate),
+            "verdicts": dg.MetadataValue.json(judged.gated),
+            **_gate_metadata(judged.gate),
         },
     )
-
-
-def _gate(lake, session_id: str) -> dict | None:
-    """What changed, for a regression: the CI gate's verdict against the model's pinned
-    baseline or its previous sessions, with the ranked suspects and a recommendation."""
-    try:
-        return gate_verdict(lake, session_id).to_dict()
-    except AacoInputError:
-        return None  # no earlier session of this model and target to compare with
 
 
 def _gate_metadata(gate: dict | None) -> dict:

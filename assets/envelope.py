@@ -2,10 +2,8 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.envelope import measure_envelope
-from aaco_pipelines.analysis.session import save_envelope
 from aaco_pipelines.config import device_pool
-from aaco_pipelines.execution.providers import host_default_providers
+from aaco_pipelines.stages.calibrate import calibrate
 from resources import BenchmarkRunnerResource, TraceLakeResource
 
 
@@ -21,8 +19,7 @@ from resources import BenchmarkRunnerResource, TraceLakeResource
 def hardware_envelope(
     context: dg.AssetExecutionContext, runner: BenchmarkRunnerResource, tracelake: TraceLakeResource
 ) -> dg.MaterializeResult:
-    envelope = measure_envelope(runner.target, host_default_providers())
-    envelope_id = save_envelope(tracelake.lake, envelope)
+    envelope_id, envelope = calibrate(tracelake.lake, runner.target)
     return dg.MaterializeResult(
         metadata={
             "envelope_id": envelope_id,

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from aaco_pipelines.graph.store import prepare_model_version
+from aaco_pipelines.stages.prepare import prepare
 from assets.partitions import model_and_target, model_target_partitions
 from resources import ModelRegistryResource
 
@@ -18,10 +18,12 @@ def onnx_graph(
     context: dg.AssetExecutionContext, registry: ModelRegistryResource
 ) -> dg.Output[dict]:
     model = registry.model(model_and_target(context.partition_key)[0])
-    version, graph = prepare_model_version(model, registry.paths)
-    summary = graph.summary
-    histogram = summary["op_histogram"]
-    metadata = {
+    version, graph = prepare(model, registry.paths)
+    return dg.Output(version.to_record(), metadata=_metadata(model, version, graph.summary))
+
+
+def _metadata(model, version, summary: dict) -> dict:
+    return {
         "model_file": dg.MetadataValue.path(str(model.path)),
         "model_sha256": summary["model_sha256"],
         "node_count": summary["node_count"],
@@ -36,14 +38,13 @@ def onnx_graph(
             {n: {"shape": list(s.shape), "dtype": s.dtype} for n, s in version.input_specs.items()}
         ),
         "op_type_histogram": dg.MetadataValue.table(
-            records=[dg.TableRecord({"op_type": op, "count": n}) for op, n in histogram.items()],
+            records=[
+                dg.TableRecord({"op_type": op, "count": n})
+                for op, n in summary["op_histogram"].items()
+            ],
             schema=dg.TableSchema(
-                columns=[
-                    dg.TableColumn("op_type", "string"),
-                    dg.TableColumn("count", "int"),
-                ]
+                columns=[dg.TableColumn("op_type", "string"), dg.TableColumn("count", "int")]
             ),
         ),
         "graph_store": dg.MetadataValue.path(str(version.graph_dir)),
     }
-    return dg.Output(version.to_record(), metadata=metadata)

@@ -1,20 +1,13 @@
-"""nightly_review: one night's sweep judged as a whole, with the false discovery rate controlled.
-
-Each model's run judges its own series; a night judges hundreds at once, and at a per-series
-level a few of them are noise every night. After the last run of a night, its drift verdicts go
-through Benjamini-Hochberg (q = 0.05, `governance.fdr.control_sweep`): a regression whose
-adjusted p-value is above q becomes no_change ("fdr_controlled") in the TraceLake, and the
-night's check fails only on the regressions that remain.
-"""
-
-import json
+"""nightly_review: one night's sweep judged as a whole, with the false discovery rate controlled
+(stages.review_night). Which sessions a night measured is read from the Dagster instance: the
+runs the nightly schedule tagged with the night."""
 
 import dagster as dg
 
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.governance.fdr import CHANGES, control_sweep
-from aaco_pipelines.governance.series import GATED_METRICS
+from aaco_pipelines.governance.fdr import CHANGES
 from aaco_pipelines.report.markdown_tables import markdown_table
+from aaco_pipelines.stages.review_night import review_night
 from assets.partitions import NIGHT_TAG, nights_partitions
 from resources import TraceLakeResource
 
@@ -73,11 +66,8 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             f"no measurement runs tagged {NIGHT_TAG}={night}",
             description="review a night the nightly_regression_sweep schedule ran",
         )
-    verdicts = _with_fdr(control_sweep(tracelake.lake, list(sessions.values())).to_pylist())
-    changes = [v for v in verdicts if v["before"] in CHANGES or v["verdict"] in CHANGES]
-    surviving = [
-        v for v in changes if v["verdict"] == "regression" and v["metric"] in GATED_METRICS
-    ]
+    review = review_night(tracelake.lake, list(sessions.values()))
+    changes, surviving = review.changes, review.surviving
     context.log.info(
         f"night {night}: {len(sessions)} models judged, {len(failed)} failed, "
         f"{len(surviving)} gated regressions survive FDR"
@@ -92,9 +82,9 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
         metadata={
             "models_judged": len(sessions),
             "models_failed": dg.MetadataValue.md(", ".join(failed) or "none"),
-            "series_judged": max((v["family_size"] for v in verdicts), default=0),
-            "changes_before_fdr": sum(v["before"] in CHANGES for v in verdicts),
-            "changes_after_fdr": sum(v["verdict"] in CHANGES for v in verdicts),
+            "series_judged": review.series_judged,
+            "changes_before_fdr": sum(v["before"] in CHANGES for v in review.verdicts),
+            "changes_after_fdr": sum(v["verdict"] in CHANGES for v in review.verdicts),
             "changes": dg.MetadataValue.md(_changes_table(changes) if changes else "none"),
         },
     )
@@ -105,16 +95,6 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             "regressions": dg.MetadataValue.md(_changes_table(surviving) if surviving else "none")
         },
     )
-
-
-def _with_fdr(verdicts: list[dict]) -> list[dict]:
-    """Drift verdict rows with what each was before FDR, its p-values and the family size."""
-    for v in verdicts:
-        fdr = json.loads(v["parameters_json"]).get("fdr", {})
-        v["before"] = (fdr.get("over") or {}).get("verdict", v["verdict"])
-        v["p_value"], v["p_adjusted"] = fdr.get("p_value"), fdr.get("p_adjusted")
-        v["family_size"] = fdr.get("family_size", 0)
-    return verdicts
 
 
 def _changes_table(rows: list[dict]) -> str:

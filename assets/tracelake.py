@@ -11,7 +11,8 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
-from aaco_pipelines.tracelake.queries import generation_quality, session_quality
+from aaco_pipelines.stages.load import load
+from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from assets.partitions import model_target_partitions
 from resources import TraceLakeResource
@@ -71,37 +72,30 @@ def tracelake_session(
     context: dg.AssetExecutionContext, collected_traces: dict, tracelake: TraceLakeResource
 ):
     lake = tracelake.lake
-    bundle = SessionBundle(Path(collected_traces["bundle_path"]))
-    counts = lake.ingest_session(bundle)
-    with lake.reading():  # what the checks and the metadata read: one open of the lake
-        generation = generation_metadata(lake, bundle.session_id)
-        quality = session_quality(lake, bundle.session_id)
-        generation_verdict = generation_check(lake, bundle.session_id)
+    loaded = load(lake, SessionBundle(Path(collected_traces["bundle_path"])))
+    with lake.reading():  # its two reads share one open of the lake
+        generation = generation_metadata(lake, loaded.session_id)
     yield dg.Output(
-        {"session_id": bundle.session_id, "bundle_path": str(bundle.path)},
+        {"session_id": loaded.session_id, "bundle_path": collected_traces["bundle_path"]},
         metadata={
-            "session_id": bundle.session_id,
+            "session_id": loaded.session_id,
             "tracelake": dg.MetadataValue.path(tracelake.database),
             "schema_version": SCHEMA_VERSION,
-            **{f"rows_{name}": n for name, n in counts.items()},
+            **{f"rows_{name}": n for name, n in loaded.row_counts.items()},
             **generation,
         },
     )
-    yield from quality_checks(quality)
-    yield generation_verdict
+    yield from quality_checks(loaded.quality)
+    yield generation_check(loaded.generation_quality)
 
 
 def generation_metadata(lake, session_id: str) -> dict:
     """A generation session's figures per scenario (a Markdown table), its latency-throughput
     and TTFT-prompt curves and its TTFT/TPOT distributions; nothing for a forward session."""
-    metrics = lake.query(
-        "SELECT * FROM generation_metrics WHERE session_id = $sid", {"sid": session_id}
-    )
+    metrics = generation_figures(lake, session_id)
     if metrics.num_rows == 0:
         return {}
-    requests = lake.query(
-        "SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid", {"sid": session_id}
-    )
+    requests = request_latencies(lake, session_id)
     figures = {
         (r["run"], r["metric"]): r["value"]
         for r in metrics.to_pylist()
@@ -129,9 +123,8 @@ def _cell(value: float | None, scale: float) -> str:
     return "-" if value is None else f"{value * scale:.4g}"
 
 
-def generation_check(lake, session_id: str) -> dg.AssetCheckResult:
+def generation_check(q: dict) -> dg.AssetCheckResult:
     """generation_complete: passes trivially (and says so) for a forward-pass session."""
-    q = generation_quality(lake, session_id)
     wrong = {k: v for k, v in q.items() if k not in ("batches", "requests")}
     return dg.AssetCheckResult(
         check_name="generation_complete",

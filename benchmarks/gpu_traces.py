@@ -47,8 +47,8 @@ from aaco_pipelines.collectors.trace_simulator import (
     simulate_at_scale,
 )
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.report.perfetto import write_perfetto
+from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
 
 TARGET_LOAD_RATIO, TARGET_INGEST_RATIO, TARGET_ANALYSIS_S = 1.0, 1.3, 20.0

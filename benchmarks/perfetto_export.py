@@ -27,7 +27,7 @@ def build_session(kernels: int, home: Path) -> None:
 
     from aaco_pipelines.collectors.trace_simulator import SimulationSettings, simulate_at_scale
     from aaco_pipelines.config import AacoPaths
-    from aaco_pipelines.ingest import ingest_trace
+    from aaco_pipelines.stages.ingest_trace import ingest_trace
 
     with tempfile.TemporaryDirectory(prefix="aaco-perfetto-bench-") as tmp_name:
         tmp = Path(tmp_name)

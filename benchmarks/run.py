@@ -27,10 +27,11 @@ import numpy as np
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.instance import event_log_settings
-from aaco_pipelines.pipeline import MeasureOptions, measure_model
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.registry.zoo import build_zoo
+from aaco_pipelines.stages.measure import MeasureOptions
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

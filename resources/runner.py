@@ -7,7 +7,7 @@ from pydantic import Field
 
 from aaco_pipelines.config import default_target
 from aaco_pipelines.execution.runner import RunnerLimits
-from aaco_pipelines.pipeline import MeasureOptions
+from aaco_pipelines.stages.measure import MeasureOptions
 
 __all__ = ["BenchmarkRunnerResource", "default_target"]
 

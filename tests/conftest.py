@@ -14,8 +14,8 @@ import models  # noqa: E402
 
 from aaco_pipelines.config import AacoPaths  # noqa: E402
 from aaco_pipelines.execution.runner import RunnerLimits  # noqa: E402
-from aaco_pipelines.pipeline import MeasureOptions  # noqa: E402
 from aaco_pipelines.registry.sidecar import ModelSidecar  # noqa: E402
+from aaco_pipelines.stages.measure import MeasureOptions  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -75,7 +75,7 @@ def measure_each_envelope_once(monkeypatch, host_envelopes):
     """The first analysed session of a TraceLake measures the hardware envelope (about 4 s on
     this 2-core host), and every test's lake is new: the run measures each target's envelope
     once and every lake stores that one. tests/test_envelope.py measures its own."""
-    from aaco_pipelines.analysis import envelope, session
+    from aaco_pipelines.analysis import envelope, envelope_choice
 
     def once(target: str = "cpu", providers=None, **kwargs):
         key = (target, tuple(providers or ()))
@@ -83,7 +83,7 @@ def measure_each_envelope_once(monkeypatch, host_envelopes):
             host_envelopes[key] = envelope.measure_envelope(target, providers, **kwargs)
         return host_envelopes[key]
 
-    monkeypatch.setattr(session, "measure_envelope", once)
+    monkeypatch.setattr(envelope_choice, "measure_envelope", once)
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ from aaco_pipelines.governance.baselines import (
     pin_baseline,
     pinned_baseline,
 )
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -28,9 +28,10 @@ from services import delayed, postgres_server
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.pipeline import analyze_session, measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.session_folders import clean_leftovers
+from aaco_pipelines.stages.load import load_session
+from aaco_pipelines.stages.runner import analyze_session, measure_model
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
 from aaco_pipelines.tracelake.store import TraceLake
@@ -42,7 +43,8 @@ import sys
 from pathlib import Path
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.tracelake.store import TraceLake
-TraceLake(Path(sys.argv[1])).ingest_session(SessionBundle(Path(sys.argv[2])), complete=True)
+from aaco_pipelines.stages.load import load_session
+load_session(TraceLake(Path(sys.argv[1])), SessionBundle(Path(sys.argv[2])), complete=True)
 """
 
 
@@ -149,7 +151,7 @@ def test_a_writer_killed_mid_commit_leaves_none_or_all_of_its_rows(shared, bundl
         n = _count(shared, "kernel_events", bundle.session_id)
         assert n == expected, (share, n, expected)  # a replace is atomic: never 0 in between
     # The lock died with the killed writer: the next writer goes through.
-    TraceLake(shared.path).ingest_session(SessionBundle(bundle.path), complete=True)
+    load_session(TraceLake(shared.path), SessionBundle(bundle.path), complete=True)
     assert _sessions(shared) == {bundle.session_id: 1}
     # What the killed writers wrote but never committed is deleted; the lake's own files stay.
     data = Path(os.environ[ducklake.DATA_ENV])
@@ -170,7 +172,7 @@ def test_verdicts_equal_those_of_the_file_backend(shared, bundles, tmp_path, mon
         backend.delenv(ducklake.CATALOG_ENV)
         expected = [analyze_session(SessionBundle(b.path), file_paths) for b in measured]
     for bundle in measured:
-        shared.ingest_session(SessionBundle(bundle.path), complete=True)
+        load_session(shared, SessionBundle(bundle.path), complete=True)
     got = [analyze_session(SessionBundle(b.path), paths) for b in measured]
     assert set(expected[-1]["verdicts"].values()) - {"insufficient_history"}  # real verdicts
     for ours, theirs in zip(got, expected, strict=True):
@@ -187,8 +189,10 @@ def test_a_writer_waits_for_the_lock_at_most_the_timeout(shared, bundles):
             cursor.execute("SELECT pg_advisory_lock(%s)", [ducklake.WRITER_LOCK_KEY])
         started = time.monotonic()
         with pytest.raises(TraceLakeBusy, match="AACO_LOCK_TIMEOUT_S"):
-            TraceLake(shared.path, lock_timeout_s=0.5).ingest_session(
-                SessionBundle(bundles[1][0].path), complete=True
+            load_session(
+                TraceLake(shared.path, lock_timeout_s=0.5),
+                SessionBundle(bundles[1][0].path),
+                complete=True,
             )
         assert time.monotonic() - started < 10
     finally:
@@ -205,7 +209,7 @@ def test_leftover_clean_up_deletes_an_unfinished_session_from_the_shared_lake(
     source = bundles[1][1].path
     copy = paths.sessions / source.parent.name / source.name
     shutil.copytree(source, copy)
-    shared.ingest_session(SessionBundle(copy), complete=False)
+    load_session(shared, SessionBundle(copy), complete=False)
     monkeypatch.setenv("AACO_ORPHAN_GRACE_S", "0")
     found = clean_leftovers(paths)
     assert [(o.session_id, o.kind) for o in found] == [(source.name, "not_analysed")]

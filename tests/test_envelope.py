@@ -12,7 +12,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis import session
+from aaco_pipelines.analysis import envelope_choice
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, measure_envelope
 from aaco_pipelines.analysis.roofline import (
     ROOFLINE_COLUMNS,
@@ -240,25 +240,25 @@ def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wi
         measurements.append(target)
         return dataclasses.replace(measured, measured_at_ns=time.time_ns())
 
-    monkeypatch.setattr(session, "measure_envelope", measure)
-    hour_ns = int(session.RECHECK_CONTENDED_S * 1e9)
+    monkeypatch.setattr(envelope_choice, "measure_envelope", measure)
+    hour_ns = int(envelope_choice.RECHECK_CONTENDED_S * 1e9)
     contended = dataclasses.replace(measured, host_contention=0.6, measured_at_ns=time.time_ns())
 
     recent = TraceLake(tmp_path / "recent.duckdb")
-    recent_id = session.save_envelope(recent, contended)
-    assert session.current_envelope(recent, "cpu")[0] == recent_id and not measurements
+    recent_id = envelope_choice.save_envelope(recent, contended)
+    assert envelope_choice.current_envelope(recent, "cpu")[0] == recent_id and not measurements
 
     stale = TraceLake(tmp_path / "stale.duckdb")
-    stale_id = session.save_envelope(
+    stale_id = envelope_choice.save_envelope(
         stale, dataclasses.replace(contended, measured_at_ns=time.time_ns() - hour_ns - 1)
     )
-    again_id, again = session.current_envelope(stale, "cpu")
+    again_id, again = envelope_choice.current_envelope(stale, "cpu")
     assert measurements == ["cpu"] and again_id != stale_id and not again.contended
-    assert session.current_envelope(stale, "cpu")[0] == again_id  # kept: it is quiet
+    assert envelope_choice.current_envelope(stale, "cpu")[0] == again_id  # kept: it is quiet
 
     both = TraceLake(tmp_path / "both.duckdb")
-    quiet_id = session.save_envelope(
+    quiet_id = envelope_choice.save_envelope(
         both, dataclasses.replace(measured, measured_at_ns=time.time_ns() - 2 * hour_ns)
     )
-    session.save_envelope(both, contended)  # newer, but measured under load
-    assert session.current_envelope(both, "cpu")[0] == quiet_id
+    envelope_choice.save_envelope(both, contended)  # newer, but measured under load
+    assert envelope_choice.current_envelope(both, "cpu")[0] == quiet_id

@@ -20,9 +20,10 @@ from conftest import SHARED, add_model
 from aaco_pipelines import bundle as bundle_module
 from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.ingest_trace import ingest_trace
+from aaco_pipelines.stages.load import load_session
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 SAMPLE = "sllm_r9700_decode_attn_564735_kernel_trace.csv"
@@ -47,7 +48,7 @@ def test_appending_to_the_original_trace_leaves_the_evidence_unchanged(aaco_path
         original.write('"KERNEL_DISPATCH","Agent 1",1,1,1,1,1,"late",1,1,2,0,0,0,0,0,1,1,1,1,1,1\n')
     assert raw.stat().st_ino != trace.stat().st_ino and raw.stat().st_nlink == 1
     assert file_digest(raw) == recorded[f"raw/{SAMPLE}"]
-    TraceLake(aaco_paths.tracelake).ingest_session(bundle)  # re-reads and verifies: unchanged
+    load_session(TraceLake(aaco_paths.tracelake), bundle)  # re-reads and verifies: unchanged
     assert stat.S_IMODE(raw.stat().st_mode) == 0o444  # evidence is read-only
     assert stat.S_IMODE(trace.stat().st_mode) != 0o444  # the user's own file is untouched
 
@@ -61,13 +62,13 @@ def test_a_bundle_whose_raw_evidence_changed_is_refused_on_reload(aaco_paths, tr
     with open(raw, "a") as evidence:
         evidence.write("\n")
     with pytest.raises(AacoInputError, match="changed since the session was recorded") as error:
-        lake.ingest_session(bundle)
+        load_session(lake, bundle)
     assert error.value.path == str(raw) and "new session" in error.value.fix
     after = lake.query("SELECT count(*) AS n FROM kernel_events")["n"][0].as_py()
     assert after == before  # the earlier load stands
     raw.unlink()
     with pytest.raises(AacoInputError, match="missing"):
-        lake.ingest_session(bundle)
+        load_session(lake, bundle)
 
 
 def test_a_device_trace_path_leading_outside_the_bundle_is_refused(aaco_paths, trace):
@@ -75,7 +76,7 @@ def test_a_device_trace_path_leading_outside_the_bundle_is_refused(aaco_paths, t
     manifest = bundle.tables_dir / "device_trace.json"
     manifest.write_text(json.dumps({"path": f"../../../../../{trace}", "iteration": 0}))
     with pytest.raises(AacoInputError, match="outside itself"):
-        TraceLake(aaco_paths.tracelake).ingest_session(bundle, verify=False)
+        load_session(TraceLake(aaco_paths.tracelake), bundle, verify=False)
 
 
 def test_measured_bundles_record_their_evidence_with_consistent_permissions(aaco_paths):
@@ -192,9 +193,9 @@ def test_a_trace_still_being_written_while_it_is_ingested_is_refused(
     """The TraceLake reads the original while the bundle's copy is made beside it: a profiler
     that appends to the trace meanwhile makes the two differ, so the ingest is refused, naming
     the file, and leaves no bundle and no rows."""
-    from aaco_pipelines.tracelake import store
+    from aaco_pipelines.stages import load
 
-    real_load = store.load_trace
+    real_load = load.load_trace
 
     def load_while_the_profiler_writes(con, path, *args, **kwargs):
         counts = real_load(con, path, *args, **kwargs)
@@ -204,7 +205,7 @@ def test_a_trace_still_being_written_while_it_is_ingested_is_refused(
             )
         return counts
 
-    monkeypatch.setattr(store, "load_trace", load_while_the_profiler_writes)
+    monkeypatch.setattr(load, "load_trace", load_while_the_profiler_writes)
     with pytest.raises(AacoInputError, match="changed while it was being ingested") as error:
         ingest_trace(trace, aaco_paths, name="external")
     assert str(trace) in str(error.value)

@@ -224,11 +224,11 @@ def test_a_process_killed_without_aaco_handlers_still_takes_its_worker(aaco_path
         "import sys; from pathlib import Path\n"
         "from aaco_pipelines.config import AacoPaths\n"
         "from aaco_pipelines.graph.store import prepare_model_version\n"
-        "from aaco_pipelines.pipeline import benchmark_version\n"
+        "from aaco_pipelines.stages.measure import measure\n"
         "from aaco_pipelines.registry.scan import registered_model\n"
         "paths = AacoPaths.from_env()\n"
         "version, _ = prepare_model_version(registered_model(Path(sys.argv[1])), paths)\n"
-        "benchmark_version(version, paths, on_progress=lambda m: print('aaco: ' + m, "
+        "measure(version, paths, on_progress=lambda m: print('aaco: ' + m, "
         "file=sys.stderr, flush=True))\n"
     )
     step = subprocess.Popen(

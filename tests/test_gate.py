@@ -14,8 +14,8 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import create_baseline
 from aaco_pipelines.governance.gate import gate_verdict, severity
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -23,10 +23,10 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.llm.decoder_io import detect_decoder_io
 from aaco_pipelines.llm.workload import Curves, GenerationWorkload, ServiceLevel
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
 from aaco_pipelines.registry.zoo import llama_decoder
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.queries import generation_quality
 from aaco_pipelines.tracelake.store import TraceLake
 

@@ -17,7 +17,7 @@ from conftest import SHARED, as_one_kernel_events_table
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.analysis import envelope as envelope_module
-from aaco_pipelines.analysis import session as analysis
+from aaco_pipelines.analysis import envelope_choice
 from aaco_pipelines.analysis.datasheets import (
     DATASHEETS,
     GpuAgent,
@@ -29,12 +29,13 @@ from aaco_pipelines.analysis.datasheets import (
     node_dtype,
 )
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, datasheet_envelope
+from aaco_pipelines.analysis.roofline import dtype_roofline
 from aaco_pipelines.cli import main
-from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import analyze_session
 from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
+from aaco_pipelines.stages.ingest_trace import ingest_trace
+from aaco_pipelines.stages.runner import analyze_session
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -52,7 +53,7 @@ def no_host_envelope(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an ingested GPU trace measured this host's envelope")
 
-    monkeypatch.setattr(analysis, "measure_envelope", refuse)
+    monkeypatch.setattr(envelope_choice, "measure_envelope", refuse)
     monkeypatch.setattr(envelope_module, "measure_envelope", refuse)
 
 
@@ -150,15 +151,15 @@ def test_each_node_sits_under_the_roof_of_its_data_type():
             "dtype": ["fp16", "fp32", "fp8", None],
         }
     )
-    rows = analysis.dtype_roofline(nodes, mi300x).to_pylist()
+    rows = dtype_roofline(nodes, mi300x).to_pylist()
     assert [r["roof_dtype"] for r in rows] == ["fp16", "fp32", "fp8", "fp32"]
     assert rows[0]["roof_flops_per_s"] == pytest.approx(1307.4 * TERA, abs=0.05 * TERA)  # not 163.4
     assert rows[0]["utilization"] == pytest.approx(2 * 8192**3 / 1e-3 / (1307.4 * TERA), 1e-3)
     assert rows[1]["roof_flops_per_s"] == pytest.approx(163.4 * TERA, abs=0.05 * TERA)
     mi250x = datasheet_envelope(GpuAgent("gfx90a", "AMD Instinct MI250X", 220, 1700.0))
-    fp8 = analysis.dtype_roofline(nodes, mi250x).to_pylist()[2]
+    fp8 = dtype_roofline(nodes, mi250x).to_pylist()[2]
     assert fp8["roof_dtype"] == "fp32"  # no fp8 peak on CDNA 2: the fp32 roof, and it says so
-    unjudged = analysis.dtype_roofline(nodes, None).to_pylist()
+    unjudged = dtype_roofline(nodes, None).to_pylist()
     assert all(r["roof_flops_per_s"] is None and r["bound"] is None for r in unjudged)
     assert unjudged[0]["arithmetic_intensity"] == pytest.approx(8192 / 3)
 
@@ -249,9 +250,11 @@ def test_an_envelope_measured_on_that_gpu_model_wins_over_the_datasheet(
     aaco_paths, tmp_path, no_host_envelope
 ):
     lake = TraceLake(aaco_paths.tracelake)
-    mine = analysis.save_envelope(lake, measured_gpu("gfx1201", 64, "AMD Radeon Graphics", 40.0))
-    analysis.save_envelope(lake, measured_gpu("gfx942", 304, "AMD Instinct MI300X", 150.0))
-    analysis.save_envelope(lake, measured_gpu("gfx1201", 32, "AMD Radeon Graphics", 20.0))
+    mine = envelope_choice.save_envelope(
+        lake, measured_gpu("gfx1201", 64, "AMD Radeon Graphics", 40.0)
+    )
+    envelope_choice.save_envelope(lake, measured_gpu("gfx942", 304, "AMD Instinct MI300X", 150.0))
+    envelope_choice.save_envelope(lake, measured_gpu("gfx1201", 32, "AMD Radeon Graphics", 20.0))
     sid, summary, lake = ingest_and_analyze(sllm_trace(tmp_path), aaco_paths)
     assert summary["envelope_source"] == "measured"
     report = one(lake, "SELECT * FROM bottleneck_reports WHERE session_id = $sid", sid)
@@ -377,11 +380,11 @@ def test_a_gpu_host_names_its_gpu_from_the_kfd_topology(tmp_path):
 
 
 def test_a_cpu_session_keeps_this_hosts_measured_envelope(aaco_paths, fast_options, monkeypatch):
-    from aaco_pipelines.pipeline import measure_model
     from aaco_pipelines.registry.scan import registered_model
+    from aaco_pipelines.stages.runner import measure_model
 
     monkeypatch.setattr(
-        analysis,
+        envelope_choice,
         "measure_envelope",
         lambda target, providers, **kw: envelope_module.measure_envelope(
             target, providers, budget_s=2.0, repeats=2
@@ -414,7 +417,7 @@ def test_a_cpu_session_keeps_this_hosts_measured_envelope(aaco_paths, fast_optio
 
 def test_a_v7_lake_migrates_its_envelopes_as_measured(tmp_path):
     lake = TraceLake(tmp_path / "v7.duckdb")
-    envelope_id = analysis.save_envelope(lake, measured_gpu("gfx942", 304, "MI300X", 150.0))
+    envelope_id = envelope_choice.save_envelope(lake, measured_gpu("gfx942", 304, "MI300X", 150.0))
     with duckdb.connect(str(lake.path)) as con:  # back to v7's shape
         as_one_kernel_events_table(con)
         for table, column in (
@@ -437,7 +440,7 @@ def test_a_v7_lake_migrates_its_envelopes_as_measured(tmp_path):
     assert lake.schema_version() == SCHEMA_VERSION
     row = lake.query("SELECT envelope_id, source FROM hardware_envelopes").to_pylist()
     assert row == [{"envelope_id": envelope_id, "source": "measured"}]
-    assert analysis.latest_envelope(lake, "gpu0") is not None  # still found as measured
+    assert envelope_choice.latest_envelope(lake, "gpu0") is not None  # still found as measured
 
 
 def test_a_model_onnx_runtime_cannot_load_is_one_error_naming_the_users_file(tmp_path):

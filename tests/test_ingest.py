@@ -7,8 +7,9 @@ from conftest import SHARED
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.runner import device_tracer, worker_plan
-from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import analyze_session
+from aaco_pipelines.stages.ingest_trace import ingest_trace
+from aaco_pipelines.stages.load import load_session
+from aaco_pipelines.stages.runner import analyze_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 SAMPLES = SHARED / "samples" / "profilers"
@@ -26,7 +27,7 @@ SAMPLES = SHARED / "samples" / "profilers"
 def test_sample_traces_ingest_and_flow_through_analysis(aaco_paths, sample, kernels, source):
     bundle = ingest_trace(SAMPLES / sample, aaco_paths, name="external")
     lake = TraceLake(aaco_paths.tracelake)
-    counts = lake.ingest_session(bundle)
+    counts = load_session(lake, bundle)
     assert counts["kernel_events"] == kernels + 1  # + the span standing for the one iteration
     assert (bundle.path / "raw" / sample).is_file()  # the raw evidence is kept as it came
     families = lake.query(
@@ -112,7 +113,7 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
 
     bundle = ingest_trace(trace_dir, aaco_paths, model=model)
     lake = TraceLake(aaco_paths.tracelake)
-    lake.ingest_session(bundle)
+    load_session(lake, bundle)
     analyze_session(bundle, aaco_paths)
     rows = lake.query(
         "SELECT name, share, p50_ns FROM op_breakdown WHERE session_id = ? AND level = 'node'",

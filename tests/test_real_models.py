@@ -19,9 +19,9 @@ from aaco_pipelines.analysis.coverage import (
     attribution_coverage,
     profile_model,
 )
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 CORPUS = Path(__file__).parent / "data" / "real_models"

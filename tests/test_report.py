@@ -18,20 +18,20 @@ from conftest import FAST_SIDECAR
 from matplotlib import image as mpimg
 
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
+from aaco_pipelines.analysis.envelope_choice import save_envelope
 from aaco_pipelines.analysis.metrics import UNITS
-from aaco_pipelines.analysis.session import save_envelope
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.governance.changepoint import change_points_of
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import plots
 from aaco_pipelines.report.content import metric_meanings, render_json
 from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.report.summary import median_interval
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pytest
 from conftest import add_model, store_sessions
 
-from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.root_cause import PRIORS, RootCauseParams, explain_change
-from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.attribute import attribute
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -175,7 +175,7 @@ def swapped(tmp_path_factory):
     # (40 layers added 0.03 ms, and a session-to-session sd of 0.012 ms once outweighed it).
     for model in (models.tiny_mlp(), models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp(200)):
         bundles.append(measure_model(registered_model(add_model(paths, "mlp", model)), paths))
-        analysis.attribute(lake, bundles[-1])
+        attribute(lake, bundles[-1])
     return lake, [b.session_id for b in bundles]
 
 

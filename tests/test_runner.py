@@ -12,9 +12,9 @@ from conftest import add_model
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
 from aaco_pipelines.graph.store import prepare_model_version
-from aaco_pipelines.pipeline import MeasureOptions, benchmark_version
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
+from aaco_pipelines.stages.measure import MeasureOptions, measure
 
 
 def _version(paths, name, model, sidecar):
@@ -34,7 +34,7 @@ def test_good_run_publishes_a_complete_bundle(aaco_paths, fast_options):
     )
     version = _version(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
     progress: list[str] = []
-    bundle = benchmark_version(version, aaco_paths, fast_options, on_progress=progress.append)
+    bundle = measure(version, aaco_paths, fast_options, on_progress=progress.append).bundle
 
     assert bundle.path.parent.parent == aaco_paths.sessions
     for name in (
@@ -72,7 +72,7 @@ def test_unknown_provider_is_a_user_error_naming_the_sidecar(aaco_paths, fast_op
     sidecar = ModelSidecar(measured_iterations=2, execution_providers=("NoSuchExecutionProvider",))
     version = _version(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
     with pytest.raises(AacoInputError) as err:
-        benchmark_version(version, aaco_paths, fast_options)
+        measure(version, aaco_paths, fast_options)
     assert "NoSuchExecutionProvider" in str(err.value)
     assert "mlp.yaml" in str(err.value)
     assert not list(aaco_paths.sessions.glob("*/*"))  # nothing published
@@ -96,7 +96,7 @@ def test_a_run_records_its_memory_limit_and_peak(aaco_paths):
     """No limit configured: the one derived for the model, recorded with its rule beside the
     peak the worker reached."""
     version = _version(aaco_paths, "mlp", models.tiny_mlp(), ModelSidecar(measured_iterations=2))
-    bundle = benchmark_version(version, aaco_paths, MeasureOptions())
+    bundle = measure(version, aaco_paths, MeasureOptions()).bundle
     limits = bundle.request["limits"]
     assert limits["memory_limit_rule"].startswith("derived: 3 x (model 0 MiB")
     observed = bundle.read_json("observed.json")
@@ -113,7 +113,7 @@ def test_memory_limit_kills_the_worker_and_keeps_the_evidence(aaco_paths):
     )
     options = MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=600))
     with pytest.raises(WorkerFailure) as err:
-        benchmark_version(version, aaco_paths, options)
+        measure(version, aaco_paths, options)
     message = str(err.value)
     assert "memory limit of 600 MiB" in message and "memory_limit_mb" in message
     failed = list(aaco_paths.failed_sessions.glob("*/*"))
@@ -128,7 +128,7 @@ def test_timeout_kills_a_hung_worker(aaco_paths):
     version = _version(aaco_paths, "slow", models.slow_model(), sidecar)
     options = MeasureOptions(limits=RunnerLimits(timeout_s=3, memory_limit_mb=4096))
     with pytest.raises(WorkerFailure, match="timed out after 3 s"):
-        benchmark_version(version, aaco_paths, options)
+        measure(version, aaco_paths, options)
     assert not list(aaco_paths.sessions.glob("2*/*"))
 
 
@@ -144,7 +144,7 @@ def test_laboratory_mode_pins_the_worker_and_records_what_it_could_not_do(aaco_p
         ModelSidecar(measured_iterations=5, profiled_iterations=2),
     )
     options = MeasureOptions(laboratory=True, limits=RunnerLimits(timeout_s=120))
-    bundle = benchmark_version(version, aaco_paths, options)
+    bundle = measure(version, aaco_paths, options).bundle
     expected = laboratory_settings()
     request = bundle.request["laboratory"]
     assert tuple(request["cores"]) == expected.cores

@@ -19,8 +19,8 @@ import yaml
 from conftest import REPO, add_model
 from services import postgres_server, redis_server
 
-from aaco_pipelines.analysis import session
-from aaco_pipelines.analysis.session import save_envelope
+from aaco_pipelines.analysis.envelope import measure_envelope
+from aaco_pipelines.analysis.envelope_choice import save_envelope
 from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -95,7 +95,7 @@ def test_a_sweep_runs_each_device_in_parallel_and_one_run_at_a_time_per_device(a
     # would otherwise spend 10 s measuring this same CPU again under its device's name.
     lake = TraceLake(aaco_paths.tracelake)
     for device in ("gpu0", "gpu1"):
-        save_envelope(lake, replace(session.measure_envelope("cpu"), target=device))
+        save_envelope(lake, replace(measure_envelope("cpu"), target=device))
     assert yaml.safe_load((home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
         "DeviceQueueRunLauncher"
     )

@@ -14,9 +14,11 @@ from conftest import SHARED, add_model, as_one_kernel_events_table
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import collect_bundle, measure_model
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.collect import collect
+from aaco_pipelines.stages.ingest_trace import ingest_trace
+from aaco_pipelines.stages.load import load_session
+from aaco_pipelines.stages.runner import measure_model
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
@@ -27,7 +29,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 def measured(tmp_path_factory):
     """One real measured session of a tiny MLP, ingested into a fresh TraceLake."""
     from aaco_pipelines.config import AacoPaths
-    from aaco_pipelines.pipeline import MeasureOptions
+    from aaco_pipelines.stages.measure import MeasureOptions
 
     home = tmp_path_factory.mktemp("lake")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
@@ -62,15 +64,15 @@ def test_reingesting_replaces_never_doubles(measured):
     paths, bundle = measured
     lake = TraceLake(paths.tracelake)
     before = _counts(lake, bundle.session_id)
-    collect_bundle(bundle)
-    lake.ingest_session(bundle)
+    collect(bundle)
+    load_session(lake, bundle)
     assert _counts(lake, bundle.session_id) == before
     assert lake.query("SELECT count(*) AS n FROM graph_nodes")["n"][0].as_py() == 4
     # Loaded again, it is hidden until analysed again: its old analysis no longer matches.
     assert lake.session_states()[bundle.session_id] is False
     visible = "SELECT count(*) AS n FROM sessions WHERE session_id = ?"
     assert lake.query(visible, [bundle.session_id])["n"][0].as_py() == 0
-    lake.ingest_session(bundle, complete=True)
+    load_session(lake, bundle, complete=True)
     assert lake.query(visible, [bundle.session_id])["n"][0].as_py() == 1
 
 
@@ -84,7 +86,7 @@ def test_failed_ingest_leaves_nothing_half_written(measured, tmp_path):
     shutil.copytree(bundle.path, copy.path)
     copy.table_path("telemetry").write_bytes(b"not parquet")
     with pytest.raises(duckdb.Error):
-        lake.ingest_session(copy)
+        load_session(lake, copy)
     assert _counts(lake, bundle.session_id) == dict.fromkeys(_counts(lake, bundle.session_id), 0)
     assert lake.query("SELECT count(*) AS n FROM models")["n"][0].as_py() == 0
 
@@ -97,7 +99,7 @@ def test_bundle_without_tables_is_refused(measured, tmp_path):
     shutil.copytree(bundle.path, copy.path)
     shutil.rmtree(copy.tables_dir)
     with pytest.raises(AacoInputError, match="collected_traces"):
-        TraceLake(tmp_path / "x.duckdb").ingest_session(copy)
+        load_session(TraceLake(tmp_path / "x.duckdb"), copy)
 
 
 def test_newer_schema_is_refused_with_the_fix(tmp_path):
@@ -112,7 +114,7 @@ def test_newer_schema_is_refused_with_the_fix(tmp_path):
 
 def _ingest_in_process(args):
     lake_path, bundle_path = args
-    TraceLake(lake_path).ingest_session(SessionBundle(bundle_path))
+    load_session(TraceLake(lake_path), SessionBundle(bundle_path))
     return True
 
 
@@ -131,7 +133,7 @@ def test_a_v5_lake_migrates_with_every_stored_session_visible(measured, tmp_path
     paths, bundle = measured
     old = tmp_path / "v5.duckdb"
     lake = TraceLake(old)
-    lake.ingest_session(bundle, complete=True)
+    load_session(lake, bundle, complete=True)
     with duckdb.connect(str(old)) as con:  # back to v5's shape: a plain sessions table
         as_one_kernel_events_table(con)
         con.execute("DROP VIEW sessions")
@@ -175,7 +177,7 @@ def test_a_v9_lake_keeps_its_kernels_and_loads_device_traces_apart(aaco_paths):
     assert stored == {"old_kept": before.num_rows, "new_apart": kernels, "old_moved": 0}
     new_rows = after.filter(pc.equal(after["session_id"], second.session_id))
     assert new_rows.drop_columns("session_id").equals(before.drop_columns("session_id"))
-    lake.ingest_session(SessionBundle(second.path), complete=True)  # replaced, not doubled
+    load_session(lake, SessionBundle(second.path), complete=True)  # replaced, not doubled
     lake.delete_sessions([first.session_id])
     assert lake.query(
         "SELECT session_id, count(*) AS n FROM kernel_events GROUP BY 1"
@@ -191,7 +193,7 @@ def test_reads_inside_reading_share_one_connection_and_writes_still_land(
 
     _paths, bundle = measured
     lake = TraceLake(tmp_path / "lake.duckdb")
-    lake.ingest_session(bundle, complete=True)
+    load_session(lake, bundle, complete=True)
     opens = []
     original = store.open_duckdb
     monkeypatch.setattr(store, "open_duckdb", lambda *a, **k: opens.append(k) or original(*a, **k))
@@ -233,6 +235,7 @@ SPILLER = """
 import sys
 from pathlib import Path
 from aaco_pipelines.tracelake.store import TraceLake
+from aaco_pipelines.stages.load import load_session
 sorted_rows = TraceLake(Path(sys.argv[1])).query(
     "SELECT count(*) AS n FROM (SELECT i, md5(i::VARCHAR) AS h FROM range(6000000) t(i) "
     "ORDER BY h)"

@@ -26,7 +26,7 @@ from aaco_pipelines.analysis.attribution import (
     original_nodes,
 )
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.execution.measuring_process import create_session, session_options
+from aaco_pipelines.execution.ort_session import create_session, session_options
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, make_inputs, resolve_input_specs
 from aaco_pipelines.registry.sidecar import load_sidecar

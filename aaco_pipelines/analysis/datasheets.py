@@ -2,7 +2,7 @@
 
 A trace ingested from a GPU node is judged against that GPU, never against the host that
 ingests it. The envelope measured on that GPU model wins when the TraceLake has one
-(analysis.session.session_envelope); otherwise the numbers below, marked `datasheet` wherever
+(analysis.envelope_choice.session_envelope); otherwise the numbers below, marked `datasheet` wherever
 they are shown. They are dense (no structured sparsity) peaks at the product's peak engine
 clock, each computed as
 

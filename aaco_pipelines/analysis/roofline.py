@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.analysis.datasheets import FALLBACK_DTYPE, kernel_dtype, node_dtype
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
 
 ROOFLINE_COLUMNS = pa.schema(
@@ -142,3 +143,67 @@ def envelope_utilization(
         memory_utilization=memory,
         arithmetic_intensity=intensity,
     )
+
+
+# --- each node under the roof of its own data type -----------------------------------------
+
+UNMATCHED = "(unmatched) "  # how attribution names a runtime node or kernel with no graph node
+
+
+def node_dtypes(nodes: pa.Table) -> pa.Array:
+    """Each node's data type: the graph's (node_dtype) when it is a graph node, else the one
+    its kernel's name tells (kernel_dtype); null when neither says."""
+    dtypes = []
+    for name, op_type, graph_op, outputs, runtime_ops in zip(
+        nodes["onnx_node"].to_pylist(),
+        nodes["op_type"].to_pylist(),
+        nodes["graph_op_type"].to_pylist(),
+        nodes["dtypes"].to_pylist(),
+        nodes["runtime_ops"].to_pylist(),
+        strict=True,
+    ):
+        found = None
+        if graph_op is not None:
+            found = node_dtype(graph_op, outputs, runtime_ops or ())
+        elif name and name.startswith(UNMATCHED):
+            found = node_dtype(op_type, (), runtime_ops or ()) or kernel_dtype(
+                name[len(UNMATCHED) :]
+            )
+        dtypes.append(found)
+    return pa.array(dtypes, pa.string())
+
+
+def dtype_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Table:
+    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns, dtype) on the roofline, each
+    under the GEMM roof of its own data type (roof_dtype: fp32 when its type has no peak in the
+    envelope). Without an envelope, only what needs none (intensity, achieved rates) is filled:
+    no roof, bound or utilization."""
+    if envelope is None:
+        unjudged = roofline_table(nodes, None)
+        return unjudged.append_column("roof_dtype", pa.nulls(nodes.num_rows, pa.string()))
+    dtypes = nodes["dtype"].to_pylist()
+    roofs = [envelope.roof_dtype(d) for d in dtypes]
+    order = pa.array(np.arange(nodes.num_rows))
+    parts = []
+    for roof in dict.fromkeys(roofs):
+        mask = pa.array([r == roof for r in roofs])
+        part = roofline_table(nodes.filter(mask), envelope.for_dtype(roof))
+        part = part.append_column("roof_dtype", pa.array([roof] * part.num_rows, pa.string()))
+        parts.append(part.append_column("_order", order.filter(mask)))
+    if not parts:
+        return roofline_table(nodes, envelope).append_column("roof_dtype", pa.nulls(0, pa.string()))
+    table = pa.concat_tables(parts).sort_by("_order")
+    return table.drop_columns(["_order"])
+
+
+def dominant_dtype(roofline: pa.Table) -> str:
+    """The roof data type carrying most of the session's known FLOPs (fp32 when none)."""
+    if roofline.num_rows == 0 or "roof_dtype" not in roofline.column_names:
+        return FALLBACK_DTYPE
+    flops: dict[str, float] = {}
+    for roof, value in zip(
+        roofline["roof_dtype"].to_pylist(), roofline["flops"].to_pylist(), strict=True
+    ):
+        if roof is not None and value:
+            flops[roof] = flops.get(roof, 0.0) + float(value)
+    return max(flops, key=flops.__getitem__) if flops else FALLBACK_DTYPE

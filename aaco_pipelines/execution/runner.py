@@ -39,7 +39,7 @@ from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
 from aaco_pipelines.graph.external_data import total_bytes
 from aaco_pipelines.registry.sidecar import InputSpec
-from aaco_pipelines.session_folders import hold_session_folder, release_session_folder
+from aaco_pipelines.session_folders import session_folder_held
 
 Progress = Callable[[str], None]
 # Laboratory mode asks GPUs to hold this gfx clock (performance determinism); the clocks really
@@ -136,25 +136,22 @@ def run_benchmark(
     limits, memory_rule = with_memory_limit(limits, request)
     staging = paths.sessions / ".staging" / request.session_id
     staging.mkdir(parents=True, exist_ok=False)
-    hold_session_folder(
-        staging, request.session_id
-    )  # held until the session is complete or abandoned
     started_at = dt.datetime.now(dt.timezone.utc)
     final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
     try:
-        write_json(
-            staging / "request.json",
-            {
-                **request.to_json(),
-                "limits": {**dataclasses.asdict(limits), "memory_limit_rule": memory_rule},
-            },
-        )
-        outcome = _run_plan(request, staging, limits, say)
-        _publish(request, staging, outcome, started_at, graph_dir, final)
+        with session_folder_held(staging, request.session_id):
+            write_json(
+                staging / "request.json",
+                {
+                    **request.to_json(),
+                    "limits": {**dataclasses.asdict(limits), "memory_limit_rule": memory_rule},
+                },
+            )
+            outcome = _run_plan(request, staging, limits, say)
+            _publish(request, staging, outcome, started_at, graph_dir, final)
     except BaseException as exc:
         # A stop signal can land just after the rename: the published folder is the one kept.
         _keep_failure(staging if staging.exists() else final, paths, request.session_id, exc)
-        release_session_folder(request.session_id)
         problem = out_of_space(exc, paths.home) or _worker_out_of_space(exc, paths)
         if problem is not None:
             raise problem from exc

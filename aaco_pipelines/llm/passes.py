@@ -40,7 +40,7 @@ def workload_of(request: dict):
 
 def run_generation_passes(ort, request: dict, out: Path, which: str, progress) -> tuple[dict, dict]:
     """(worker result, latencies by pass) of the generation passes `which` names."""
-    from aaco_pipelines.execution.measuring_process import create_session, session_options
+    from aaco_pipelines.execution.ort_session import create_session, session_options
 
     workload = workload_of(request)
     decoder = DecoderIO(**request["generation"]["decoder"])
@@ -96,7 +96,7 @@ def _measure(generator, workload, vocab, seed, out, requests, steps, passes, pro
 
 
 def _profile(ort, request, workload, decoder, vocab, seed, out, requests, steps, passes, progress):
-    from aaco_pipelines.execution.measuring_process import create_session, session_options
+    from aaco_pipelines.execution.ort_session import create_session, session_options
 
     count = request["profiled_iterations"]
     progress(f"profiled pass: {count} requests at batch 1 ({workload.output_tokens} runs each)")

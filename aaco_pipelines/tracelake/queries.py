@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from aaco_pipelines.tracelake.store import TraceLake
 
 SESSION_QUALITY_SQL = """
@@ -73,3 +76,58 @@ def generation_quality(lake: TraceLake, session_id: str) -> dict:
     but `batches` and `requests` when they are)."""
     table = lake.query(GENERATION_QUALITY_SQL, params={"sid": session_id})
     return {name: table.column(name)[0].as_py() for name in table.column_names}
+
+
+# The session's nodes with what tells their data type: the graph node's op and output types,
+# and the runtime ops that ran it (an integer GEMM ONNX Runtime fused in makes it int8).
+ROOFLINE_NODES_SQL = """
+WITH graph AS (
+    SELECT node_name, any_value(op_type) AS graph_op_type, any_value(output_dtypes) AS dtypes
+    FROM graph_nodes
+    WHERE model_sha256 = (SELECT model_sha256 FROM session_records WHERE session_id = $sid)
+    GROUP BY node_name
+),
+runtime AS (
+    SELECT onnx_node, list(DISTINCT runtime_op_type) AS runtime_ops FROM node_attribution
+    WHERE session_id = $sid AND onnx_node IS NOT NULL GROUP BY onnx_node
+)
+SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved, o.mean_ns AS time_ns,
+       g.graph_op_type, g.dtypes, r.runtime_ops
+FROM op_breakdown o
+LEFT JOIN graph g ON g.node_name = o.name
+LEFT JOIN runtime r ON r.onnx_node = o.name
+WHERE o.session_id = $sid AND o.level = 'node'
+"""
+
+
+def roofline_nodes(lake: TraceLake, session_id: str) -> pa.Table:
+    """The session's attributed nodes with their cost, time and what tells their data type."""
+    return lake.query(ROOFLINE_NODES_SQL, {"sid": session_id})
+
+
+def roofline_points(lake: TraceLake, session_id: str) -> pa.Table:
+    """Every roofline point of a session, as stored by its diagnosis."""
+    return lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id})
+
+
+def top_roofline_points(lake: TraceLake, session_id: str, limit: int = 10) -> pa.Table:
+    """The session's slowest roofline points (those with a time), slowest first."""
+    points = lake.query(
+        "SELECT * FROM roofline_points WHERE session_id = $sid ORDER BY time_ns DESC LIMIT $n",
+        {"sid": session_id, "n": limit},
+    )
+    return points.filter(pc.invert(pc.is_null(points["time_ns"])))
+
+
+def generation_figures(lake: TraceLake, session_id: str) -> pa.Table:
+    """A generation session's metrics (per run, batch size and source); empty for a forward one."""
+    return lake.query(
+        "SELECT * FROM generation_metrics WHERE session_id = $sid", {"sid": session_id}
+    )
+
+
+def request_latencies(lake: TraceLake, session_id: str) -> pa.Table:
+    """Each request's run, TTFT and TPOT of a generation session."""
+    return lake.query(
+        "SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid", {"sid": session_id}
+    )

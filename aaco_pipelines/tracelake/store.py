@@ -12,17 +12,13 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
-import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake import ducklake, engine
 from aaco_pipelines.tracelake.locking import (
@@ -36,7 +32,6 @@ from aaco_pipelines.tracelake.locking import (
     writer_lock,
 )
 from aaco_pipelines.tracelake.schema import (
-    MODELS,
     SCHEMA_VERSION,
     TABLES,
     conform,
@@ -44,15 +39,6 @@ from aaco_pipelines.tracelake.schema import (
     stored,
     stored_tables,
 )
-
-SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
-# Only sessions traced by a GPU profiler have device-trace tables; only generation sessions
-# have requests and steps.
-OPTIONAL_SESSION_TABLES = (
-    "api_calls", "memory_copies", "counters", "agents",
-    "requests", "generation_steps", "generation_metrics",
-)  # fmt: skip
-GRAPH_TABLES = ("graph_nodes", "graph_edges")
 
 # Migrations from version N-1 to N, applied in order inside one transaction. New tables need no
 # statement: every table of the current schema is created if missing after the migrations.
@@ -223,36 +209,6 @@ class TraceLake:
             reader = con.sql(sql, params=params).to_arrow_reader(rows)
             yield iter(reader)
 
-    def ingest_session(
-        self,
-        bundle: SessionBundle,
-        derive: Callable[[duckdb.DuckDBPyConnection], dict[str, pa.Table]] | None = None,
-        *,
-        verify: bool = True,
-        complete: bool = False,
-        trace_source: Path | None = None,
-    ) -> dict[str, int]:
-        """Load one session and its model graph in a single transaction, replacing any earlier
-        load of the same session: re-ingesting never doubles rows. `derive` returns rows to add
-        that depend on the loaded ones (an ingested trace's span becomes its latency). The
-        bundle's raw evidence is checked against its recorded digests first (`verify=False`
-        only right after the bundle was written and hashed). The session is loaded, not
-        complete: readers see it once its analysis is committed (`replace_session_rows`), or
-        at once with `complete=True` (a caller that runs no analysis). `trace_source`: the
-        device trace to read instead of the bundle's copy (`aaco ingest` reads the original
-        while the copy is made)."""
-        graph = read_graph_dir(bundle.graph_dir)
-        with self.transaction() as con:
-            self._replace_session(con, bundle, verify, trace_source)
-            if complete:
-                _mark_complete(con, bundle.session_id)
-            for name, table in (derive(con) if derive else {}).items():
-                _insert(con, name, table)
-            counts = self._session_counts(con, bundle.session_id)
-            if graph is not None:
-                counts.update(self._replace_graph(con, graph))
-        return counts
-
     def replace_session_rows(
         self, session_id: str, tables: dict[str, pa.Table], *, complete: bool = False
     ) -> None:
@@ -260,15 +216,15 @@ class TraceLake:
         `complete=True` (the last analysis stage) also makes the session visible to readers."""
         with self.transaction() as con:
             for name, table in tables.items():
-                _delete_session_rows(con, name, [session_id])
-                _insert(con, name, table)
+                delete_session_rows(con, name, [session_id])
+                insert_rows(con, name, table)
             if complete:
-                _mark_complete(con, session_id)
+                mark_complete(con, session_id)
 
     def append_rows(self, name: str, table: pa.Table) -> None:
         """Append rows (for tables keyed by their own id, such as hardware_envelopes)."""
         with self.connect(write=True) as con:
-            _insert(con, name, table)
+            insert_rows(con, name, table)
 
     def session_states(self) -> dict[str, bool]:
         """{session_id: complete} of every session the TraceLake has rows of."""
@@ -283,7 +239,7 @@ class TraceLake:
         tables = [name for name, schema in TABLES.items() if "session_id" in schema.names]
         with self.transaction() as con:
             for name in tables:
-                _delete_session_rows(con, name, session_ids)
+                delete_session_rows(con, name, session_ids)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -313,58 +269,6 @@ class TraceLake:
             if check_blocks and ducklake.shared_lake() is None:  # DuckLake: Parquet files
                 refuse_missing_blocks(con, self.path)
             return _stored_version(con)
-
-    def _replace_session(
-        self, con, bundle: SessionBundle, verify: bool, trace_source: Path | None = None
-    ) -> None:
-        """The bundle's Parquet tables, then its device trace straight from the raw file."""
-        if not bundle.has_tables():
-            raise AacoInputError(
-                "session bundle has no collected tables",
-                path=bundle.path,
-                fix="materialize collected_traces for this session first",
-            )
-        if verify:
-            bundle.verify_evidence()
-        # A session loaded again is not complete until it is analysed again.
-        con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
-        for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            _delete_session_rows(con, table, [bundle.session_id])
-            source = bundle.table_path(table)
-            if source.exists():
-                con.execute(
-                    f"INSERT INTO {stored(table)} BY NAME SELECT * FROM read_parquet(?)",
-                    [str(source)],
-                ).fetchall()
-        trace = bundle.device_trace
-        if trace is not None:
-            source = trace_source or bundle.inside(trace["path"])
-            load_trace(con, source, bundle.session_id, iteration=trace["iteration"])
-        label_kernels(con, bundle.session_id)
-
-    def _session_counts(self, con, session_id: str) -> dict[str, int]:
-        counts = {}
-        for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
-            rows = sum(
-                con.execute(
-                    f"SELECT count(*) FROM {name} WHERE session_id = ?", [session_id]
-                ).fetchall()[0][0]
-                for name in stored_tables(table)
-            )
-            if rows or table in SESSION_TABLES:
-                counts[table] = rows
-        return counts
-
-    def _replace_graph(self, con, graph: dict[str, pa.Table]) -> dict[str, int]:
-        sha = graph["models"]["model_sha256"][0].as_py()
-        counts = {}
-        for table in ("models", *GRAPH_TABLES):
-            con.execute(f"DELETE FROM {table} WHERE model_sha256 = ?", [sha])
-            con.register("incoming", graph[table])
-            con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
-            con.unregister("incoming")
-            counts[table] = graph[table].num_rows
-        return counts
 
     @contextlib.contextmanager
     def _empty(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -478,20 +382,20 @@ def _release(held, key: Path) -> None:
         con.close()
 
 
-def _delete_session_rows(con, name: str, session_ids: list[str]) -> None:
+def delete_session_rows(con, name: str, session_ids: list[str]) -> None:
     """Every row of these sessions in a table of TABLES, in each table it is stored in."""
     for table in stored_tables(name):
         con.execute(f"DELETE FROM {table} WHERE session_id IN (SELECT unnest(?))", [session_ids])
 
 
-def _insert(con, name: str, table: pa.Table) -> None:
+def insert_rows(con, name: str, table: pa.Table) -> None:
     """Append Arrow rows to a TraceLake table, conformed to its schema."""
     con.register("incoming", conform(table, TABLES[name]))
     con.execute(f"INSERT INTO {stored(name)} BY NAME SELECT * FROM incoming")
     con.unregister("incoming")
 
 
-def _mark_complete(con, session_id: str) -> None:
+def mark_complete(con, session_id: str) -> None:
     con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [session_id])
     con.execute(
         "INSERT INTO completed_sessions VALUES (?, ?)",
@@ -506,18 +410,3 @@ def _stored_version(con) -> int | None:
     if not exists:
         return None
     return con.execute("SELECT max(version) FROM schema_info").fetchall()[0][0]
-
-
-def read_graph_dir(directory: Path) -> dict[str, pa.Table] | None:
-    """The graph tables saved by graph extraction (graph.json + nodes/edges Parquet), if any."""
-    if not (directory / "graph.json").is_file():
-        return None
-    summary = json.loads((directory / "graph.json").read_text())
-    model_row = {field.name: summary.get(field.name) for field in MODELS}
-    if isinstance(model_row["input_spec"], dict):
-        model_row["input_spec"] = json.dumps(model_row["input_spec"], sort_keys=True)
-    return {
-        "models": pa.Table.from_pylist([model_row], schema=MODELS),
-        "graph_nodes": conform(pq.read_table(directory / "nodes.parquet"), TABLES["graph_nodes"]),
-        "graph_edges": conform(pq.read_table(directory / "edges.parquet"), TABLES["graph_edges"]),
-    }

@@ -1,21 +1,13 @@
-"""The analysis stages of one session, reading and writing the TraceLake.
+"""Which hardware envelope judges a session, and the envelopes kept in the TraceLake.
 
-attribute     where the time went: node mapping, per-node / per-op breakdown, derived metrics
-envelope      the hardware envelope a session is judged against (session_envelope):
-              - a session measured here: the measured envelope of the target (reused while
-                the runtime fingerprint is unchanged, measured when there is none; one measured
-                while other work held the host's CPUs is measured again an hour later, and any
-                quiet one is preferred to it)
-              - a trace ingested from a GPU (target "external"): never this host's. The GPU
-                that ran most of its kernel time (its agent info: gfx arch, product name,
-                CUs) picks, in order, the newest envelope measured on that GPU model in this
-                TraceLake, else that GPU's datasheet (analysis.datasheets; stored with source
-                "datasheet" and its reference), else none: no roofline verdicts, and a note
-                that says why
-explain       roofline per node, each under the roof of its own data type (the graph's tensor
-              types, an integer GEMM the runtime ran, or a device kernel's name; fp32 when
-              none tells), hardware envelope utilization against the roof of the data type
-              carrying most of the session's FLOPs, evidence and the bottleneck
+- A session measured here: the measured envelope of the target (reused while the runtime
+  fingerprint is unchanged, measured when there is none; one measured while other work held the
+  host's CPUs is measured again an hour later, and any quiet one is preferred to it).
+- A trace ingested from a GPU (target "external"): never this host's. The GPU that ran most of
+  its kernel time (its agent info: gfx arch, product name, CUs) picks, in order, the newest
+  envelope measured on that GPU model in this TraceLake, else that GPU's datasheet
+  (analysis.datasheets; stored with source "datasheet" and its reference), else none: no
+  roofline verdicts, and a note that says why.
 """
 
 from __future__ import annotations
@@ -27,55 +19,20 @@ import secrets
 import time
 from dataclasses import dataclass
 
-import numpy as np
-import onnx
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from aaco_pipelines.analysis.attribution import attribute_session
-from aaco_pipelines.analysis.classification import BottleneckReport, classify_bottleneck
-from aaco_pipelines.analysis.datasheets import (
-    FALLBACK_DTYPE,
-    GpuAgent,
-    agent_arch,
-    kernel_dtype,
-    node_dtype,
-)
+from aaco_pipelines.analysis.datasheets import GpuAgent, agent_arch
 from aaco_pipelines.analysis.envelope import (
     CONTENDED_SHARE,
     HardwareEnvelope,
     datasheet_envelope,
     measure_envelope,
 )
-from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
-from aaco_pipelines.analysis.metrics import session_metrics
-from aaco_pipelines.analysis.roofline import EnvelopeUtilization, roofline_table
-from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
 
 EXTERNAL_TARGET = "external"  # the target of sessions ingested from a trace (aaco ingest)
-
-
-@reads_together
-def attribute(lake: TraceLake, bundle: SessionBundle) -> dict[str, pa.Table]:
-    """Attribute the session's kernels to ONNX nodes and derive its metrics; stored, returned."""
-    path = bundle.file("optimized_model.onnx")
-    optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
-    tables = attribute_session(lake, bundle.session_id, optimized)
-    kernels = tables.pop("kernels")
-    tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels)
-    lake.replace_session_rows(bundle.session_id, tables)
-    return tables
-
-
-def metrics_of(tables: dict[str, pa.Table]) -> dict[str, float]:
-    derived = tables["derived_metrics"]
-    return dict(zip(derived["metric"].to_pylist(), derived["value"].to_pylist(), strict=True))
-
-
-# --- hardware envelope ----------------------------------------------------------------------
 
 
 def save_envelope(
@@ -328,150 +285,3 @@ def session_envelope(
         "judged.",
         agent,
     )
-
-
-# --- roofline and bottleneck ----------------------------------------------------------------
-
-
-# The session's nodes with what tells their data type: the graph node's op and output types,
-# and the runtime ops that ran it (an integer GEMM ONNX Runtime fused in makes it int8).
-NODES_SQL = """
-WITH graph AS (
-    SELECT node_name, any_value(op_type) AS graph_op_type, any_value(output_dtypes) AS dtypes
-    FROM graph_nodes
-    WHERE model_sha256 = (SELECT model_sha256 FROM session_records WHERE session_id = $sid)
-    GROUP BY node_name
-),
-runtime AS (
-    SELECT onnx_node, list(DISTINCT runtime_op_type) AS runtime_ops FROM node_attribution
-    WHERE session_id = $sid AND onnx_node IS NOT NULL GROUP BY onnx_node
-)
-SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved, o.mean_ns AS time_ns,
-       g.graph_op_type, g.dtypes, r.runtime_ops
-FROM op_breakdown o
-LEFT JOIN graph g ON g.node_name = o.name
-LEFT JOIN runtime r ON r.onnx_node = o.name
-WHERE o.session_id = $sid AND o.level = 'node'
-"""
-UNMATCHED = "(unmatched) "  # how attribution names a runtime node or kernel with no graph node
-
-
-def node_dtypes(nodes: pa.Table) -> pa.Array:
-    """Each node's data type: the graph's (node_dtype) when it is a graph node, else the one
-    its kernel's name tells (kernel_dtype); null when neither says."""
-    dtypes = []
-    for name, op_type, graph_op, outputs, runtime_ops in zip(
-        nodes["onnx_node"].to_pylist(),
-        nodes["op_type"].to_pylist(),
-        nodes["graph_op_type"].to_pylist(),
-        nodes["dtypes"].to_pylist(),
-        nodes["runtime_ops"].to_pylist(),
-        strict=True,
-    ):
-        found = None
-        if graph_op is not None:
-            found = node_dtype(graph_op, outputs, runtime_ops or ())
-        elif name and name.startswith(UNMATCHED):
-            found = node_dtype(op_type, (), runtime_ops or ()) or kernel_dtype(
-                name[len(UNMATCHED) :]
-            )
-        dtypes.append(found)
-    return pa.array(dtypes, pa.string())
-
-
-def dtype_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Table:
-    """`nodes` (onnx_node, op_type, flops, bytes_moved, time_ns, dtype) on the roofline, each
-    under the GEMM roof of its own data type (roof_dtype: fp32 when its type has no peak in the
-    envelope). Without an envelope, only what needs none (intensity, achieved rates) is filled:
-    no roof, bound or utilization."""
-    if envelope is None:
-        unjudged = roofline_table(nodes, None)
-        return unjudged.append_column("roof_dtype", pa.nulls(nodes.num_rows, pa.string()))
-    dtypes = nodes["dtype"].to_pylist()
-    roofs = [envelope.roof_dtype(d) for d in dtypes]
-    order = pa.array(np.arange(nodes.num_rows))
-    parts = []
-    for roof in dict.fromkeys(roofs):
-        mask = pa.array([r == roof for r in roofs])
-        part = roofline_table(nodes.filter(mask), envelope.for_dtype(roof))
-        part = part.append_column("roof_dtype", pa.array([roof] * part.num_rows, pa.string()))
-        parts.append(part.append_column("_order", order.filter(mask)))
-    if not parts:
-        return roofline_table(nodes, envelope).append_column("roof_dtype", pa.nulls(0, pa.string()))
-    table = pa.concat_tables(parts).sort_by("_order")
-    return table.drop_columns(["_order"])
-
-
-def dominant_dtype(roofline: pa.Table) -> str:
-    """The roof data type carrying most of the session's known FLOPs (fp32 when none)."""
-    if roofline.num_rows == 0 or "roof_dtype" not in roofline.column_names:
-        return FALLBACK_DTYPE
-    flops: dict[str, float] = {}
-    for roof, value in zip(
-        roofline["roof_dtype"].to_pylist(), roofline["flops"].to_pylist(), strict=True
-    ):
-        if roof is not None and value:
-            flops[roof] = flops.get(roof, 0.0) + float(value)
-    return max(flops, key=flops.__getitem__) if flops else FALLBACK_DTYPE
-
-
-@reads_together
-def explain(
-    lake: TraceLake,
-    session_id: str,
-    metrics: dict[str, float],
-    envelope_id: str | None,
-    envelope: HardwareEnvelope | None,
-    *,
-    note: str | None = None,
-) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
-    """Place the session's ops on the roofline, each under its data type's roof, gather the
-    evidence and classify; stored. Without an envelope (`note` says why) nothing is judged
-    against a roof: no bound, utilization or intensity ratio, and the note is stored."""
-    nodes = lake.query(NODES_SQL, {"sid": session_id})
-    nodes = nodes.append_column("dtype", node_dtypes(nodes))
-    nodes = nodes.drop_columns(["graph_op_type", "dtypes", "runtime_ops"])
-    roofline = dtype_roofline(nodes, envelope)
-    roofline = roofline.append_column(
-        "session_id", pa.array([session_id] * roofline.num_rows, pa.string())
-    )
-    roofline = roofline.append_column(
-        "envelope_id", pa.array([envelope_id] * roofline.num_rows, pa.string())
-    )
-    if envelope is None:
-        utilization, ridge = None, 1.0  # no intensity ratio is formed without a utilization
-    else:
-        session_roof = envelope.for_dtype(dominant_dtype(roofline))
-        utilization = session_utilization(lake, session_id, metrics, session_roof)
-        ridge = session_roof.ridge_point()
-    evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
-    report = classify_bottleneck(evidence)
-    summary = report.to_dict()
-    row = {
-        "session_id": session_id,
-        "envelope_id": envelope_id,
-        "bottleneck": report.bottleneck,
-        "confidence": report.confidence,
-        "dominant_resource": utilization.dominant_resource if utilization else None,
-        "hardware_envelope_utilization": (
-            utilization.hardware_envelope_utilization if utilization else None
-        ),
-        "posterior_json": json.dumps(summary["posterior"]),
-        "evidence_json": json.dumps(summary["evidence"]),
-        "recommendations_json": json.dumps(summary["recommendations"]),
-        "envelope_source": envelope.source if envelope is not None else "none",
-        "envelope_note": note,
-    }
-    lake.replace_session_rows(
-        session_id,
-        {"roofline_points": roofline, "bottleneck_reports": pa.Table.from_pylist([row])},
-    )
-    return report, utilization
-
-
-def top_roofline_points(lake: TraceLake, session_id: str, limit: int = 10) -> pa.Table:
-    points = lake.query(
-        "SELECT * FROM roofline_points WHERE session_id = $sid ORDER BY time_ns DESC LIMIT $n",
-        {"sid": session_id, "n": limit},
-    )
-    return points.filter(pc.invert(pc.is_null(points["time_ns"])))

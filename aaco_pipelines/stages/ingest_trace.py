@@ -1,4 +1,4 @@
-"""`aaco ingest`: a trace collected elsewhere (a cluster node, a colleague's run) as a session.
+"""Ingest a trace (`aaco ingest`): a trace collected elsewhere (a cluster node, a colleague's run) as a session.
 
 The trace (a rocprofv3 output directory or file, a rocpd or RPD database, a rocprof v1
 results.csv; an ONNX Runtime profile beside it is used for attribution) is copied into an
@@ -33,11 +33,8 @@ from aaco_pipelines.errors import AacoInputError, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
 from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
-from aaco_pipelines.session_folders import (
-    clean_leftovers,
-    hold_session_folder,
-    release_session_folder,
-)
+from aaco_pipelines.session_folders import clean_leftovers, session_folder_held
+from aaco_pipelines.stages.load import load_session
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -56,7 +53,7 @@ def ingest_trace(
     """Build and publish the session bundle of an external trace and load it into the
     TraceLake, all or nothing: on any error neither the bundle nor any row remains.
     `complete=False` leaves the session invisible to readers until its analysis is committed
-    (the caller analyses it next, and holds it until then). `on_progress` hears each stage: a
+    (the caller analyses it next). `on_progress` hears each stage: a
     10^7-kernel trace takes tens of seconds."""
     say = on_progress or (lambda message: None)
     trace = trace.absolute()
@@ -73,42 +70,42 @@ def ingest_trace(
     final = paths.sessions / dt.date.today().isoformat() / session_id
     clean_leftovers(paths)
     staging.mkdir(parents=True)
-    hold_session_folder(staging, session_id)
     evidence = None
     try:
-        evidence = EvidenceCopy(trace, staging / "raw")
-        say(f"copying the {trace_format} trace into the session bundle ({evidence.mb} MB)")
-        version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
-        bundle = SessionBundle(final)
+        with session_folder_held(staging, session_id):
+            evidence = EvidenceCopy(trace, staging / "raw")
+            say(f"copying the {trace_format} trace into the session bundle ({evidence.mb} MB)")
+            version = _build(staging, trace, trace_format, paths, model, slug, name, session_id)
+            bundle = SessionBundle(final)
 
-        def publish(con) -> dict[str, pa.Table]:
-            """Once the rows are in, before they commit: the bundle complete and in place."""
-            tables = _span_tables(con, SessionBundle(staging), final, trace, version, trace_format)
-            record_evidence(staging, known=evidence.finish())
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(staging, final)
-            return tables
+            def publish(con) -> dict[str, pa.Table]:
+                """Once the rows are in, before they commit: the bundle complete and in place."""
+                tables = _span_tables(
+                    con, SessionBundle(staging), final, trace, version, trace_format
+                )
+                record_evidence(staging, known=evidence.finish())
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(staging, final)
+                return tables
 
-        say(f"loading session {session_id} into the TraceLake (the copy goes on beside it)")
-        TraceLake(paths.tracelake).ingest_session(
-            SessionBundle(staging),
-            derive=publish,
-            verify=False,  # hashed while copying
-            complete=complete,
-            trace_source=trace,  # read while the copy is made: the copy is checked against it
-        )
+            say(f"loading session {session_id} into the TraceLake (the copy goes on beside it)")
+            load_session(
+                TraceLake(paths.tracelake),
+                SessionBundle(staging),
+                derive=publish,
+                verify=False,  # hashed while copying
+                complete=complete,
+                trace_source=trace,  # read while the copy is made: checked against it
+            )
     except BaseException as exc:
         if evidence is not None:
             evidence.cancel()
-        release_session_folder(session_id)
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
         problem = out_of_space(exc, paths.home)
         if problem is not None:
             raise problem from exc
         raise
-    if complete:
-        release_session_folder(session_id)
     return bundle
 
 
@@ -262,7 +259,7 @@ def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:
     loads the weights, and they must never be loaded into the aaco process (a 7B model's 13 GB)."""
     code = (
         "import sys; from pathlib import Path; "
-        "from aaco_pipelines.ingest import _derive_here; _derive_here(Path(sys.argv[1]), Path(sys.argv[2]))"
+        "from aaco_pipelines.stages.ingest_trace import _derive_here; _derive_here(Path(sys.argv[1]), Path(sys.argv[2]))"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, str(model), str(target)], capture_output=True, text=True
@@ -280,7 +277,7 @@ def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:
 def _derive_here(model: Path, target: Path) -> None:
     import onnxruntime as ort
 
-    from aaco_pipelines.execution.measuring_process import create_session
+    from aaco_pipelines.execution.ort_session import create_session
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -319,7 +316,7 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
         "model_name": name or (version.name if version else slug),
         "model_slug": slug,
         "model_sha256": version.sha256 if version else None,
-        "target": "external",  # analysis.session.EXTERNAL_TARGET: judged against its GPU
+        "target": "external",  # analysis.envelope_choice.EXTERNAL_TARGET: judged against its GPU
         "started_at": now,
         "finished_at": now,
         "trace_source": trace_format,
@@ -333,7 +330,7 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
 def _gpu_agents(con, session_id: str) -> list[dict]:
     """The trace's GPU agents as its agent info names them (gfx target, product, CUs, clock)
     and the kernel time each ran: the GPU the session is judged against is among them
-    (analysis.session.session_gpu), never this host."""
+    (analysis.envelope_choice.session_gpu), never this host."""
     rows = con.execute(
         "WITH busy AS (SELECT device_id, sum(duration_ns) AS kernel_ns FROM kernel_events "
         "  WHERE session_id = $sid AND category = 'Kernel' GROUP BY device_id) "

@@ -1,0 +1,20 @@
+"""The pipeline: one module per stage, each doing its stage's whole job (compute, store, hold
+the session folder while it works) and returning a small result.
+
+In order, for one session:
+
+    prepare       (onnx_graph)          the model frozen at its content hash, its graph extracted
+    measure       (benchmark_run)       one isolated, measured session: the raw evidence bundle
+    collect       (collected_traces)    the bundle's evidence parsed into TraceLake tables
+    load          (tracelake_session)   those tables and the device trace in one transaction
+    attribute     (kernel_attribution)  kernel time per ONNX node and op type, derived metrics
+    diagnose      (bottleneck_report)   the envelope it is judged against, roofline, bottleneck
+    judge_drift   (performance_drift)   each metric's history and the verdict; the session is
+                                        complete (visible to readers) when it commits
+
+and beside them `calibrate` (hardware_envelope), `review_night` (nightly_review) and
+`ingest_trace` (`aaco ingest`: a trace collected elsewhere, up to `load`). `runner` calls the
+same functions in order for `aaco run`, `aaco ingest` and the benchmarks; the Dagster assets
+call them one each. Stages may import everything below them (analysis, governance, producers,
+storage); nothing below imports a stage.
+"""

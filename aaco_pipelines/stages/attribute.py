@@ -1,0 +1,52 @@
+"""Attribute (kernel_attribution): where a session's kernel time went.
+
+Every kernel mapped to the ONNX node(s) it executes (fused kernels split by FLOP share,
+unmatched kernels reported), time broken down per node and op type, and the derived metrics
+(launch tax, device active ratio, kernel amplification, fragmentation, microkernel share).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import onnx
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from aaco_pipelines.analysis.attribution import attribute_session
+from aaco_pipelines.analysis.metrics import session_metrics
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+@dataclass(frozen=True)
+class Attribution:
+    session_id: str
+    tables: dict[str, pa.Table]  # node_attribution, op_breakdown, derived_metrics (as stored)
+    metrics: dict[str, float]  # derived metric -> value
+
+    @property
+    def unmatched(self) -> pa.Table:
+        """The op_breakdown rows of kernels and runtime nodes no graph node explains."""
+        breakdown = self.tables["op_breakdown"]
+        return breakdown.filter(
+            pc.and_(
+                pc.equal(breakdown["level"], "node"),
+                pc.starts_with(breakdown["name"], "(unmatched)"),
+            )
+        )
+
+
+def attribute(lake: TraceLake, bundle: SessionBundle) -> Attribution:
+    """Attribute the session's kernels to ONNX nodes and derive its metrics; stored."""
+    with session_folder_held(bundle.path, bundle.session_id), lake.reading():
+        path = bundle.file("optimized_model.onnx")
+        optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
+        tables = attribute_session(lake, bundle.session_id, optimized)
+        kernels = tables.pop("kernels")
+        tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels)
+        lake.replace_session_rows(bundle.session_id, tables)
+    derived = tables["derived_metrics"]
+    metrics = dict(zip(derived["metric"].to_pylist(), derived["value"].to_pylist(), strict=True))
+    return Attribution(bundle.session_id, tables, metrics)

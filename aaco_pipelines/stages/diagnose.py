@@ -1,0 +1,105 @@
+"""Diagnose (bottleneck_report): what limits a session, with the evidence.
+
+The envelope it is judged against (analysis.envelope_choice: this host's measured one, or for
+an ingested trace its GPU's, else none), every node on the roofline under its own data type's
+roof, the hardware envelope utilization, and the bottleneck (launch-, CPU-, memory-,
+compute-bound, throttled or balanced) by a Bayesian combination of the evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from aaco_pipelines.analysis.classification import BottleneckReport, classify_bottleneck
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.envelope_choice import EnvelopeChoice, session_envelope
+from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
+from aaco_pipelines.analysis.roofline import (
+    EnvelopeUtilization,
+    dominant_dtype,
+    dtype_roofline,
+    node_dtypes,
+)
+from aaco_pipelines.tracelake.queries import roofline_nodes, roofline_points, top_roofline_points
+from aaco_pipelines.tracelake.store import TraceLake, reads_together
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    session_id: str
+    choice: EnvelopeChoice  # the envelope it was judged against, or why none
+    report: BottleneckReport
+    utilization: EnvelopeUtilization | None  # None without an envelope
+    top_points: list[dict]  # the slowest roofline points, slowest first
+    roofline_points: pa.Table | None  # every point, when there is a roof to draw them under
+
+
+def diagnose(
+    lake: TraceLake, session_id: str, metrics: dict[str, float], target: str = "cpu"
+) -> Diagnosis:
+    """Choose the envelope, place the ops on its roofline and classify; stored."""
+    with lake.reading():  # the reads after explain's write share one open of the lake
+        choice = session_envelope(lake, session_id, target)
+        report, utilization = explain(
+            lake, session_id, metrics, choice.envelope_id, choice.envelope, note=choice.note
+        )
+        top = top_roofline_points(lake, session_id).to_pylist()
+        points = roofline_points(lake, session_id) if choice.envelope is not None else None
+    return Diagnosis(session_id, choice, report, utilization, top, points)
+
+
+@reads_together
+def explain(
+    lake: TraceLake,
+    session_id: str,
+    metrics: dict[str, float],
+    envelope_id: str | None,
+    envelope: HardwareEnvelope | None,
+    *,
+    note: str | None = None,
+) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
+    """Place the session's ops on the roofline, each under its data type's roof, gather the
+    evidence and classify; stored. Without an envelope (`note` says why) nothing is judged
+    against a roof: no bound, utilization or intensity ratio, and the note is stored."""
+    nodes = roofline_nodes(lake, session_id)
+    nodes = nodes.append_column("dtype", node_dtypes(nodes))
+    nodes = nodes.drop_columns(["graph_op_type", "dtypes", "runtime_ops"])
+    roofline = dtype_roofline(nodes, envelope)
+    roofline = roofline.append_column(
+        "session_id", pa.array([session_id] * roofline.num_rows, pa.string())
+    )
+    roofline = roofline.append_column(
+        "envelope_id", pa.array([envelope_id] * roofline.num_rows, pa.string())
+    )
+    if envelope is None:
+        utilization, ridge = None, 1.0  # no intensity ratio is formed without a utilization
+    else:
+        session_roof = envelope.for_dtype(dominant_dtype(roofline))
+        utilization = session_utilization(lake, session_id, metrics, session_roof)
+        ridge = session_roof.ridge_point()
+    evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
+    report = classify_bottleneck(evidence)
+    summary = report.to_dict()
+    row = {
+        "session_id": session_id,
+        "envelope_id": envelope_id,
+        "bottleneck": report.bottleneck,
+        "confidence": report.confidence,
+        "dominant_resource": utilization.dominant_resource if utilization else None,
+        "hardware_envelope_utilization": (
+            utilization.hardware_envelope_utilization if utilization else None
+        ),
+        "posterior_json": json.dumps(summary["posterior"]),
+        "evidence_json": json.dumps(summary["evidence"]),
+        "recommendations_json": json.dumps(summary["recommendations"]),
+        "envelope_source": envelope.source if envelope is not None else "none",
+        "envelope_note": note,
+    }
+    lake.replace_session_rows(
+        session_id,
+        {"roofline_points": roofline, "bottleneck_reports": pa.Table.from_pylist([row])},
+    )
+    return report, utilization

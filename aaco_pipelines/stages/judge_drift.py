@@ -1,0 +1,72 @@
+"""Judge drift (performance_drift): each metric's history and the verdict on the new session.
+
+One point per session of the model and target, with model version and runtime change markers;
+the newest session judged regression, improvement, no change or insufficient history, with
+effect size and interval (governance.series). Its verdicts and the session's completion commit
+together: from then on readers see the session. A confirmed regression of a gated metric also
+gets the CI gate's verdict: what changed, the ranked suspects and a recommendation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.gate import gate_verdict
+from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
+from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+@dataclass(frozen=True)
+class DriftJudgement:
+    session_id: str
+    verdicts: list[dict]  # one drift_verdicts row per metric
+    gate: dict | None  # the gate's verdict, when a gated metric regressed and there is history
+
+    @property
+    def regressions(self) -> list[dict]:
+        """Confirmed regressions of the gated metrics (p50, p99, throughput)."""
+        return [
+            v
+            for v in self.verdicts
+            if v["metric"] in GATED_METRICS and v["verdict"] == "regression"
+        ]
+
+    @property
+    def gated(self) -> dict[str, str]:
+        """{gated metric: verdict}."""
+        return {v["metric"]: v["verdict"] for v in self.verdicts if v["metric"] in GATED_METRICS}
+
+    @property
+    def by_metric(self) -> dict[str, str]:
+        return {v["metric"]: v["verdict"] for v in self.verdicts}
+
+    def series(self, metric: str) -> dict:
+        """A metric's history as judged: session ids, values and change markers."""
+        row = next(v for v in self.verdicts if v["metric"] == metric)
+        return json.loads(row["series_json"])
+
+
+def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
+    """Judge the session against its model's history on its target; stored, and the session
+    made complete."""
+    session_id = bundle.session_id
+    with session_folder_held(bundle.path, session_id):
+        rows = drift_rows(lake, bundle.session["model_slug"], session_id)
+        lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
+    judgement = DriftJudgement(session_id, rows.to_pylist(), None)
+    if not judgement.regressions:
+        return judgement
+    return DriftJudgement(session_id, judgement.verdicts, _gate(lake, session_id))
+
+
+def _gate(lake: TraceLake, session_id: str) -> dict | None:
+    """What changed, for a regression: the CI gate's verdict against the model's pinned
+    baseline or its previous sessions."""
+    try:
+        return gate_verdict(lake, session_id).to_dict()
+    except AacoInputError:
+        return None  # no earlier session of this model and target to compare with

@@ -1,0 +1,156 @@
+"""Load (tracelake_session): a collected session into the TraceLake, in one transaction.
+
+Its Parquet tables, its device trace read straight from the raw file (collectors.traces), its
+kernels labelled by family, and its model's graph. Loading a session again replaces it, never
+doubles it. A loaded session is not complete: readers see it once its analysis commits, or at
+once with `complete=True` (a caller that runs no analysis).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.collectors.traces import label_kernels, load_trace
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.tracelake.queries import generation_quality, session_quality
+from aaco_pipelines.tracelake.schema import MODELS, TABLES, conform, stored, stored_tables
+from aaco_pipelines.tracelake.store import (
+    TraceLake,
+    delete_session_rows,
+    insert_rows,
+    mark_complete,
+)
+
+SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
+# Only sessions traced by a GPU profiler have device-trace tables; only generation sessions
+# have requests and steps.
+OPTIONAL_SESSION_TABLES = (
+    "api_calls", "memory_copies", "counters", "agents",
+    "requests", "generation_steps", "generation_metrics",
+)  # fmt: skip
+GRAPH_TABLES = ("graph_nodes", "graph_edges")
+
+
+@dataclass(frozen=True)
+class LoadedSession:
+    session_id: str
+    row_counts: dict[str, int]  # rows of the session (and its graph) per table
+    quality: dict  # tracelake.queries.session_quality: did every iteration land, once
+    generation_quality: dict  # tracelake.queries.generation_quality (batches 0: forward)
+
+
+def load(lake: TraceLake, bundle: SessionBundle, *, complete: bool = False) -> LoadedSession:
+    """Load the session, then read back whether it landed whole."""
+    with session_folder_held(bundle.path, bundle.session_id):
+        counts = load_session(lake, bundle, complete=complete)
+    with lake.reading():  # one open of the lake for both
+        quality = session_quality(lake, bundle.session_id)
+        generation = generation_quality(lake, bundle.session_id)
+    return LoadedSession(bundle.session_id, counts, quality, generation)
+
+
+def load_session(
+    lake: TraceLake,
+    bundle: SessionBundle,
+    derive: Callable[[duckdb.DuckDBPyConnection], dict[str, pa.Table]] | None = None,
+    *,
+    verify: bool = True,
+    complete: bool = False,
+    trace_source: Path | None = None,
+) -> dict[str, int]:
+    """Load one session and its model graph in a single transaction, replacing any earlier
+    load of the same session. `derive` returns rows to add that depend on the loaded ones (an
+    ingested trace's span becomes its latency). The bundle's raw evidence is checked against
+    its recorded digests first (`verify=False` only right after the bundle was written and
+    hashed). `trace_source`: the device trace to read instead of the bundle's copy (`aaco
+    ingest` reads the original while the copy is made)."""
+    graph = read_graph_dir(bundle.graph_dir)
+    with lake.transaction() as con:
+        _replace_session(con, bundle, verify, trace_source)
+        if complete:
+            mark_complete(con, bundle.session_id)
+        for name, table in (derive(con) if derive else {}).items():
+            insert_rows(con, name, table)
+        counts = _session_counts(con, bundle.session_id)
+        if graph is not None:
+            counts.update(_replace_graph(con, graph))
+    return counts
+
+
+def _replace_session(
+    con, bundle: SessionBundle, verify: bool, trace_source: Path | None = None
+) -> None:
+    """The bundle's Parquet tables, then its device trace straight from the raw file."""
+    if not bundle.has_tables():
+        raise AacoInputError(
+            "session bundle has no collected tables",
+            path=bundle.path,
+            fix="materialize collected_traces for this session first",
+        )
+    if verify:
+        bundle.verify_evidence()
+    # A session loaded again is not complete until it is analysed again.
+    con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
+    for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
+        delete_session_rows(con, table, [bundle.session_id])
+        source = bundle.table_path(table)
+        if source.exists():
+            con.execute(
+                f"INSERT INTO {stored(table)} BY NAME SELECT * FROM read_parquet(?)",
+                [str(source)],
+            ).fetchall()
+    trace = bundle.device_trace
+    if trace is not None:
+        source = trace_source or bundle.inside(trace["path"])
+        load_trace(con, source, bundle.session_id, iteration=trace["iteration"])
+    label_kernels(con, bundle.session_id)
+
+
+def _session_counts(con, session_id: str) -> dict[str, int]:
+    counts = {}
+    for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
+        rows = sum(
+            con.execute(
+                f"SELECT count(*) FROM {name} WHERE session_id = ?", [session_id]
+            ).fetchall()[0][0]
+            for name in stored_tables(table)
+        )
+        if rows or table in SESSION_TABLES:
+            counts[table] = rows
+    return counts
+
+
+def _replace_graph(con, graph: dict[str, pa.Table]) -> dict[str, int]:
+    sha = graph["models"]["model_sha256"][0].as_py()
+    counts = {}
+    for table in ("models", *GRAPH_TABLES):
+        con.execute(f"DELETE FROM {table} WHERE model_sha256 = ?", [sha])
+        con.register("incoming", graph[table])
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM incoming")
+        con.unregister("incoming")
+        counts[table] = graph[table].num_rows
+    return counts
+
+
+def read_graph_dir(directory: Path) -> dict[str, pa.Table] | None:
+    """The graph tables saved by graph extraction (graph.json + nodes/edges Parquet), if any."""
+    if not (directory / "graph.json").is_file():
+        return None
+    summary = json.loads((directory / "graph.json").read_text())
+    model_row = {field.name: summary.get(field.name) for field in MODELS}
+    if isinstance(model_row["input_spec"], dict):
+        model_row["input_spec"] = json.dumps(model_row["input_spec"], sort_keys=True)
+    return {
+        "models": pa.Table.from_pylist([model_row], schema=MODELS),
+        "graph_nodes": conform(pq.read_table(directory / "nodes.parquet"), TABLES["graph_nodes"]),
+        "graph_edges": conform(pq.read_table(directory / "edges.parquet"), TABLES["graph_edges"]),
+    }

@@ -1,0 +1,89 @@
+"""The stages in order, without Dagster: `aaco run`, `aaco ingest` and the benchmarks.
+
+The Dagster assets call the same stage functions one by one (each its own asset, with its own
+metadata); here they run back to back in one process. The session becomes visible to readers
+only when every stage asked for is done; a failure or a stop signal on the way moves the bundle
+to failed/ and removes its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.registry.scan import RegisteredModel
+from aaco_pipelines.session_folders import quarantine_on_failure
+from aaco_pipelines.stages.attribute import attribute
+from aaco_pipelines.stages.collect import collect
+from aaco_pipelines.stages.diagnose import diagnose
+from aaco_pipelines.stages.ingest_trace import ingest_trace
+from aaco_pipelines.stages.judge_drift import judge_drift
+from aaco_pipelines.stages.load import load
+from aaco_pipelines.stages.measure import MeasureOptions, measure
+from aaco_pipelines.stages.prepare import prepare
+from aaco_pipelines.tracelake.store import TraceLake
+
+Progress = Callable[[str], None]
+
+
+def measure_model(
+    model: RegisteredModel,
+    paths: AacoPaths,
+    options: MeasureOptions | None = None,
+    on_progress: Progress | None = None,
+    analyze: bool = False,
+) -> SessionBundle:
+    """prepare → measure → collect → load for one registered model, ending with the session in
+    the TraceLake; `analyze=True` also attributes, diagnoses and judges its drift."""
+    say = on_progress or (lambda message: None)
+    options = options or MeasureOptions()
+    version, _graph = prepare(model, paths)
+    bundle = measure(version, paths, options, on_progress).bundle
+    lake = TraceLake(paths.tracelake)
+    with quarantine_on_failure(bundle.path, paths, lake):
+        say("collecting the session's tables and loading them into the TraceLake")
+        collect(bundle)
+        load(lake, bundle, complete=not analyze)
+        if analyze:
+            say("analysing (a new runtime first measures its hardware envelope)")
+            analyze_session(bundle, paths, options.target)
+    return bundle
+
+
+def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:
+    """attribute → diagnose → judge drift for a loaded session; its headline findings."""
+    lake = TraceLake(paths.tracelake)
+    attribution = attribute(lake, bundle)
+    # A trace ingested from a GPU is judged against that GPU, never against this host.
+    diagnosis = diagnose(lake, bundle.session_id, attribution.metrics, target)
+    drift = judge_drift(lake, bundle)
+    utilization = diagnosis.utilization
+    return {
+        "bottleneck": diagnosis.report.bottleneck,
+        "confidence": diagnosis.report.confidence,
+        "envelope_source": diagnosis.choice.source,
+        "envelope_note": diagnosis.choice.note,
+        "hardware_envelope_utilization": (
+            utilization.hardware_envelope_utilization if utilization else None
+        ),
+        "verdicts": drift.by_metric,
+    }
+
+
+def ingest_and_analyze(
+    trace: Path,
+    paths: AacoPaths,
+    *,
+    model: Path | None = None,
+    name: str | None = None,
+    on_progress: Progress | None = None,
+) -> tuple[SessionBundle, dict]:
+    """A trace collected elsewhere as a session (ingest_trace), then analysed like a measured
+    one; it becomes visible once analysed, and on a failure neither bundle nor rows remain."""
+    say = on_progress or (lambda message: None)
+    bundle = ingest_trace(trace, paths, model=model, name=name, complete=False, on_progress=say)
+    say("analysing: attribution, bottleneck, drift")
+    with quarantine_on_failure(bundle.path, paths, TraceLake(paths.tracelake)):
+        return bundle, analyze_session(bundle, paths)
