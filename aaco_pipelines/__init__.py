@@ -1,3 +1,16 @@
-"""AACO Pipelines: a performance observatory for AI inference (domain library, no Dagster here)."""
+"""AACO Pipelines: a performance observatory for AI inference (the domain library).
+
+Layers, bottom to top; a module imports its own layer and those below, never above, never in a
+circle (tests/test_import_graph.py checks it):
+
+    foundation  config, errors, sql, stopping, address_space, bundle (the session bundle format)
+    storage     tracelake/        the DuckDB TraceLake: schema, writer, named queries
+    producers   registry/ graph/ execution/ collectors/ llm/ session_folders
+    readers     analysis/ governance/
+    stages      stages/           the pipeline, one module per asset, and its runner
+    surfaces    report/ cli/ doctor, instance/ and definitions (with assets/ resources/ sensors/)
+
+No Dagster here but in definitions.py and instance/.
+"""
 
 __version__ = "0.1.0"

@@ -211,7 +211,7 @@ def cmd_run(args, paths: AacoPaths) -> int:
     from aaco_pipelines.execution.runner import RunnerLimits
     from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
     from aaco_pipelines.stages.measure import MeasureOptions
-    from aaco_pipelines.stages.runner import measure_model
+    from aaco_pipelines.stages.pipeline import measure_model
 
     if args.iterations is not None and args.iterations < 1:
         raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
@@ -270,7 +270,9 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     )
     say("analysing: attribution, bottleneck, drift")
     from aaco_pipelines.session_folders import quarantine_on_failure
-    from aaco_pipelines.stages.runner import analyze_session  # the analysis stack: imported for it
+    from aaco_pipelines.stages.pipeline import (
+        analyze_session,  # the analysis stack: imported for it
+    )
     from aaco_pipelines.tracelake.store import TraceLake
 
     with quarantine_on_failure(bundle.path, paths, TraceLake(paths.tracelake)):

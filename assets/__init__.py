@@ -1,4 +1,9 @@
-"""Dagster software-defined assets, one module per stage; thin wrappers over aaco_pipelines."""
+"""Dagster software-defined assets (surfaces): one module per stage of aaco_pipelines.stages.
+
+Each asset reads as: get its inputs (upstream records, resources, the partition) → call its
+one stage → describe the stage's result (metadata, plots, asset check results). Computation,
+storage and locking are the stage's; an asset runs no SQL.
+"""
 
 from assets.attribution import kernel_attribution
 from assets.benchmark import benchmark_run

@@ -22,7 +22,7 @@ from aaco_pipelines.llm.workload import Curves
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import llama_decoder, zoo_sidecar
 from aaco_pipelines.report.plots import generation_curves, token_latencies
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 FIGURES = ("ttft_p50_ns", "ttft_p99_ns", "tpot_p50_ns", "tpot_p99_ns", "itl_p99_ns",

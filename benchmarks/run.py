@@ -31,7 +31,7 @@ from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.registry.zoo import build_zoo
 from aaco_pipelines.stages.measure import MeasureOptions
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -20,7 +20,7 @@ from aaco_pipelines.governance.baselines import (
     pinned_baseline,
 )
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -14,7 +14,7 @@ from aaco_pipelines.analysis.envelope_choice import current_envelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import build_zoo
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -19,7 +19,7 @@ from aaco_pipelines.llm.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 from aaco_pipelines.registry.zoo import llama_decoder
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.store import TraceLake
 from assets import (

@@ -31,7 +31,7 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.session_folders import clean_leftovers
 from aaco_pipelines.stages.load import load_session
-from aaco_pipelines.stages.runner import analyze_session, measure_model
+from aaco_pipelines.stages.pipeline import analyze_session, measure_model
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
 from aaco_pipelines.tracelake.store import TraceLake

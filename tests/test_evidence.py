@@ -23,7 +23,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 SAMPLE = "sllm_r9700_decode_attn_564735_kernel_trace.csv"

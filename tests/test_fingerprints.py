@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.fingerprints import (
+from aaco_pipelines.collectors.kernel_families import (
     FAMILIES,
     PATTERNS,
     family_table_markdown,

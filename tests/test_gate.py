@@ -15,7 +15,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import create_baseline
 from aaco_pipelines.governance.gate import gate_verdict, severity
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 

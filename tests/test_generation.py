@@ -26,7 +26,7 @@ from aaco_pipelines.llm.workload import Curves, GenerationWorkload, ServiceLevel
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
 from aaco_pipelines.registry.zoo import llama_decoder
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.queries import generation_quality
 from aaco_pipelines.tracelake.store import TraceLake
 

@@ -35,7 +35,7 @@ from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.stages.ingest_trace import ingest_trace
-from aaco_pipelines.stages.runner import analyze_session
+from aaco_pipelines.stages.pipeline import analyze_session
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -381,7 +381,7 @@ def test_a_gpu_host_names_its_gpu_from_the_kfd_topology(tmp_path):
 
 def test_a_cpu_session_keeps_this_hosts_measured_envelope(aaco_paths, fast_options, monkeypatch):
     from aaco_pipelines.registry.scan import registered_model
-    from aaco_pipelines.stages.runner import measure_model
+    from aaco_pipelines.stages.pipeline import measure_model
 
     monkeypatch.setattr(
         envelope_choice,

@@ -9,7 +9,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.runner import device_tracer, worker_plan
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session
-from aaco_pipelines.stages.runner import analyze_session
+from aaco_pipelines.stages.pipeline import analyze_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 SAMPLES = SHARED / "samples" / "profilers"

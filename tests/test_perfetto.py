@@ -17,7 +17,7 @@ from aaco_pipelines.report import perfetto, perfetto_proto
 from aaco_pipelines.report.perfetto import PHASES, clock_origins, export_perfetto, write_perfetto
 from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
 from aaco_pipelines.stages.ingest_trace import ingest_trace
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"

@@ -21,7 +21,7 @@ from aaco_pipelines.analysis.coverage import (
 )
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 CORPUS = Path(__file__).parent / "data" / "real_models"

@@ -31,7 +31,7 @@ from aaco_pipelines.report.content import metric_meanings, render_json
 from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.report.summary import median_interval
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.root_cause import PRIORS, RootCauseParams, explain_change
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.attribute import attribute
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

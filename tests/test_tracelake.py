@@ -18,7 +18,7 @@ from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.collect import collect
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session
-from aaco_pipelines.stages.runner import measure_model
+from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.analysis.fingerprints import kernel_families
+from aaco_pipelines.collectors.kernel_families import kernel_families
 
 CONFIDENCE = {
     "ort_parent": 1.0,

@@ -33,7 +33,6 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from aaco_pipelines.analysis.fingerprints import kernel_families
 from aaco_pipelines.collectors import (
     rocpd,
     rocprof_v1,
@@ -42,6 +41,7 @@ from aaco_pipelines.collectors import (
     rpd,
     trace_paths,
 )
+from aaco_pipelines.collectors.kernel_families import kernel_families
 from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal

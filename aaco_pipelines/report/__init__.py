@@ -1,1 +1,2 @@
-"""Presenting results: Markdown for the Dagster UI (HTML reports and trace export come later)."""
+"""Presenting results (surfaces): the HTML and Markdown session reports, plots, Markdown tables
+for the Dagster UI, Perfetto export. May import every layer below."""

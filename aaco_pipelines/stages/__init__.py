@@ -13,8 +13,8 @@ In order, for one session:
                                         complete (visible to readers) when it commits
 
 and beside them `calibrate` (hardware_envelope), `review_night` (nightly_review) and
-`ingest_trace` (`aaco ingest`: a trace collected elsewhere, up to `load`). `runner` calls the
-same functions in order for `aaco run`, `aaco ingest` and the benchmarks; the Dagster assets
+`ingest_trace` (`aaco ingest`: a trace collected elsewhere, up to `load`). `pipeline` calls
+the same functions in order for `aaco run`, `aaco ingest` and the benchmarks; the Dagster assets
 call them one each. Stages may import everything below them (analysis, governance, producers,
 storage); nothing below imports a stage.
 """

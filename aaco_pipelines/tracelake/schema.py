@@ -132,7 +132,10 @@ KERNEL_EVENTS = pa.schema(
         ("queue_id", _i64),
         ("correlation_id", _i64),
         # v3: device dispatch details (GPU traces; null on the CPU provider)
-        ("kernel_family", _str),  # gemm | convolution | attention | ... (analysis.fingerprints)
+        (
+            "kernel_family",
+            _str,
+        ),  # gemm | convolution | attention | ... (collectors.kernel_families)
         ("dispatch_id", _i64),
         ("stream_id", _i64),
         ("process_id", _i64),
@@ -420,7 +423,7 @@ BASELINES = pa.schema(
     ]
 )
 
-# The family of every kernel name the lake has seen (analysis.fingerprints): kernels are
+# The family of every kernel name the lake has seen (collectors.kernel_families): kernels are
 # labelled per distinct name after loading, not per row while loading, so a ten-million-kernel
 # trace loads in one parallel pass. Read families through the KERNEL_EVENTS_WITH_FAMILY view.
 KERNEL_SYMBOLS = pa.schema(

@@ -1,0 +1,196 @@
+"""The project's layers, checked over its `import` statements (`ast`, nothing is imported).
+
+Bottom to top (README, "Architecture"): foundation → storage → producers → readers → stages →
+surfaces. An import goes down or stays in its layer, never up, except the few in UPWARD_ALLOWED,
+each with its reason in the module that makes it; and no import closes a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGES = ("aaco_pipelines", "assets", "resources", "sensors")
+
+# (module prefix, layer); the longest matching prefix decides.
+LAYERS = {
+    "aaco_pipelines": 0,
+    "aaco_pipelines.config": 0,
+    "aaco_pipelines.errors": 0,
+    "aaco_pipelines.sql": 0,
+    "aaco_pipelines.stopping": 0,
+    "aaco_pipelines.address_space": 0,
+    "aaco_pipelines.bundle": 0,
+    "aaco_pipelines.tracelake": 1,
+    "aaco_pipelines.registry": 2,
+    "aaco_pipelines.graph": 2,
+    "aaco_pipelines.execution": 2,
+    "aaco_pipelines.collectors": 2,
+    "aaco_pipelines.llm": 2,
+    "aaco_pipelines.session_folders": 2,
+    "aaco_pipelines.analysis": 3,
+    "aaco_pipelines.governance": 3,
+    "aaco_pipelines.stages": 4,
+    "aaco_pipelines.report": 5,
+    "aaco_pipelines.cli": 5,
+    "aaco_pipelines.doctor": 5,
+    "aaco_pipelines.instance": 5,
+    "aaco_pipelines.definitions": 5,
+    "assets": 5,
+    "resources": 5,
+    "sensors": 5,
+}
+LAYER_NAMES = ("foundation", "storage", "producers", "readers", "stages", "surfaces")
+
+# Imports that point up a layer, each (importer, imported) with its reason stated where made.
+UPWARD_ALLOWED: set[tuple[str, str]] = set()
+
+# Only these modules of the domain library may import Dagster (the rest is usable without it).
+DAGSTER_ALLOWED = ("aaco_pipelines.definitions", "aaco_pipelines.instance")
+
+
+def project_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            modules[".".join(parts)] = path
+    return modules
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """Every dotted name an import statement of the module names (relative ones resolved)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: project modules it imports}: a name counts as its longest project module."""
+    modules = project_modules()
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    return {
+        module: {
+            o for name in imported_names(module, path) if (o := owner(name)) not in (None, module)
+        }
+        for module, path in modules.items()
+    }
+
+
+def layer(module: str) -> int:
+    prefixes = [p for p in LAYERS if module == p or module.startswith(p + ".")]
+    if not prefixes:
+        raise AssertionError(f"{module} has no layer: add it to LAYERS (and README)")
+    return LAYERS[max(prefixes, key=len)]
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(m, i) for m, imports in graph.items() for i in imports if layer(i) > layer(m)}
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    return import_graph()
+
+
+def test_no_module_imports_in_a_circle(graph):
+    assert cycles(graph) == []
+
+
+def test_imports_point_down_the_layers(graph):
+    unexpected = sorted(upward_imports(graph) - UPWARD_ALLOWED)
+    described = [
+        f"{m} ({LAYER_NAMES[layer(m)]}) imports {i} ({LAYER_NAMES[layer(i)]})"
+        for m, i in unexpected
+    ]
+    assert described == []
+
+
+def test_the_allowed_upward_imports_are_few_and_still_there(graph):
+    assert len(UPWARD_ALLOWED) <= 5
+    assert UPWARD_ALLOWED <= upward_imports(graph), "an allowed import is gone: drop it here"
+
+
+def test_the_domain_library_imports_no_dagster():
+    offenders = [
+        module
+        for module, path in project_modules().items()
+        if module.startswith("aaco_pipelines")
+        and not module.startswith(DAGSTER_ALLOWED)
+        and any(n == "dagster" or n.startswith("dagster") for n in imported_names(module, path))
+    ]
+    assert offenders == []
+
+
+def test_the_checks_catch_a_cycle_and_an_upward_import():
+    """The checks themselves: a cycle and an upward edge planted in a copy of the graph."""
+    planted = {
+        "aaco_pipelines.tracelake.store": {"aaco_pipelines.analysis.attribution"},
+        "aaco_pipelines.analysis.attribution": {"aaco_pipelines.tracelake.store"},
+    }
+    assert cycles(planted) == [sorted(planted)]
+    assert upward_imports(planted) == {
+        ("aaco_pipelines.tracelake.store", "aaco_pipelines.analysis.attribution")
+    }
