@@ -1,8 +1,41 @@
-"""Named TraceLake queries, so SQL about sessions lives in one place."""
+"""Named TraceLake queries, so SQL about sessions lives in one place (the `aaco` command line
+runs none of its own: its queries are here)."""
 
 from __future__ import annotations
 
+from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
+
+
+def resolve_session(lake: TraceLake, session_id: str) -> str:
+    """The session id itself when it exists; "latest" is the most recently started session. A
+    lake with nothing to read, or a session it lacks, is a one-line error with the fix (which
+    names the most recent sessions, when there are any)."""
+    if not lake.exists():
+        raise AacoInputError(
+            "no TraceLake here",
+            path=lake.path,
+            fix="measure a model first (aaco run --model NAME) or set AACO_TRACELAKE",
+        )
+    if session_id == "latest":
+        rows = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1")
+    else:
+        rows = lake.query(
+            "SELECT session_id FROM sessions WHERE session_id = $sid", {"sid": session_id}
+        )
+    if rows.num_rows:
+        return rows["session_id"][0].as_py()
+    recent = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 3")
+    known = ", ".join(recent["session_id"].to_pylist())
+    what = "no sessions" if session_id == "latest" else f"no session {session_id!r}"
+    raise AacoInputError(
+        f"{what} in the TraceLake",
+        path=lake.path,
+        fix=f"use --session latest or a session id ({known})"
+        if known
+        else "measure a model first (aaco run --model NAME)",
+    )
+
 
 SESSION_QUALITY_SQL = """
 SELECT
