@@ -106,3 +106,53 @@ def generation_quality(lake: TraceLake, session_id: str) -> dict:
     but `batches` and `requests` when they are)."""
     table = lake.query(GENERATION_QUALITY_SQL, params={"sid": session_id})
     return {name: table.column(name)[0].as_py() for name in table.column_names}
+
+
+# Per model: versions measured, the last session, and the worst verdict of its last judged one.
+REGISTRY_HISTORY_SQL = """
+WITH last_judged AS (
+    SELECT d.model_slug, arg_max(d.session_id, s.started_at) AS session_id
+    FROM drift_verdicts d JOIN sessions s USING (session_id) GROUP BY d.model_slug),
+verdicts AS (
+    SELECT d.model_slug, arg_min(CASE WHEN d.verdict IN ('regression', 'improvement')
+        THEN d.verdict || ' (' || d.metric || ')' ELSE d.verdict END, CASE d.verdict
+        WHEN 'regression' THEN 0 WHEN 'improvement' THEN 1 WHEN 'unstable_series' THEN 2
+        WHEN 'no_change' THEN 3 ELSE 4 END
+    ) AS verdict
+    FROM drift_verdicts d JOIN last_judged USING (model_slug, session_id) GROUP BY d.model_slug)
+SELECT model_slug, count(DISTINCT model_sha256) AS versions, max(started_at) AS last_at,
+       arg_max(latency_p50_ns, started_at) AS last_p50_ns, any_value(v.verdict) AS verdict
+FROM sessions LEFT JOIN verdicts v USING (model_slug) GROUP BY model_slug
+"""
+
+
+def registry_history(lake: TraceLake) -> dict[str, dict]:
+    """{slug: versions, last_at, last_p50_ns, verdict} for every model with sessions (the
+    verdict: the worst of its last judged session's drift verdicts)."""
+    rows = lake.query(REGISTRY_HISTORY_SQL).to_pylist()
+    return {row["model_slug"]: row for row in rows}
+
+
+RUN_SUMMARY_SQL = """
+SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
+       s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence,
+       s.workload, s.scenario
+FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
+"""
+
+
+def run_summary(lake: TraceLake, session_id: str) -> dict:
+    """A session's headline figures and its bottleneck (what `aaco run` prints)."""
+    return lake.query(RUN_SUMMARY_SQL, [session_id]).to_pylist()[0]
+
+
+GENERATION_SUMMARY_SQL = """
+SELECT run, metric, value FROM generation_metrics
+WHERE session_id = ? AND source = 'aaco' AND batch_size IS NULL AND run NOT IN ('curve')
+"""
+
+
+def generation_summary(lake: TraceLake, session_id: str) -> dict[tuple[str, str], float]:
+    """A generation session's own figures of each scenario, as {(run, metric): value}."""
+    rows = lake.query(GENERATION_SUMMARY_SQL, [session_id]).to_pylist()
+    return {(r["run"], r["metric"]): r["value"] for r in rows}
