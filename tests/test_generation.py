@@ -366,8 +366,8 @@ def test_a_slower_decoder_turns_the_tpot_verdict_to_regression(tmp_path):
 def _diff_explains_the_ttft_change(paths: AacoPaths, baseline: list[str], current: str) -> None:
     """aaco diff: the TTFT change is queueing + prefill kernel + host time, and a decoder with
     eight times the layers is slower in its prefill kernels, not in its queue (single stream)."""
-    from aaco_pipelines.cli import diff_text
     from aaco_pipelines.governance.gate import gate_verdict
+    from aaco_pipelines.report.verdict_text import diff_text
 
     verdict = gate_verdict(TraceLake(paths.tracelake), current, baseline=baseline)
     generation = verdict.generation
@@ -445,7 +445,7 @@ def test_the_sidecar_section_round_trips(tmp_path):
 
 
 def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(measured):
-    from aaco_pipelines.cli import run_summary
+    from aaco_pipelines.cli.measuring import run_summary
 
     lake, sid = measured
     lines = run_summary(lake.path, sid).splitlines()

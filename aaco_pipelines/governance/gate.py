@@ -33,7 +33,7 @@ from aaco_pipelines.governance.baselines import (
 )
 from aaco_pipelines.governance.generation_effects import generation_effects
 from aaco_pipelines.governance.root_cause import Suspect, explain_change
-from aaco_pipelines.report.data import resolve_session
+from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 PREVIOUS_SESSIONS = 5  # the baseline when nothing names one and none is pinned

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_KERNELS = 15
@@ -99,27 +100,6 @@ def open_lake(lake: TraceLake | str) -> TraceLake:
             fix="measure a model first (aaco run --model NAME) or point AACO_TRACELAKE at one",
         )
     return lake
-
-
-def resolve_session(lake: TraceLake, session_id: str) -> str:
-    """The session id itself when it exists; "latest" is the most recently started session."""
-    if session_id == "latest":
-        rows = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1")
-    else:
-        rows = lake.query(
-            "SELECT session_id FROM sessions WHERE session_id = $sid", {"sid": session_id}
-        )
-    if rows.num_rows:
-        return rows["session_id"][0].as_py()
-    recent = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 3")
-    known = ", ".join(recent["session_id"].to_pylist())
-    raise AacoInputError(
-        f"no session {session_id!r} in the TraceLake",
-        path=lake.path,
-        fix=f"use --session latest or a session id ({known})"
-        if known
-        else "measure a model first (aaco run --model NAME)",
-    )
 
 
 def gather(lake: TraceLake | str, session_id: str) -> ReportData:

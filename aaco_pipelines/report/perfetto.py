@@ -19,8 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.report.output_file import replacing
+from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 FORMATS = ("perfetto", "perfetto-proto")
@@ -153,29 +153,6 @@ def clock_origins(con, session_id: str) -> dict[str, int]:
     same = host_min - SAME_CLOCK_NS <= device_min <= host_max + SAME_CLOCK_NS
     first = min(host_min, device_min)
     return {"host": first, "device": first} if same else {"host": host_min, "device": device_min}
-
-
-def resolve_session(lake: TraceLake, session_id: str) -> str:
-    """The session id itself, or the most recently started one for "latest"."""
-    if not lake.exists():
-        raise AacoInputError(
-            "no TraceLake here",
-            path=lake.path,
-            fix="measure a model first (aaco run --model NAME) or set AACO_TRACELAKE",
-        )
-    if session_id == "latest":
-        sql, params = "SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1", None
-    else:
-        sql, params = "SELECT session_id FROM sessions WHERE session_id = ?", [session_id]
-    found = lake.query(sql, params)["session_id"].to_pylist()
-    if not found:
-        what = "no sessions" if session_id == "latest" else f"no session {session_id!r}"
-        raise AacoInputError(
-            f"{what} in the TraceLake",
-            path=lake.path,
-            fix="pass --session latest or an id from the sessions table (aaco run prints it)",
-        )
-    return found[0]
 
 
 def iter_event_chunks(lake: TraceLake, session_id: str) -> Iterator[list[str]]:

@@ -36,10 +36,10 @@ from aaco_pipelines.report.perfetto import (
     PROCESSES,
     SOURCES,
     clock_origins,
-    resolve_session,
     source_params,
     track_names,
 )
+from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 SUFFIXES = (".perfetto-trace", ".pftrace")

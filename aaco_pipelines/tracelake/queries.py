@@ -1,11 +1,44 @@
-"""Named TraceLake queries, so SQL about sessions lives in one place."""
+"""Named TraceLake queries, so SQL about sessions lives in one place (the `aaco` command line
+runs none of its own: its queries are here)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
+
+
+def resolve_session(lake: TraceLake, session_id: str) -> str:
+    """The session id itself when it exists; "latest" is the most recently started session. A
+    lake with nothing to read, or a session it lacks, is a one-line error with the fix (which
+    names the most recent sessions, when there are any)."""
+    if not lake.exists():
+        raise AacoInputError(
+            "no TraceLake here",
+            path=lake.path,
+            fix="measure a model first (aaco run --model NAME) or set AACO_TRACELAKE",
+        )
+    if session_id == "latest":
+        rows = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 1")
+    else:
+        rows = lake.query(
+            "SELECT session_id FROM sessions WHERE session_id = $sid", {"sid": session_id}
+        )
+    if rows.num_rows:
+        return rows["session_id"][0].as_py()
+    recent = lake.query("SELECT session_id FROM sessions ORDER BY started_at DESC LIMIT 3")
+    known = ", ".join(recent["session_id"].to_pylist())
+    what = "no sessions" if session_id == "latest" else f"no session {session_id!r}"
+    raise AacoInputError(
+        f"{what} in the TraceLake",
+        path=lake.path,
+        fix=f"use --session latest or a session id ({known})"
+        if known
+        else "measure a model first (aaco run --model NAME)",
+    )
+
 
 SESSION_QUALITY_SQL = """
 SELECT
@@ -131,3 +164,53 @@ def request_latencies(lake: TraceLake, session_id: str) -> pa.Table:
     return lake.query(
         "SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid", {"sid": session_id}
     )
+
+
+# Per model: versions measured, the last session, and the worst verdict of its last judged one.
+REGISTRY_HISTORY_SQL = """
+WITH last_judged AS (
+    SELECT d.model_slug, arg_max(d.session_id, s.started_at) AS session_id
+    FROM drift_verdicts d JOIN sessions s USING (session_id) GROUP BY d.model_slug),
+verdicts AS (
+    SELECT d.model_slug, arg_min(CASE WHEN d.verdict IN ('regression', 'improvement')
+        THEN d.verdict || ' (' || d.metric || ')' ELSE d.verdict END, CASE d.verdict
+        WHEN 'regression' THEN 0 WHEN 'improvement' THEN 1 WHEN 'unstable_series' THEN 2
+        WHEN 'no_change' THEN 3 ELSE 4 END
+    ) AS verdict
+    FROM drift_verdicts d JOIN last_judged USING (model_slug, session_id) GROUP BY d.model_slug)
+SELECT model_slug, count(DISTINCT model_sha256) AS versions, max(started_at) AS last_at,
+       arg_max(latency_p50_ns, started_at) AS last_p50_ns, any_value(v.verdict) AS verdict
+FROM sessions LEFT JOIN verdicts v USING (model_slug) GROUP BY model_slug
+"""
+
+
+def registry_history(lake: TraceLake) -> dict[str, dict]:
+    """{slug: versions, last_at, last_p50_ns, verdict} for every model with sessions (the
+    verdict: the worst of its last judged session's drift verdicts)."""
+    rows = lake.query(REGISTRY_HISTORY_SQL).to_pylist()
+    return {row["model_slug"]: row for row in rows}
+
+
+RUN_SUMMARY_SQL = """
+SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
+       s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence,
+       s.workload, s.scenario
+FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
+"""
+
+
+def run_summary(lake: TraceLake, session_id: str) -> dict:
+    """A session's headline figures and its bottleneck (what `aaco run` prints)."""
+    return lake.query(RUN_SUMMARY_SQL, [session_id]).to_pylist()[0]
+
+
+GENERATION_SUMMARY_SQL = """
+SELECT run, metric, value FROM generation_metrics
+WHERE session_id = ? AND source = 'aaco' AND batch_size IS NULL AND run NOT IN ('curve')
+"""
+
+
+def generation_summary(lake: TraceLake, session_id: str) -> dict[tuple[str, str], float]:
+    """A generation session's own figures of each scenario, as {(run, metric): value}."""
+    rows = lake.query(GENERATION_SUMMARY_SQL, [session_id]).to_pylist()
+    return {(r["run"], r["metric"]): r["value"] for r in rows}

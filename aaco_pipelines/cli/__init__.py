@@ -1,0 +1,87 @@
+"""The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
+
+User mistakes are one line with the fix (exit 2), never a traceback.
+
+Here: the parser and `main` (the console script `aaco`). The commands live by family:
+registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
+governance (diff, baseline), detector (detector arl|design), services (ui, worker, sweep) and
+doctor; common holds what they share. Each imports its heavy modules inside its commands, so
+every command starts in well under 0.5 s."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from aaco_pipelines import __version__
+from aaco_pipelines.address_space import (
+    address_space_limit,
+    describe_limit,
+    fit_address_space,
+    require_headroom,
+)
+from aaco_pipelines.cli import detector, doctor, governance, measuring, registry, reports, services
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.stopping import exit_code, stop_on_signals
+
+DESCRIPTION = """The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
+
+User mistakes are one line with the fix (exit 2), never a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aaco", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"aaco {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    # In the order `aaco --help` lists them.
+    registry.add_parser(sub)  # zoo, registry
+    measuring.add_parser(sub)  # run, ingest
+    services.add_parser(sub)  # ui, worker
+    detector.add_parser(sub)
+    reports.add_parser(sub)  # export, report
+    governance.add_parser(sub)  # diff, baseline
+    services.add_sweep_parser(sub)
+    doctor.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    paths = AacoPaths.from_env()
+    stop_on_signals()
+    try:
+        fit_address_space()  # before any thread starts
+        require_headroom()
+        return args.func(args, paths)
+    except (AacoInputError, WorkerFailure) as exc:
+        print(f"aaco: error: {exc}", file=sys.stderr)
+        return 2
+    except Interrupted as exc:
+        kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
+        print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
+        return exit_code(exc)
+    except (MemoryError, ImportError, RuntimeError) as exc:
+        if not isinstance(exc, MemoryError) and not _out_of_address_space(exc):
+            raise
+        print(
+            "aaco: error: out of memory in the aaco process. Fix: raise the memory limit "
+            f"(ulimit -v is {describe_limit()}) or measure a smaller model",
+            file=sys.stderr,
+        )
+        return 2
+    except OSError as exc:
+        problem = out_of_space(exc, paths.home)
+        if problem is None:
+            raise
+        print(f"aaco: error: {problem}", file=sys.stderr)
+        return 2
+
+
+def _out_of_address_space(exc: ImportError | RuntimeError) -> bool:
+    """A native library that could not be mapped, or a thread whose stack could not be: the
+    address-space limit, not a missing package or a bug."""
+    message = str(exc).lower()
+    if isinstance(exc, RuntimeError):
+        return "can't start new thread" in message and address_space_limit() is not None
+    return "failed to map segment" in message or "cannot allocate memory" in message

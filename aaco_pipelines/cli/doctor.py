@@ -1,0 +1,18 @@
+"""`aaco doctor`: what this host can measure (runtime, ROCm, GPUs, TraceLake)."""
+
+from __future__ import annotations
+
+from aaco_pipelines.config import AacoPaths
+
+
+def cmd_doctor(args, paths: AacoPaths) -> int:
+    """What this host can measure; always exits 0, since a doctor reports."""
+    from aaco_pipelines.doctor import format_checks, run_checks
+
+    print(format_checks(run_checks(paths)))
+    return 0
+
+
+def add_parser(sub) -> None:
+    doctor = sub.add_parser("doctor", help="check this host: runtime, ROCm, GPUs, TraceLake")
+    doctor.set_defaults(func=cmd_doctor)

@@ -1,0 +1,145 @@
+"""`aaco diff` (the CI gate's verdict on a session) and `aaco baseline create|list|show|pin`
+(the named baselines it compares with). The verdict and baseline text is report.verdict_text's."""
+
+from __future__ import annotations
+
+from aaco_pipelines.cli.common import print_table
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+
+
+def cmd_diff(args, paths: AacoPaths) -> int:
+    """The gate's verdict on a session; exit 1 on a regression with --fail-on-regression."""
+    import json
+
+    from aaco_pipelines.governance.gate import gate_verdict
+    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.report.verdict_text import diff_text
+
+    verdict = gate_verdict(
+        open_lake(paths.tracelake),
+        args.current,
+        baseline=args.baseline,
+        threshold_pct=args.threshold,
+        confidence=args.confidence,
+    )
+    print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
+    return 1 if args.fail_on_regression and verdict.regression else 0
+
+
+def add_diff_parser(sub) -> None:
+    diff = sub.add_parser("diff", help="CI gate: is a session a regression against a baseline?")
+    diff.add_argument(
+        "--baseline",
+        help="baseline name or session id (default: the pinned baseline, else the previous "
+        "5 sessions of the model)",
+    )
+    diff.add_argument("--current", default="latest", help="session id, or latest (latest)")
+    diff.add_argument("--threshold", type=float, default=3.0, help="least p50 slowdown, %% (3)")
+    diff.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
+    diff.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 1 when it is a regression"
+    )
+    diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    diff.set_defaults(func=cmd_diff)
+
+
+def cmd_baseline_create(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import create_baseline
+    from aaco_pipelines.registry.scan import model_slug
+    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.report.verdict_text import baseline_text
+
+    if args.sessions and (args.target or args.last is not None):
+        raise AacoInputError("--target and --last choose sessions of --model", fix="drop them")
+    baseline = create_baseline(
+        open_lake(paths.tracelake),
+        args.name,
+        session_ids=args.sessions,
+        model_slug=model_slug(args.model) if args.model else None,
+        target=args.target,
+        last=args.last,
+        pin=args.pin,
+        note=args.note,
+        replace=args.replace,
+    )
+    print(f"{'replaced' if args.replace else 'created'} baseline {baseline.name}")
+    print(baseline_text(baseline))
+    return 0
+
+
+def cmd_baseline_list(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import list_baselines
+    from aaco_pipelines.registry.scan import model_slug
+    from aaco_pipelines.report.data import open_lake
+
+    slug = model_slug(args.model) if args.model else None
+    baselines = list_baselines(open_lake(paths.tracelake), slug)
+    if not baselines:
+        print("no baselines" + (f" of {slug}" if slug else "") + " (aaco baseline create NAME)")
+        return 0
+    rows = [("baseline", "model", "target", "sessions", "p50", "pinned", "created", "note")]
+    rows += [
+        (
+            b.name,
+            b.model_slug,
+            b.target,
+            str(b.n_sessions),
+            f"{b.latency_p50_ns / 1e6:.4f} ms",
+            "pinned" if b.pinned else "-",
+            f"{b.created_at:%Y-%m-%d %H:%M}",
+            b.note or "-",
+        )
+        for b in baselines
+    ]
+    print_table(rows)
+    return 0
+
+
+def cmd_baseline_show(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import get_baseline
+    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.report.verdict_text import baseline_text
+
+    print(baseline_text(get_baseline(open_lake(paths.tracelake), args.name)))
+    return 0
+
+
+def cmd_baseline_pin(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.baselines import pin_baseline
+    from aaco_pipelines.report.data import open_lake
+
+    b = pin_baseline(open_lake(paths.tracelake), args.name)
+    print(f"pinned baseline {b.name} for {b.model_slug} on {b.target}")
+    return 0
+
+
+def add_baseline_parser(sub) -> None:
+    baseline = sub.add_parser(
+        "baseline", help="named baselines: the sessions a CI gate compares with"
+    ).add_subparsers(dest="baseline_command", required=True)
+    create = baseline.add_parser("create", help="store a baseline of sessions")
+    create.add_argument("name")
+    chosen = create.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--sessions", nargs="+", metavar="ID", help="these session ids")
+    chosen.add_argument("--model", help="the last sessions of this model")
+    create.add_argument("--target", help="with --model: the target (when it has several)")
+    create.add_argument("--last", type=int, help="with --model: this many sessions (10)")
+    create.add_argument("--pin", action="store_true", help="make it the model+target's baseline")
+    create.add_argument("--note", help="e.g. release v1.2")
+    create.add_argument("--replace", action="store_true", help="overwrite a baseline of this name")
+    create.set_defaults(func=cmd_baseline_create)
+    listing = baseline.add_parser("list", help="stored baselines")
+    listing.add_argument("--model", help="only this model's")
+    listing.set_defaults(func=cmd_baseline_list)
+    show = baseline.add_parser("show", help="one baseline in full")
+    show.add_argument("name")
+    show.set_defaults(func=cmd_baseline_show)
+    pin = baseline.add_parser("pin", help="make a baseline the one its model+target gates on")
+    pin.add_argument("name")
+    pin.set_defaults(func=cmd_baseline_pin)
+
+
+def add_parser(sub) -> None:
+    add_diff_parser(sub)
+    add_baseline_parser(sub)

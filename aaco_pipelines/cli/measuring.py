@@ -1,0 +1,174 @@
+"""`aaco run` (measure one model now, without Dagster) and `aaco ingest` (a trace collected
+elsewhere becomes a session), with the headline table `aaco run` prints."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from aaco_pipelines.cli.common import INGEST_STAGES, progress_printer
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+
+PROVIDER_NAMES = {
+    "cpu": "CPUExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+}
+
+
+def run_providers(name: str | None) -> tuple[str, ...] | None:
+    """--provider (cpu, rocm, migraphx or a full name) checked against this ONNX Runtime, with
+    the CPU provider as fallback; None keeps the sidecar's or the automatic choice."""
+    if name is None:
+        return None
+    import onnxruntime as ort
+
+    provider = PROVIDER_NAMES.get(name.lower(), name)
+    available = ort.get_available_providers()
+    if provider not in available:
+        short = [k for k, v in PROVIDER_NAMES.items() if v in available]
+        raise AacoInputError(
+            f"execution provider {name!r} is not available in this ONNX Runtime",
+            fix=f"use one of {', '.join(short + available)} (aaco doctor shows why)",
+        )
+    return tuple(dict.fromkeys([provider, "CPUExecutionProvider"]))
+
+
+def run_summary(lake_path: Path, session_id: str) -> str:
+    """The session's headline numbers as an aligned two-column table."""
+    from aaco_pipelines.tracelake import queries
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    lake = TraceLake(lake_path)
+    row = queries.run_summary(lake, session_id)
+    bottleneck = row["bottleneck"] or "-"
+    if row["confidence"] is not None:
+        bottleneck += f" ({row['confidence']:.2f})"
+    cells = [
+        ("session", row["session_id"]),
+        ("model", row["model_slug"]),
+        ("provider", ", ".join(row["providers_used"] or []) or "-"),
+        ("iterations", str(row["measured_iterations"])),
+        ("latency mean", f"{row['latency_mean_ns'] / 1e6:.3f} ms"),
+        ("latency p50", f"{row['latency_p50_ns'] / 1e6:.3f} ms"),
+        ("latency p99", f"{row['latency_p99_ns'] / 1e6:.3f} ms"),
+        ("throughput", f"{row['throughput_per_s']:.1f} /s"),
+        ("bottleneck", bottleneck),
+    ]
+    if row["workload"] == "generation":
+        cells[3] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
+        cells += generation_summary(queries.generation_summary(lake, session_id))
+    return "\n".join(f"  {name:13} {value}" for name, value in cells)
+
+
+def generation_summary(figures: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
+    """One line per scenario of a generation session: TTFT, TPOT, tokens/s, goodput."""
+    from aaco_pipelines.llm.workload import SCENARIOS
+
+    lines = []
+    for run in SCENARIOS:
+        if (run, "ttft_p50_ns") not in figures:
+            continue
+        f = {metric: value for (r, metric), value in figures.items() if r == run}
+        lines.append((run, f"TTFT p50 {f['ttft_p50_ns'] / 1e6:.3f} ms, p99 "
+                      f"{f['ttft_p99_ns'] / 1e6:.3f} ms; TPOT p50 {f.get('tpot_p50_ns', 0) / 1e6:.3f} ms; "
+                      f"{f['output_tokens_per_s']:.0f} tokens/s; goodput {f['goodput_per_s']:.1f} /s "
+                      f"({f['slo_attainment']:.0%} within SLO)"))  # fmt: skip
+    return lines
+
+
+def cmd_run(args, paths: AacoPaths) -> int:
+    """Measure and analyse one model through the same pipeline the Dagster assets run."""
+    from aaco_pipelines.execution.runner import RunnerLimits
+    from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
+    from aaco_pipelines.stages.measure import MeasureOptions
+    from aaco_pipelines.stages.pipeline import measure_model
+
+    if args.iterations is not None and args.iterations < 1:
+        raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
+    if args.memory_limit_mb is not None and args.memory_limit_mb < 64:
+        raise AacoInputError(
+            "--memory-limit-mb must be at least 64", fix="e.g. --memory-limit-mb 16384"
+        )
+    candidate = Path(args.model)
+    if candidate.suffix == ".onnx" and candidate.is_file():
+        model = registered_model(candidate)
+    else:
+        model = find_model(paths.registry, model_slug(args.model))
+    options = MeasureOptions(
+        laboratory=args.laboratory,
+        providers=run_providers(args.provider),
+        measured_iterations=args.iterations,
+        profiled_iterations=None if args.profile else 1,
+        limits=RunnerLimits(memory_limit_mb=args.memory_limit_mb),
+    )
+    say = progress_printer()
+    bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
+    say("done")
+    print(f"session {bundle.session_id} -> {paths.tracelake}")
+    print(run_summary(paths.tracelake, bundle.session_id))
+    observed = bundle.read_json("observed.json")
+    print(
+        f"  {'peak memory':13} {observed['worker_peak_rss_bytes'] >> 20} MiB of the "
+        f"{observed['memory_limit_bytes'] >> 20} MiB limit "
+        f"({bundle.request['limits']['memory_limit_rule'].split(':')[0]})"
+    )
+    return 0
+
+
+def cmd_ingest(args, paths: AacoPaths) -> int:
+    """A trace collected elsewhere becomes a session, analysed like a measured one. Both paths
+    are checked before any work: a FIFO or device would block or never end once opened."""
+    from aaco_pipelines.collectors.trace_paths import check_trace
+
+    check_trace(Path(args.path))
+    model = Path(args.model) if args.model else None
+    if model is not None and not model.is_file():
+        raise AacoInputError(
+            "the model is not a regular file" if model.exists() else "model file not found",
+            path=model,
+            fix="give the .onnx file itself",
+        )
+    # The pipeline brings the analysis stack (onnx, scipy): imported once the paths are good.
+    from aaco_pipelines.stages.pipeline import ingest_and_analyze
+
+    say = progress_printer(INGEST_STAGES)
+    bundle, summary = ingest_and_analyze(
+        Path(args.path), paths, model=model, name=args.name, on_progress=say
+    )
+    say("done")
+    print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
+    print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
+    return 0
+
+
+def add_parser(sub) -> None:
+    run = sub.add_parser("run", help="measure one model now, without Dagster")
+    run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
+    run.add_argument("--laboratory", action="store_true", help="pinned cores, fixed threads")
+    run.add_argument("--provider", help="cpu, rocm, migraphx or a full provider name")
+    run.add_argument(
+        "--iterations", type=int, help="exactly N measured iterations (default: the sidecar's)"
+    )
+    run.add_argument(
+        "--memory-limit-mb",
+        type=int,
+        help="kill the worker above this RSS (default: 3 x (weights + inputs) + 4 GiB, "
+        "at most 80%% of the host's memory)",
+    )
+    run.add_argument(
+        "--profile",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="profiled pass with the sidecar's count; --no-profile keeps it to 1 iteration",
+    )
+    run.set_defaults(func=cmd_run)
+
+    ingest = sub.add_parser("ingest", help="ingest a trace collected elsewhere as a session")
+    ingest.add_argument(
+        "path", help="rocprofv3 output directory or trace file (csv, json, rocpd, rpd, rocprof v1)"
+    )
+    ingest.add_argument("--model", help="the ONNX model that was traced (adds its graph)")
+    ingest.add_argument("--name", help="model name for the session (default: model or trace name)")
+    ingest.set_defaults(func=cmd_ingest)

@@ -1,0 +1,137 @@
+"""The commands that are Dagster or Celery: `aaco ui` (webserver and daemon), `aaco worker` (a
+device's Celery queue on this host) and `aaco sweep` (every registry model as Dagster runs, for
+cron)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from aaco_pipelines.cli.common import comma_list
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+
+
+def cmd_ui(args, paths: AacoPaths) -> int:
+    """Set up AACO_HOME and DAGSTER_HOME, build the zoo if the registry is empty, start Dagster."""
+    from aaco_pipelines.instance import prepare_dagster_home
+    from aaco_pipelines.registry.zoo import build_zoo
+
+    build_zoo(paths.registry, only_if_empty=True)
+    dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}
+    workspace = Path(args.workspace).absolute()
+    command = [
+        str(Path(sys.executable).with_name("dagster")),
+        "dev",
+        "-w",
+        str(workspace),
+        "-h",
+        args.host,
+        "-p",
+        str(args.port),
+    ]
+    print(
+        f"AACO_HOME={paths.home}  DAGSTER_HOME={dagster_home}  UI: http://{args.host}:{args.port}"
+    )
+    os.chdir(workspace.parent)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
+def cmd_worker(args, paths: AacoPaths) -> int:
+    """A device's worker on the host that owns it: takes the runs on the device's Celery queue,
+    one at a time (a solo pool: Celery's default prefork pool fails Dagster runs), and measures
+    them as target `--target` (AACO_TARGET).
+
+    It becomes the `celery` process itself, the command `dagster-celery worker start` would run:
+    that wrapper runs celery as a child it does not stop, so a stopped wrapper leaves a worker
+    behind, and it writes the broker URL (password included) into DAGSTER_HOME. Celery reads
+    the broker from CELERY_BROKER_URL instead."""
+    from aaco_pipelines.instance import (
+        BROKER_ENV,
+        POSTGRES_ENV,
+        prepare_dagster_home,
+        register_target,
+    )
+
+    if not (os.environ.get(BROKER_ENV) and os.environ.get(POSTGRES_ENV)):
+        raise AacoInputError(
+            f"a device worker needs the shared instance and the broker: {POSTGRES_ENV} and "
+            f"{BROKER_ENV} are not both set",
+            fix="set them as on the head node (see 'Scaling out' in README)",
+        )
+    os.environ["AACO_TARGET"] = args.target  # this host's device: its pool, its measurements
+    dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
+    register_target(dagster_home, args.target)
+    bin_dir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(dagster_home),
+        "AACO_HOME": str(paths.home),
+        "CELERY_BROKER_URL": os.environ[BROKER_ENV],
+        "CELERY_RESULT_BACKEND": os.environ[BROKER_ENV],
+    }
+    command = [
+        str(bin_dir / "celery"), "-A", "dagster_celery.app", "worker", "--prefetch-multiplier=1",
+        "--loglevel", "INFO", "-Q", args.target, "-n", f"aaco-{args.target}@%h",
+        "--pool", "solo", "--concurrency", "1",
+    ]  # fmt: skip
+    print(f"worker for {args.target}: queue {args.target}, DAGSTER_HOME={dagster_home}", flush=True)
+    os.execve(command[0], command, env)
+    return 0  # not reached
+
+
+def add_parser(sub) -> None:
+    """`aaco ui` and `aaco worker` (`aaco sweep` comes later in the help: add_sweep_parser)."""
+    ui = sub.add_parser("ui", help="start the Dagster webserver and daemon (same as make run)")
+    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--port", type=int, default=3000)
+    ui.add_argument("--workspace", default="workspace.yaml")
+    ui.set_defaults(func=cmd_ui)
+    worker = sub.add_parser(
+        "worker", help="run a device's queue on this host (scaled-out instance, see README)"
+    )
+    worker.add_argument("--target", required=True, help="the device: cpu, gpu0, gpu1, ...")
+    worker.set_defaults(func=cmd_worker)
+
+
+# --- sweep: every model through Dagster, for cron ---------------------------------------------
+
+
+def cmd_sweep(args, paths: AacoPaths) -> int:
+    """Measure every registry model as Dagster runs; exit 1 when a model failed."""
+    from sensors.sweep import dagster_home_for, sweep
+
+    only, targets = comma_list(args.models), comma_list(args.targets)
+    print(
+        f"sweeping {paths.registry}; runs go to DAGSTER_HOME={dagster_home_for(paths)}", flush=True
+    )
+    results = sweep(
+        paths,
+        only,
+        targets=targets,
+        on_result=lambda r: print("  " + r.line(), flush=True),
+        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    failed = [r.slug for r in results if r.status == "failed"]
+    regressed = [r.slug for r in results if r.status == "regression"]
+    print(f"{len(results)} runs: {len(failed)} failed, {len(regressed)} regressed")
+    return 1 if failed or (args.fail_on_regression and regressed) else 0
+
+
+def add_sweep_parser(sub) -> None:
+    sweep = sub.add_parser(
+        "sweep", help="measure every registry model through Dagster now (for cron, no daemon)"
+    )
+    sweep.add_argument("--models", help="comma-separated model names (default: all)")
+    sweep.add_argument(
+        "--targets",
+        help="comma-separated devices (default: this host's; with runs routed to device "
+        "workers, every registered one)",
+    )
+    sweep.add_argument(
+        "--fail-on-regression", action="store_true", help="also exit 1 when a model regressed"
+    )
+    sweep.set_defaults(func=cmd_sweep)
