@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 
-import models
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,6 +14,7 @@ from aaco_pipelines.analysis.attribution import can_fuse, map_runtime_nodes, ori
 from aaco_pipelines.analysis.metrics import KernelStream, busy_time_per_iteration, table_metrics
 from aaco_pipelines.graph.extract import extract_graph
 from aaco_pipelines.registry.sidecar import InputSpec
+from tests import models
 
 
 def _mapping(tmp_path, model: onnx.ModelProto, input_shape: tuple[int, ...]):

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import models
 import pytest
-from conftest import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -22,6 +20,8 @@ from aaco_pipelines.governance.baselines import (
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import json
 
 import numpy as np
 import pytest
-from conftest import SHARED
 
 from aaco_pipelines.governance.changepoint import (
     ChangePoint,
@@ -20,6 +19,7 @@ from aaco_pipelines.governance.changepoint import (
     q_statistics,
 )
 from aaco_pipelines.governance.changepoint_score import covering, f_measure, true_positives
+from tests.helpers import SHARED
 
 DATA = SHARED / "samples" / "changepoint"
 

@@ -15,6 +15,7 @@ from aaco_pipelines.analysis.classification import (
     classify_bottleneck,
     rules_markdown,
 )
+from tests.helpers import REPO
 
 QUIET_HOST = {
     "runqueue_wait_ratio": 0.01,
@@ -182,8 +183,6 @@ def test_rules_markdown_mentions_every_signal_and_class():
 
 
 def test_readme_documents_the_current_rule_table():
-    from pathlib import Path
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     documented = readme.split("<!-- rules:begin -->")[1].split("<!-- rules:end -->")[0]
     assert documented.strip() == rules_markdown().strip()

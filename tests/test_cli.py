@@ -8,11 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import models
-from conftest import add_model
-
 from aaco_pipelines.cli import main
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import add_model
 
 
 def test_zoo_build_if_empty_and_registry_list(aaco_paths, capsys):

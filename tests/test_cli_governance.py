@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 
 import dagster as dg
-import models
 import pytest
-from conftest import add_model
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import add_model
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,9 @@ from aaco_pipelines.graph.cost_model import (
 from aaco_pipelines.graph.extract import all_nodes, extract_graph
 from aaco_pipelines.graph.inputs import dtype_name, load_model, make_inputs, resolve_input_specs
 from aaco_pipelines.registry.sidecar import load_sidecar
+from tests.helpers import DATA
 
-CORPUS = Path(__file__).parent / "data" / "real_models"
+CORPUS = DATA / "real_models"
 MODELS = sorted(path.stem for path in CORPUS.glob("*.onnx"))
 LEVELS = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,

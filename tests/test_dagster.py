@@ -10,9 +10,7 @@ import subprocess
 import sys
 
 import dagster as dg
-import models
 import pytest
-from conftest import REPO, add_model
 
 from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.llm.workload import Curves, GenerationWorkload
@@ -42,6 +40,8 @@ from sensors import (
     nightly_review_sensor,
     runtime_version_sensor,
 )
+from tests import models
+from tests.helpers import REPO, add_model
 
 
 @pytest.fixture

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import store_sessions
 
 from aaco_pipelines.governance.series import judge_series, metric_policy
+from tests.helpers import REPO, store_sessions
 
 
 def _entry(values, markers=None, higher_is_worse=True):
@@ -98,7 +97,7 @@ STEP_NIGHT = 35
 
 
 def _load_benchmark():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "drift_nightly.py"
+    path = REPO / "benchmarks" / "drift_nightly.py"
     spec = importlib.util.spec_from_file_location("drift_nightly", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up

@@ -21,10 +21,7 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import models
 import pytest
-from conftest import REPO, add_model
-from services import delayed, postgres_server
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
@@ -34,6 +31,9 @@ from aaco_pipelines.session_folders import clean_leftovers
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import REPO, add_model
+from tests.services import delayed, postgres_server
 
 pytest.importorskip("duckdb_extension_ducklake", reason="the DuckLake environment (DuckDB 1.5)")
 

@@ -13,9 +13,7 @@ import shutil
 import stat
 import threading
 
-import models
 import pytest
-from conftest import SHARED, add_model
 
 from aaco_pipelines import bundle as bundle_module
 from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
@@ -24,6 +22,8 @@ from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SHARED, add_model
 
 SAMPLE = "sllm_r9700_decode_attn_564735_kernel_trace.csv"
 

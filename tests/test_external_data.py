@@ -16,8 +16,9 @@ from aaco_pipelines.graph.inputs import load_model
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import file_sha256, registered_model
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import DATA
 
-RESNET = Path(__file__).parent / "data" / "real_models" / "resnet_ts.onnx"
+RESNET = DATA / "real_models" / "resnet_ts.onnx"
 FAST = "warmup_iterations: 1\nmeasured_iterations: 5\nmin_measured_seconds: 0\nprofiled_iterations: 2\n"
 
 

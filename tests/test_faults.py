@@ -16,16 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-import models
 import psutil
 import pytest
-from conftest import add_model, fill
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.doctor import check_interrupted, check_tracelake
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.session_folders import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import add_model, fill
 
 WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
 # Runs for minutes unless stopped: a 1024² MatMul chain, 100k measured iterations.
@@ -279,9 +279,8 @@ def test_full_disk_while_ingesting_a_trace_is_one_line_and_leaves_nothing(
     full_disk, monkeypatch, capsys
 ):
     """The trace copy into the bundle runs out of space: one line, no bundle, no rows."""
-    from conftest import SHARED
-
     from aaco_pipelines.cli import main
+    from tests.helpers import SHARED
 
     home = full_disk / "aaco"
     monkeypatch.setenv("AACO_HOME", str(home))

@@ -22,8 +22,9 @@ from aaco_pipelines.analysis.fingerprints import (
     kernel_families,
     kernel_family,
 )
+from tests.helpers import SHARED
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "profilers"
+SAMPLES = SHARED / "samples" / "profilers"
 
 # Names that are legitimately "other": no family describes the work they do.
 OTHER_ALLOWED = {

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import REPO, as_one_kernel_events_table
 from scipy import stats
 
 from aaco_pipelines.config import AacoPaths
@@ -29,6 +28,7 @@ from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
 from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.tracelake.queries import generation_quality
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import REPO, as_one_kernel_events_table
 
 REAL_DECODER = REPO / "tests" / "data" / "real_models" / "llama_kv_dynamo.onnx"
 OUTPUT_TOKENS = 8

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import duckdb
-import models
 import numpy as np
 import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import SHARED
 
 from aaco_pipelines.analysis.gpu_attribution import (
     attribute_gpu_kernels,
@@ -28,6 +26,8 @@ from aaco_pipelines.collectors.trace_simulator import (
     simulate_rocprof_traces,
 )
 from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection
+from tests import models
+from tests.helpers import DATA, SHARED
 
 SAMPLE_KERNEL_TRACE = SHARED / "samples/profilers/sllm_r9700_decode_attn_564735_kernel_trace.csv"
 
@@ -121,7 +121,7 @@ def test_clock_offset_survives_jitter_and_stray_launches(seed, tmp_path):
     on the committed real profile (tests/data/README.md), not a fresh one: on a host busy with
     other work a fresh profile's windows let the search land up to 10 us off with or without
     strays (6 of 25 fresh profiles next to one busy process), which would test the host."""
-    profile = pq.read_table(Path(__file__).parent / "data/conv_block_profile_events.parquet")
+    profile = pq.read_table(DATA / "conv_block_profile_events.parquet")
     settings = SimulationSettings(clock_offset_ns=-123_456_789_012, jitter_ns=3_000, seed=seed)
     truth = simulate_rocprof_traces(profile, tmp_path, settings)
     _, api_calls = read_traces(truth)
@@ -314,7 +314,7 @@ def test_migraphx_partition_kernels_spread_over_member_nodes():
 def test_the_clock_offset_is_found_on_short_regular_windows_for_every_seed(tmp_path):
     """A real profile whose 4-6 µs node windows once let an offset one node off win (see
     tests/data/README.md): every simulator seed must now align to within a few µs."""
-    events = pq.read_table(Path(__file__).parent / "data/conv_block_profile_events.parquet")
+    events = pq.read_table(DATA / "conv_block_profile_events.parquet")
     for seed in range(10):
         settings = SimulationSettings(seed=seed)
         truth = simulate_rocprof_traces(events, tmp_path / str(seed), settings)

@@ -8,12 +8,10 @@ import json
 import shutil
 
 import duckdb
-import models
 import numpy as np
 import onnxruntime as ort
 import pyarrow as pa
 import pytest
-from conftest import SHARED, as_one_kernel_events_table
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.analysis import envelope as envelope_module
@@ -37,6 +35,8 @@ from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SHARED, as_one_kernel_events_table
 
 SAMPLES = SHARED / "samples" / "profilers"
 SLLM = "sllm_r9700_decode_attn_564735"  # rocprofv3 CSV; its kernels ran on Agent 2, a gfx1201

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from conftest import SHARED
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import schema_ddl
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import SHARED
 
 SAMPLES = SHARED / "samples" / "profilers"
 KERNEL_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_kernel_trace.csv"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHARED
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.runner import device_tracer, worker_plan
 from aaco_pipelines.ingest import ingest_trace
 from aaco_pipelines.pipeline import analyze_session
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import SHARED
 
 SAMPLES = SHARED / "samples" / "profilers"
 
@@ -90,12 +90,12 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     chain to runtime nodes, and through the fusion mapping to the model's ONNX nodes."""
     import shutil
 
-    import models
     import numpy as np
     import onnxruntime as ort
 
     from aaco_pipelines.collectors.ort_profile import read_ort_profile
     from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
+    from tests import models
 
     model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
     options = ort.SessionOptions()

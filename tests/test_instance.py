@@ -8,10 +8,8 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import models
 import pytest
 import yaml
-from conftest import add_model
 from dagster._core.events.log import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
 
@@ -19,6 +17,8 @@ from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, event_log, prepare_dagster_home
 from aaco_pipelines.instance.event_log import ENGINES_KEPT, SqliteEventLog
+from tests import models
+from tests.helpers import add_model
 
 
 def test_instance_limits_runs_to_one_per_device_and_pools_to_one(tmp_path):

@@ -4,16 +4,16 @@ logs and dynamic partitions off SQLite, and `aaco sweep` records into it."""
 from __future__ import annotations
 
 import dagster as dg
-import models
 import psycopg2
 import pytest
 import yaml
-from conftest import add_model
-from services import postgres_server
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance import POSTGRES_ENV, postgres_url, prepare_dagster_home
+from tests import models
+from tests.helpers import add_model
+from tests.services import postgres_server
 
 
 @pytest.fixture(scope="module")

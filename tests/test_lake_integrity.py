@@ -10,12 +10,12 @@ import sqlite3
 
 import pyarrow as pa
 import pytest
-from conftest import fill, store_sessions
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.doctor import PROBLEM, check_tracelake
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import fill, store_sessions
 
 SESSION = {"session_id": "s1", "model_slug": "mlp", "started_at": dt.datetime(2025, 1, 1)}
 

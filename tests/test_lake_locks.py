@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import store_sessions
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import store_sessions
 
 TIMEOUT_S = 2.0
 # A holder of the lake in another process: a duckdb viewer (read-only or not), or an aaco

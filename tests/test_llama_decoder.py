@@ -13,15 +13,14 @@ work done, and that the builder is reproducible.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnxruntime as ort
 import pytest
 
 from aaco_pipelines.registry.zoo import llama_decoder
+from tests.helpers import DATA
 
-REFERENCE = Path(__file__).parent / "data" / "llama_decoder_reference.npz"
+REFERENCE = DATA / "llama_decoder_reference.npz"
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16  # llama_decoder()'s defaults
 # Measured max |ONNX - HF| over every step's logits: about 2e-6 (logits have std ~1).
 ATOL = 1e-4

@@ -8,8 +8,6 @@ import re
 import unicodedata
 
 import dagster as dg
-import models
-from conftest import SHARED, store_sessions
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.registry.scan import model_slug, scan_registry, slug_conflicts
@@ -17,6 +15,8 @@ from aaco_pipelines.tracelake.store import TraceLake
 from assets import models_partitions, targets_partitions
 from resources import ModelRegistryResource
 from sensors import model_registry_sensor
+from tests import models
+from tests.helpers import SHARED, store_sessions
 
 HASHED = re.compile(r"[a-z0-9_]+_[0-9a-f]{8}")
 

@@ -8,15 +8,15 @@ import fcntl
 import os
 import re
 
-import models
 import pytest
-from conftest import fill
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.registry.scan import file_sha256, registered_model
+from tests import models
+from tests.helpers import fill
 
 SNAPSHOT = re.compile(r"[0-9a-f]{64}\.onnx")
 GRAPH_FILES = {"graph.json", "nodes.parquet", "edges.parquet"}

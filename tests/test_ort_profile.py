@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import models
 import numpy as np
 import onnxruntime as ort
 import pyarrow.compute as pc
@@ -11,6 +10,7 @@ import pytest
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import KERNEL_EVENTS
+from tests import models
 
 
 @pytest.fixture(scope="module")

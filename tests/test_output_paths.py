@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, fill
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.report.output_file import replacing
+from tests.helpers import SHARED, fill
 
 KERNEL_CSV = SHARED / "samples" / "profilers" / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
 COMMANDS = {

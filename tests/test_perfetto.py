@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
-import models
 import pytest
-from conftest import SHARED, add_model
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.collectors.trace_simulator import simulate_at_scale
@@ -19,6 +17,8 @@ from aaco_pipelines.report import perfetto, perfetto_proto
 from aaco_pipelines.report.perfetto import PHASES, clock_origins, export_perfetto, write_perfetto
 from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SHARED, add_model
 
 RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"
 

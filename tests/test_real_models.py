@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-from conftest import FAST_SIDECAR
 
 from aaco_pipelines.analysis.attribution import can_fuse
 from aaco_pipelines.analysis.coverage import (
@@ -23,8 +21,9 @@ from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import DATA, FAST_SIDECAR
 
-CORPUS = Path(__file__).parent / "data" / "real_models"
+CORPUS = DATA / "real_models"
 MODELS = sorted(path.stem for path in CORPUS.glob("*.onnx"))
 ATTRIBUTED = 0.95
 

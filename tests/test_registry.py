@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import models
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.registry.scan import model_slug, scan_registry
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, load_sidecar
+from tests import models
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,9 @@ import re
 import struct
 import time
 
-import models
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import FAST_SIDECAR
 from matplotlib import image as mpimg
 
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
@@ -33,6 +31,8 @@ from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.report.summary import median_interval
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import FAST_SIDECAR
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 SECTIONS = (

@@ -6,10 +6,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-import models
 import pyarrow as pa
 import pytest
-from conftest import add_model, store_sessions
 
 from aaco_pipelines.analysis import session as analysis
 from aaco_pipelines.config import AacoPaths
@@ -18,6 +16,8 @@ from aaco_pipelines.governance.root_cause import PRIORS, RootCauseParams, explai
 from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import add_model, store_sessions
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 BASE_P50 = (100_000, 101_000, 99_000, 100_500)

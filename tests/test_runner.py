@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 
-import models
 import pyarrow.parquet as pq
 import pytest
-from conftest import add_model
 
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
@@ -15,6 +13,8 @@ from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.pipeline import MeasureOptions, benchmark_version
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
+from tests import models
+from tests.helpers import add_model
 
 
 def _version(paths, name, model, sidecar):

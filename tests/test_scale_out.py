@@ -13,16 +13,16 @@ from dataclasses import replace
 from pathlib import Path
 
 import dagster as dg
-import models
 import pytest
 import yaml
-from conftest import REPO, add_model
-from services import postgres_server, redis_server
 
 from aaco_pipelines.analysis import session
 from aaco_pipelines.analysis.session import save_envelope
 from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, prepare_dagster_home
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import REPO, add_model
+from tests.services import postgres_server, redis_server
 
 BIN = Path(sys.executable).parent
 

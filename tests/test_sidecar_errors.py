@@ -4,11 +4,11 @@ file, or, with `min_measured_seconds: .inf`, measures until its timeout)."""
 
 from __future__ import annotations
 
-import models
 import pytest
 from onnx import TensorProto, helper
 
 from aaco_pipelines.cli import main
+from tests import models
 
 # (sidecar file, its text, what the error must say); the model takes x: float32 [4, 16].
 HOSTILE = [

@@ -23,8 +23,9 @@ from aaco_pipelines.collectors.traces import collect_trace, detect_format, load_
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import TABLES
 from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import SHARED
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples" / "profilers"
+SAMPLES = SHARED / "samples" / "profilers"
 KERNEL_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
 COUNTER_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_counter_collection.csv"
 AGENT_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_agent_info.csv"

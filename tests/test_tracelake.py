@@ -7,10 +7,8 @@ import subprocess
 import sys
 
 import duckdb
-import models
 import pyarrow.compute as pc
 import pytest
-from conftest import SHARED, add_model, as_one_kernel_events_table
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
@@ -21,6 +19,8 @@ from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SHARED, add_model, as_one_kernel_events_table
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,13 @@ import shutil
 import time
 import urllib.parse
 
-import models
 import pytest
-from conftest import REPO, add_model
-from ui_support import (
+
+from aaco_pipelines.registry.sidecar import ModelSidecar
+from sensors.jobs import run_tags
+from tests import models
+from tests.helpers import REPO, add_model
+from tests.ui_support import (
     DagsterUI,
     describe,
     find_chromium,
@@ -25,9 +28,6 @@ from ui_support import (
     processes_with_env,
     run_chromium,
 )
-
-from aaco_pipelines.registry.sidecar import ModelSidecar
-from sensors.jobs import run_tags
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
