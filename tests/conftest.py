@@ -40,7 +40,7 @@ def host_envelopes() -> dict:
 def measure_each_envelope_once(monkeypatch, host_envelopes):
     """The first analysed session of a TraceLake measures the hardware envelope (about 4 s on
     this 2-core host), and every test's lake is new: the run measures each target's envelope
-    once and every lake stores that one. tests/test_envelope.py measures its own."""
+    once and every lake stores that one. tests/analysis/test_envelope.py measures its own."""
     from aaco_pipelines.analysis import envelope, session
 
     def once(target: str = "cpu", providers=None, **kwargs):
