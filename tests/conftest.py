@@ -20,16 +20,6 @@ def aaco_paths(tmp_path, monkeypatch) -> AacoPaths:
     return paths
 
 
-@pytest.fixture
-def lake(measured):
-    """The TraceLake of the module's `measured` sessions (its fixture returns the lake first),
-    with no baselines left by an earlier test."""
-    lake = measured[0]
-    with lake.connect(write=True) as con:
-        con.execute("DELETE FROM baselines")
-    return lake
-
-
 @pytest.fixture(scope="session")
 def host_envelopes() -> dict:
     """Hardware envelopes measured for real in this test run, per (target, providers)."""

@@ -64,6 +64,13 @@ def store_sessions(lake, rows) -> None:
     lake.append_rows("completed_sessions", table.select(["session_id"]))
 
 
+def without_baselines(lake):
+    """The lake, with no baselines left by an earlier test of its module."""
+    with lake.connect(write=True) as con:
+        con.execute("DELETE FROM baselines")
+    return lake
+
+
 def as_one_kernel_events_table(con) -> None:
     """Back to the shape of a lake before v10: kernel_events one table of every row."""
     con.execute("CREATE TABLE kernel_events_v9 AS SELECT * FROM kernel_events")

@@ -26,15 +26,16 @@ GFLOP, GB = 1e9, 1e9
 
 
 @pytest.fixture(scope="module")
-def measured() -> HardwareEnvelope:
+def cpu_envelope() -> HardwareEnvelope:
+    """The hardware envelope measured for real on this CPU."""
     return measure_envelope(budget_s=10, repeats=3)
 
 
-def test_measured_peaks_are_sane_for_a_small_cpu(measured):
-    assert measured.providers == ["CPUExecutionProvider"]
-    assert 1 * GFLOP <= measured.gemm.peak <= 1000 * GFLOP
-    assert 0.5 * GB <= measured.bandwidth.peak <= 500 * GB
-    for peak, unit in ((measured.gemm, "FLOP/s"), (measured.bandwidth, "B/s")):
+def test_measured_peaks_are_sane_for_a_small_cpu(cpu_envelope):
+    assert cpu_envelope.providers == ["CPUExecutionProvider"]
+    assert 1 * GFLOP <= cpu_envelope.gemm.peak <= 1000 * GFLOP
+    assert 0.5 * GB <= cpu_envelope.bandwidth.peak <= 500 * GB
+    for peak, unit in ((cpu_envelope.gemm, "FLOP/s"), (cpu_envelope.bandwidth, "B/s")):
         assert peak.unit == unit
         assert 0 < peak.spread_low <= peak.peak <= peak.spread_high
         assert len(peak.sweep) >= 2
@@ -42,13 +43,13 @@ def test_measured_peaks_are_sane_for_a_small_cpu(measured):
         assert sizes == sorted(sizes)
         assert all(entry["repeats"] == 3 for entry in peak.sweep)
         assert peak.peak_entry()["median"] == peak.peak
-    assert measured.ridge_point() == measured.gemm.peak / measured.bandwidth.peak
-    assert len(measured.runtime_fingerprint) == 64
+    assert cpu_envelope.ridge_point() == cpu_envelope.gemm.peak / cpu_envelope.bandwidth.peak
+    assert len(cpu_envelope.runtime_fingerprint) == 64
 
 
-def test_envelope_round_trips_through_json(measured):
-    restored = HardwareEnvelope.from_dict(json.loads(json.dumps(measured.to_dict())))
-    assert restored == measured
+def test_envelope_round_trips_through_json(cpu_envelope):
+    restored = HardwareEnvelope.from_dict(json.loads(json.dumps(cpu_envelope.to_dict())))
+    assert restored == cpu_envelope
 
 
 def test_unknown_provider_is_an_input_error():
@@ -156,10 +157,10 @@ def test_envelope_utilization_of_a_memory_bound_session(envelope):
     assert heu.hardware_envelope_utilization == pytest.approx(0.6)
 
 
-def test_bandwidth_is_measured_beyond_the_cache(measured):
-    streams = measured.bandwidth.sweep
+def test_bandwidth_is_measured_beyond_the_cache(cpu_envelope):
+    streams = cpu_envelope.bandwidth.sweep
     assert all(isinstance(entry["cache_resident"], bool) for entry in streams)
-    peak = measured.bandwidth.peak_entry()
+    peak = cpu_envelope.bandwidth.peak_entry()
     assert not peak["cache_resident"] or all(entry["cache_resident"] for entry in streams)
 
 
@@ -212,10 +213,10 @@ def test_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
     assert envelope.last_level_cache_bytes("cpu") is None
 
 
-def test_an_envelope_measured_beside_busy_processes_says_so(measured):
+def test_an_envelope_measured_beside_busy_processes_says_so(cpu_envelope):
     """Peaks measured while other processes hold every core are the leftovers of that work:
     the envelope records how much of the host's CPU time the others took, and says so."""
-    assert measured.host_contention is not None and not measured.contended  # measured alone
+    assert cpu_envelope.host_contention is not None and not cpu_envelope.contended  # measured alone
     cores = len(os.sched_getaffinity(0))
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
     try:
@@ -230,7 +231,7 @@ def test_an_envelope_measured_beside_busy_processes_says_so(measured):
 
 
 def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wins(
-    tmp_path, measured, monkeypatch
+    tmp_path, cpu_envelope, monkeypatch
 ):
     """A session uses the newest quiet envelope of its runtime; a contended one only for an
     hour, after which the next session measures again (not at every session on a busy host)."""
@@ -238,11 +239,13 @@ def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wi
 
     def measure(target, providers=None, **kwargs):
         measurements.append(target)
-        return dataclasses.replace(measured, measured_at_ns=time.time_ns())
+        return dataclasses.replace(cpu_envelope, measured_at_ns=time.time_ns())
 
     monkeypatch.setattr(session, "measure_envelope", measure)
     hour_ns = int(session.RECHECK_CONTENDED_S * 1e9)
-    contended = dataclasses.replace(measured, host_contention=0.6, measured_at_ns=time.time_ns())
+    contended = dataclasses.replace(
+        cpu_envelope, host_contention=0.6, measured_at_ns=time.time_ns()
+    )
 
     recent = TraceLake(tmp_path / "recent.duckdb")
     recent_id = session.save_envelope(recent, contended)
@@ -258,7 +261,7 @@ def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wi
 
     both = TraceLake(tmp_path / "both.duckdb")
     quiet_id = session.save_envelope(
-        both, dataclasses.replace(measured, measured_at_ns=time.time_ns() - 2 * hour_ns)
+        both, dataclasses.replace(cpu_envelope, measured_at_ns=time.time_ns() - 2 * hour_ns)
     )
     session.save_envelope(both, contended)  # newer, but measured under load
     assert session.current_envelope(both, "cpu")[0] == quiet_id

@@ -85,7 +85,8 @@ def profile_nodes(tmp: Path, model, feeds, iterations: int = 100) -> pa.Table:
 
 
 @pytest.fixture(scope="module", params=["conv_block", "tiny_mlp"])
-def profile(request, tmp_path_factory) -> pa.Table:
+def ort_profile_events(request, tmp_path_factory) -> pa.Table:
+    """The KERNEL_EVENTS rows of a real ONNX Runtime CPU profile of each model."""
     tmp = tmp_path_factory.mktemp(request.param)
     if request.param == "conv_block":
         return profile_nodes(tmp, models.conv_block_model(), {"x": np.ones((1, 3, 32, 32), "f4")})
@@ -96,12 +97,12 @@ def nodes_of(events: pa.Table) -> pa.Table:
     return events.filter(pc.equal(events["category"], "Node"))
 
 
-def test_simulated_kernels_are_attributed_to_their_nodes(profile, tmp_path):
-    truth = simulate_rocprof_traces(profile, tmp_path)
+def test_simulated_kernels_are_attributed_to_their_nodes(ort_profile_events, tmp_path):
+    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
     # Fused pairs launch one kernel for two windows: at least one kernel per two windows.
-    assert kernels.num_rows == truth.kernels >= nodes_of(profile).num_rows // 2
-    assigned = attribute_gpu_kernels(kernels, api_calls, profile)
+    assert kernels.num_rows == truth.kernels >= nodes_of(ort_profile_events).num_rows // 2
+    assigned = attribute_gpu_kernels(kernels, api_calls, ort_profile_events)
 
     assert assigned.num_rows == kernels.num_rows
     assert attribution_accuracy(assigned, truth) >= 0.95
@@ -160,19 +161,19 @@ def test_a_known_approximate_offset_keeps_an_unprofiled_pass_from_misleading_it(
     assert abs(alignment.offset_ns - settings.clock_offset_ns) <= 3_000
 
 
-def test_the_trace_collector_reads_simulated_traces(profile, tmp_path):
+def test_the_trace_collector_reads_simulated_traces(ort_profile_events, tmp_path):
     traces = pytest.importorskip("aaco_pipelines.collectors.traces")
-    truth = simulate_rocprof_traces(profile, tmp_path / "sim")
+    truth = simulate_rocprof_traces(ort_profile_events, tmp_path / "sim")
     counts = traces.collect_trace(tmp_path / "sim", "s1", tmp_path / "tables")
     assert counts["kernel_events"] == truth.kernels
     kernels = pq.read_table(tmp_path / "tables/kernel_events.parquet")
     api_calls = pq.read_table(tmp_path / "tables/api_calls.parquet")
-    assigned = attribute_gpu_kernels(kernels, api_calls, profile)
+    assigned = attribute_gpu_kernels(kernels, api_calls, ort_profile_events)
     assert attribution_accuracy(assigned, truth) >= 0.95
 
 
-def test_ort_parent_wins_and_unlaunched_kernels_are_kept(profile, tmp_path):
-    truth = simulate_rocprof_traces(profile, tmp_path)
+def test_ort_parent_wins_and_unlaunched_kernels_are_kept(ort_profile_events, tmp_path):
+    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
     # The first kernel carries its parent node (as ONNX Runtime's own GPU events do), the second
     # names a correlation id no API call has.
@@ -183,7 +184,7 @@ def test_ort_parent_wins_and_unlaunched_kernels_are_kept(profile, tmp_path):
         kernels.schema.get_field_index("node_name"), "node_name", node_name
     ).set_column(kernels.schema.get_field_index("correlation_id"), "correlation_id", pa.array(corr))
     kernels = conform(kernels, KERNEL_EVENTS)
-    assigned = attribute_gpu_kernels(kernels, api_calls, profile).to_pylist()
+    assigned = attribute_gpu_kernels(kernels, api_calls, ort_profile_events).to_pylist()
 
     assert len(assigned) == kernels.num_rows
     assert assigned[0]["method"] == "ort_parent"
@@ -194,17 +195,17 @@ def test_ort_parent_wins_and_unlaunched_kernels_are_kept(profile, tmp_path):
     assert assigned[2]["method"] == "correlation_launch"
 
 
-def test_no_api_trace_leaves_everything_unmatched(profile, tmp_path):
-    truth = simulate_rocprof_traces(profile, tmp_path)
+def test_no_api_trace_leaves_everything_unmatched(ort_profile_events, tmp_path):
+    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
-    assigned = attribute_gpu_kernels(kernels, api_calls.slice(0, 0), profile)
+    assigned = attribute_gpu_kernels(kernels, api_calls.slice(0, 0), ort_profile_events)
     assert assigned.num_rows == kernels.num_rows
     assert set(assigned["method"].to_pylist()) == {"unmatched"}
     assert clock_alignment_of(assigned).method == "none"
 
 
-def test_csv_headers_are_rocprofv3s(profile, tmp_path):
-    truth = simulate_rocprof_traces(profile, tmp_path)
+def test_csv_headers_are_rocprofv3s(ort_profile_events, tmp_path):
+    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
     real_header = SAMPLE_KERNEL_TRACE.read_text().splitlines()[0]
     assert truth.kernel_trace.read_text().splitlines()[0] == real_header
     assert truth.kernel_trace.name == "4242_kernel_trace.csv"

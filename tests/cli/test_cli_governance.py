@@ -19,7 +19,7 @@ from tests.helpers import add_model
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def mlp_swap_home(tmp_path_factory):
     """Two sessions of the tiny MLP, then one of its slower replacement, under one AACO_HOME."""
     home = tmp_path_factory.mktemp("cli_governance")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
@@ -31,9 +31,10 @@ def measured(tmp_path_factory):
 
 
 @pytest.fixture
-def home(measured, monkeypatch):
-    """AACO_HOME pointing at the measured lake, with no baselines left by an earlier test."""
-    paths, ids = measured
+def mlp_swap_session_ids(mlp_swap_home, monkeypatch):
+    """The session ids of mlp_swap_home, with AACO_HOME pointing at it and no baselines left by
+    an earlier test."""
+    paths, ids = mlp_swap_home
     monkeypatch.setenv("AACO_HOME", str(paths.home))
     monkeypatch.setenv("AACO_TRACELAKE", str(paths.tracelake))
     with TraceLake(paths.tracelake).connect(write=True) as con:
@@ -47,8 +48,8 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def test_diff_exit_codes(home, capsys, tmp_path, monkeypatch):
-    t0, t1, slower = home
+def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
+    t0, t1, slower = mlp_swap_session_ids
     code, out, _ = _run(
         capsys, "diff", "--baseline", t0, "--current", slower, "--fail-on-regression"
     )
@@ -76,8 +77,8 @@ def test_diff_exit_codes(home, capsys, tmp_path, monkeypatch):
     assert code == 2 and "no TraceLake" in err and not (tmp_path / "missing.duckdb").exists()
 
 
-def test_baseline_create_list_show_pin(home, capsys):
-    t0, t1, slower = home
+def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
+    t0, t1, slower = mlp_swap_session_ids
     code, out, _ = _run(
         capsys, "baseline", "create", "release", "--sessions", t0, t1, "--note", "v1"
     )

@@ -60,8 +60,8 @@ IDS = ("exploit", "copy", "drop", "attach", "install", "quotes", "newline")
 
 
 @pytest.fixture
-def lake(tmp_path):
-    """A TraceLake file holding an earlier, finished session."""
+def lake_con(tmp_path):
+    """An open DuckDB connection to a TraceLake file holding an earlier, finished session."""
     con = duckdb.connect(str(tmp_path / "lake.duckdb"))
     for statement in schema_ddl():
         con.execute(statement)
@@ -161,53 +161,54 @@ def hostile_rocprofv3_folder(folder: Path, agent_column: str) -> None:
 
 
 @pytest.mark.parametrize("name", HOSTILE, ids=IDS)
-def test_agent_info_column_names_become_details_keys_never_sql(lake, workdir, tmp_path, name):
-    before = lake_state(lake)
+def test_agent_info_column_names_become_details_keys_never_sql(lake_con, workdir, tmp_path, name):
+    before = lake_state(lake_con)
     trace = tmp_path / "agents" / "1_agent_info.csv"
     rewrite_csv(AGENT_CSV, trace, {name: name})
-    assert load(lake, trace) == {"agents": 4}
-    details = [json.loads(d) for d in column(lake, "SELECT details_json FROM agents")]
+    assert load(lake_con, trace) == {"agents": 4}
+    details = [json.loads(d) for d in column(lake_con, "SELECT details_json FROM agents")]
     # Header names are matched lower-cased and trimmed (rocprofv3 spells them both ways); the
     # value is the file's text as it was.
     assert [d[name.strip().lower()] for d in details] == [name] * 4
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_hostile_names_in_a_rocprofv3_folder_are_stored_as_written(lake, workdir, tmp_path):
-    before = lake_state(lake)
+def test_hostile_names_in_a_rocprofv3_folder_are_stored_as_written(lake_con, workdir, tmp_path):
+    before = lake_state(lake_con)
     folder = tmp_path / "rocprofv3"
     hostile_rocprofv3_folder(folder, EXPLOIT)
-    assert load(lake, folder) == {"kernel_events": 319, "counters": 530, "agents": 4}
+    assert load(lake_con, folder) == {"kernel_events": 319, "counters": 530, "agents": 4}
     names = column(
-        lake,
+        lake_con,
         "SELECT kernel_name FROM kernel_events WHERE session_id = 'hostile' ORDER BY dispatch_id",
     )
     assert names == [hostile_name(i) for i in range(319)]
-    assert set(column(lake, "SELECT kernel_name FROM kernel_symbols")) >= set(HOSTILE)
-    assert set(column(lake, "SELECT counter FROM counters")) == set(HOSTILE)
+    assert set(column(lake_con, "SELECT kernel_name FROM kernel_symbols")) >= set(HOSTILE)
+    assert set(column(lake_con, "SELECT counter FROM counters")) == set(HOSTILE)
     assert all(
-        EXPLOIT.lower() in json.loads(d) for d in column(lake, "SELECT details_json FROM agents")
+        EXPLOIT.lower() in json.loads(d)
+        for d in column(lake_con, "SELECT details_json FROM agents")
     )
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_hostile_rocprof_v1_names_are_kept(lake, workdir, tmp_path):
-    before = lake_state(lake)
+def test_hostile_rocprof_v1_names_are_kept(lake_con, workdir, tmp_path):
+    before = lake_state(lake_con)
     trace = tmp_path / "results.csv"
     rows = rewrite_csv(V1_CSV, trace, {h: h for h in HOSTILE}, kernelname=hostile_name)
-    assert load(lake, trace) == {"kernel_events": len(rows)}
+    assert load(lake_con, trace) == {"kernel_events": len(rows)}
     names = column(
-        lake,
+        lake_con,
         "SELECT event_name FROM kernel_events WHERE session_id = 'hostile' ORDER BY dispatch_id",
     )
     assert names == [hostile_name(i) for i in range(len(rows))]
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_hostile_json_keys_and_kernel_names_are_kept(lake, workdir, tmp_path):
+def test_hostile_json_keys_and_kernel_names_are_kept(lake_con, workdir, tmp_path):
     """The TraceLens rocprofv3 JSON, cut to its first 300 dispatches, with hostile agent keys
     and values, a hostile key in the tool's entry, and hostile kernel names."""
-    before = lake_state(lake)
+    before = lake_state(lake_con)
     with gzip.open(JSON_GZ, "rt") as handle:
         document = json.load(handle)
     entry = document["rocprofiler-sdk-tool"][0]
@@ -220,24 +221,24 @@ def test_hostile_json_keys_and_kernel_names_are_kept(lake, workdir, tmp_path):
     entry.update({h: [h] for h in HOSTILE})
     trace = tmp_path / "908_results.json"
     trace.write_text(json.dumps(document))
-    assert load(lake, trace)["kernel_events"] == 300
+    assert load(lake_con, trace)["kernel_events"] == 300
     symbols = {s["kernel_id"]: hostile_name(i) for i, s in enumerate(entry["kernel_symbols"])}
     expected = [symbols[d["dispatch_info"]["kernel_id"]] for d in records["kernel_dispatch"]]
     names = column(
-        lake,
+        lake_con,
         "SELECT kernel_name FROM kernel_events WHERE session_id = 'hostile' ORDER BY dispatch_id",
     )
     assert names == expected and set(expected) & set(HOSTILE)
-    details = [json.loads(d) for d in column(lake, "SELECT details_json FROM agents")]
+    details = [json.loads(d) for d in column(lake_con, "SELECT details_json FROM agents")]
     assert len(details) == len(entry["agents"])
     assert all(d[h] == h for d in details for h in HOSTILE)  # JSON keys are kept verbatim
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_hostile_sqlite_names_in_a_rocpd_database_are_kept(lake, workdir, tmp_path):
+def test_hostile_sqlite_names_in_a_rocpd_database_are_kept(lake_con, workdir, tmp_path):
     """A ROCm 7 rocpd database with hostile table and column names beside the documented
     views, a hostile key in an agent's extdata, and hostile kernel names."""
-    before = lake_state(lake)
+    before = lake_state(lake_con)
     trace = tmp_path / "4242_results.db"
     with sqlite3.connect(trace) as db:
         db.execute(
@@ -262,21 +263,21 @@ def test_hostile_sqlite_names_in_a_rocpd_database_are_kept(lake, workdir, tmp_pa
             'kernel_id, start, "end") VALUES (?, 10, 11, 1, 3, ?, 7, ?, ?)',
             [(text, i, 1000 * i, 1000 * i + 500) for i, text in enumerate(HOSTILE)],
         )
-    assert load(lake, trace) == {"kernel_events": len(HOSTILE), "agents": 1}
+    assert load(lake_con, trace) == {"kernel_events": len(HOSTILE), "agents": 1}
     names = column(
-        lake,
+        lake_con,
         "SELECT kernel_name FROM kernel_events WHERE session_id = 'hostile' ORDER BY dispatch_id",
     )
     assert names == list(HOSTILE)
-    product, details = lake.execute("SELECT product_name, details_json FROM agents").fetchone()
+    product, details = lake_con.execute("SELECT product_name, details_json FROM agents").fetchone()
     assert product == HOSTILE[1] and json.loads(details) == {h: h for h in HOSTILE}
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_hostile_names_in_a_real_rpd_trace_are_kept(lake, workdir, tmp_path):
+def test_hostile_names_in_a_real_rpd_trace_are_kept(lake_con, workdir, tmp_path):
     """The vLLM RPD trace with its first kernel names made hostile and a hostile table and
     column added."""
-    before = lake_state(lake)
+    before = lake_state(lake_con)
     trace = tmp_path / "mytrace.rpd"
     with gzip.open(RPD_GZ, "rb") as src, open(trace, "wb") as dst:
         shutil.copyfileobj(src, dst)
@@ -295,10 +296,12 @@ def test_hostile_names_in_a_real_rpd_trace_are_kept(lake, workdir, tmp_path):
         quoted = '"' + EXPLOIT.replace('"', '""') + '"'
         db.execute(f"CREATE TABLE {quoted} ({quoted} TEXT)")
         db.execute(f"ALTER TABLE rocpd_op ADD COLUMN {quoted} TEXT")
-    assert load(lake, trace)["kernel_events"] == 8948
-    names = set(column(lake, "SELECT kernel_name FROM kernel_events WHERE session_id = 'hostile'"))
+    assert load(lake_con, trace)["kernel_events"] == 8948
+    names = set(
+        column(lake_con, "SELECT kernel_name FROM kernel_events WHERE session_id = 'hostile'")
+    )
     assert set(HOSTILE) <= names
-    assert_untouched(lake, before, workdir)
+    assert_untouched(lake_con, before, workdir)
 
 
 # --- the trace's own path is data -----------------------------------------------------------------
@@ -337,33 +340,33 @@ def cut_json(target: Path, dispatches: int, _cache: dict = {}) -> Path:  # noqa:
     ],
     ids=["quotes", "backslash", "star", "question", "brackets"],
 )
-def test_a_trace_folder_name_names_exactly_that_folder(lake, workdir, tmp_path, folder, decoy):
+def test_a_trace_folder_name_names_exactly_that_folder(lake_con, workdir, tmp_path, folder, decoy):
     """Quotes in a folder's name are not SQL, and glob characters match nothing else: a sibling
     folder the name would match as a pattern is not read."""
-    before = lake_state(lake)
+    before = lake_state(lake_con)
     shutil.copy(KERNEL_CSV, _made(tmp_path / folder) / "1_kernel_trace.csv")
     if decoy:
         cut_csv(KERNEL_CSV, tmp_path / decoy / "1_kernel_trace.csv", rows=10)
-    assert load(lake, tmp_path / folder) == {"kernel_events": 319}
-    assert_untouched(lake, before, workdir)
+    assert load(lake_con, tmp_path / folder) == {"kernel_events": 319}
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_glob_characters_in_a_file_name_match_only_that_file(lake, workdir, tmp_path):
-    before = lake_state(lake)
+def test_glob_characters_in_a_file_name_match_only_that_file(lake_con, workdir, tmp_path):
+    before = lake_state(lake_con)
     csv_trace = cut_csv(KERNEL_CSV, tmp_path / "5*?[1]'_kernel_trace.csv", rows=20)
     cut_csv(KERNEL_CSV, tmp_path / "5xx1'_kernel_trace.csv", rows=10)
     json_trace = cut_json(tmp_path / "9*_results.json", dispatches=5)
     cut_json(tmp_path / "90_results.json", dispatches=7)
-    assert load_trace(lake, csv_trace, "csv") == {"kernel_events": 20}
-    assert load_trace(lake, json_trace, "json")["kernel_events"] == 5
-    assert_untouched(lake, before, workdir)
+    assert load_trace(lake_con, csv_trace, "csv") == {"kernel_events": 20}
+    assert load_trace(lake_con, json_trace, "json")["kernel_events"] == 5
+    assert_untouched(lake_con, before, workdir)
 
 
-def test_a_path_duckdb_cannot_name_exactly_is_refused(lake, tmp_path):
+def test_a_path_duckdb_cannot_name_exactly_is_refused(lake_con, tmp_path):
     """DuckDB reads a path with *, ? or [ as a pattern and cannot escape a backslash in one."""
     trace = cut_csv(KERNEL_CSV, tmp_path / "a\\b*" / "1_kernel_trace.csv", rows=5)
     with pytest.raises(AacoInputError, match="backslash") as err:
-        load_trace(lake, trace, "s1")
+        load_trace(lake_con, trace, "s1")
     assert str(trace) in str(err.value)
 
 
@@ -481,8 +484,8 @@ def test_ingest_refuses_a_model_that_is_not_a_file_before_any_work(
 
 
 @pytest.mark.timeout(20)
-def test_load_trace_refuses_a_fifo_named_like_a_trace_without_opening_it(lake, tmp_path):
+def test_load_trace_refuses_a_fifo_named_like_a_trace_without_opening_it(lake_con, tmp_path):
     fifo = _fifo(tmp_path / "1_kernel_trace.csv")
     with pytest.raises(AacoInputError, match="not a regular file") as err:
-        load_trace(lake, fifo, "s1")
+        load_trace(lake_con, fifo, "s1")
     assert str(fifo) in str(err.value)

@@ -14,7 +14,7 @@ from tests import models
 
 
 @pytest.fixture(scope="module")
-def profile(tmp_path_factory):
+def ort_profile_file(tmp_path_factory):
     """A real profile: 2 warm-up runs and 4 profiled runs of a tiny MLP."""
     tmp = tmp_path_factory.mktemp("profile")
     path = models.save(models.tiny_mlp(), tmp / "mlp.onnx")
@@ -29,8 +29,8 @@ def profile(tmp_path_factory):
     return tmp / session.end_profiling(), start_ns
 
 
-def test_events_are_assigned_to_iterations_and_epoch_times(profile):
-    path, start_ns = profile
+def test_events_are_assigned_to_iterations_and_epoch_times(ort_profile_file):
+    path, start_ns = ort_profile_file
     events = read_ort_profile(path, "s1", start_ns, warmup_runs=2)
     assert events.schema == KERNEL_EVENTS
     nodes = events.filter(pc.equal(events["category"], "Node"))
@@ -51,8 +51,8 @@ def test_events_are_assigned_to_iterations_and_epoch_times(profile):
         assert run["start_ns"] <= row["start_ns"] <= run["start_ns"] + run["duration_ns"]
 
 
-def test_truncated_profile_is_a_clear_error(profile, tmp_path):
-    path, _ = profile
+def test_truncated_profile_is_a_clear_error(ort_profile_file, tmp_path):
+    path, _ = ort_profile_file
     broken = tmp_path / "broken.json"
     broken.write_text(path.read_text()[: len(path.read_text()) // 2])
     with pytest.raises(AacoInputError) as err:

@@ -21,11 +21,17 @@ from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
+from tests.helpers import (
+    SLOWER_LAYERS,
+    STEADY_SIDECAR,
+    add_model,
+    store_sessions,
+    without_baselines,
+)
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def mlp_swap_measured(tmp_path_factory):
     """Three sessions of the tiny MLP, then one after its file was swapped for a slower one."""
     home = tmp_path_factory.mktemp("baselines")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
@@ -41,12 +47,19 @@ def measured(tmp_path_factory):
     return TraceLake(paths.tracelake), ids[:3], ids[3]
 
 
+@pytest.fixture
+def mlp_swap(mlp_swap_measured):
+    """mlp_swap_measured with no baselines left by an earlier test: (lake, tiny ids, slower id)."""
+    lake, tiny, slower = mlp_swap_measured
+    return without_baselines(lake), tiny, slower
+
+
 def _baseline_rows(lake: TraceLake) -> list[dict]:
     return lake.query("SELECT * FROM baselines ORDER BY baseline_name").to_pylist()
 
 
-def test_create_from_ids_and_from_a_window(lake, measured):
-    _, tiny, slower = measured
+def test_create_from_ids_and_from_a_window(mlp_swap):
+    lake, tiny, slower = mlp_swap
     by_ids = create_baseline(lake, "release", session_ids=tiny[:2], note="v1.0")
     assert by_ids.session_ids == tuple(tiny[:2]) and by_ids.n_sessions == 2
     assert (by_ids.model_slug, by_ids.target, by_ids.note) == ("mlp", "cpu", "v1.0")
@@ -67,8 +80,8 @@ def test_create_from_ids_and_from_a_window(lake, measured):
     assert list_baselines(lake, "other") == []
 
 
-def test_one_pinned_baseline_per_model_and_target(lake, measured):
-    _, tiny, _ = measured
+def test_one_pinned_baseline_per_model_and_target(mlp_swap):
+    lake, tiny, _ = mlp_swap
     create_baseline(lake, "a", session_ids=tiny[:2], pin=True)
     create_baseline(lake, "b", session_ids=tiny[1:])
     assert pinned_baseline(lake, "mlp", "cpu").name == "a"
@@ -82,8 +95,8 @@ def test_one_pinned_baseline_per_model_and_target(lake, measured):
     assert [r["pinned"] for r in _baseline_rows(lake)] == [False, True]
 
 
-def test_compare_detects_the_swap_to_a_slower_model(lake, measured):
-    _, tiny, slower = measured
+def test_compare_detects_the_swap_to_a_slower_model(mlp_swap):
+    lake, tiny, slower = mlp_swap
     create_baseline(lake, "release", session_ids=tiny)
     comparison = compare_to_baseline(lake, slower, "release", resamples=500)
     p50 = comparison.metrics["latency_p50_ns"]
@@ -95,8 +108,8 @@ def test_compare_detects_the_swap_to_a_slower_model(lake, measured):
     assert comparison.parameters["baseline_iterations"] == 600
 
 
-def test_bad_input_is_refused_and_leaves_the_lake_unchanged(lake, measured):
-    _, tiny, slower = measured
+def test_bad_input_is_refused_and_leaves_the_lake_unchanged(mlp_swap):
+    lake, tiny, slower = mlp_swap
     create_baseline(lake, "release", session_ids=tiny[:2], pin=True)
     store_sessions(lake, [{"session_id": "other-1", "model_slug": "other", "target": "cpu"}])
     before = _baseline_rows(lake)

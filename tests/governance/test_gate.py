@@ -16,11 +16,17 @@ from aaco_pipelines.pipeline import measure_model
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import SLOWER_LAYERS, STEADY_SIDECAR, add_model, store_sessions
+from tests.helpers import (
+    SLOWER_LAYERS,
+    STEADY_SIDECAR,
+    add_model,
+    store_sessions,
+    without_baselines,
+)
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def mlp_swap_and_back_measured(tmp_path_factory):
     """Three sessions of the tiny MLP, one of its slower replacement, then the tiny one again."""
     home = tmp_path_factory.mktemp("gate")
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
@@ -43,8 +49,15 @@ def measured(tmp_path_factory):
     return lake, ids
 
 
-def test_a_slower_model_is_a_critical_regression_caused_by_the_model(lake, measured):
-    _, (t0, t1, t2, slower, _) = measured
+@pytest.fixture
+def mlp_swap_and_back(mlp_swap_and_back_measured):
+    """mlp_swap_and_back_measured with no baselines left by an earlier test: (lake, ids)."""
+    lake, ids = mlp_swap_and_back_measured
+    return without_baselines(lake), ids
+
+
+def test_a_slower_model_is_a_critical_regression_caused_by_the_model(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
     verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], resamples=500)
     assert verdict.regression and verdict.severity == "critical" and verdict.confidence > 0.95
     p50 = verdict.latency_delta_pct
@@ -62,10 +75,10 @@ def test_a_slower_model_is_a_critical_regression_caused_by_the_model(lake, measu
 
 
 @pytest.fixture
-def replayed(lake, measured):
+def replayed(mlp_swap_and_back):
     """A copy of the third tiny session under a new id: the same model measured identically (real
     tiny sessions on a shared box differ by tens of percent, which a gate rightly flags)."""
-    t2 = measured[1][2]
+    lake, (_, _, t2, _, _) = mlp_swap_and_back
     with lake.connect(write=True) as con:
         for table in ("session_records", "iterations", "completed_sessions"):
             con.execute(
@@ -77,8 +90,8 @@ def replayed(lake, measured):
     lake.delete_sessions(["replay"])
 
 
-def test_the_same_model_and_a_faster_one_pass(lake, measured, replayed):
-    _, (t0, t1, t2, slower, t3) = measured
+def test_the_same_model_and_a_faster_one_pass(mlp_swap_and_back, replayed):
+    lake, (t0, t1, t2, slower, t3) = mlp_swap_and_back
     same = gate_verdict(lake, replayed, baseline=t2, resamples=500)
     assert not same.regression and same.severity == "none"
     assert same.latency_delta_pct["effect_pct"] == 0.0
@@ -90,8 +103,8 @@ def test_the_same_model_and_a_faster_one_pass(lake, measured, replayed):
     assert "faster" in faster.recommendation
 
 
-def test_the_threshold_is_respected(lake, measured):
-    _, (t0, t1, t2, slower, _) = measured
+def test_the_threshold_is_respected(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
     verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], threshold_pct=1e4, resamples=500)
     assert not verdict.regression and verdict.severity == "none"
     assert verdict.evidence["decided_by"] == "below_threshold"
@@ -101,8 +114,8 @@ def test_the_threshold_is_respected(lake, measured):
     ]  # fmt: skip
 
 
-def test_the_baseline_is_resolved_in_order(lake, measured):
-    _, (t0, t1, t2, slower, t3) = measured
+def test_the_baseline_is_resolved_in_order(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, t3) = mlp_swap_and_back
 
     def source(**kwargs):
         b = gate_verdict(lake, slower, resamples=50, **kwargs).baseline
@@ -121,8 +134,8 @@ def test_the_baseline_is_resolved_in_order(lake, measured):
     assert gate_verdict(lake, "latest", baseline=[t0], resamples=50).session_id == t3
 
 
-def test_bad_input_is_one_clear_error(lake, measured):
-    _, (t0, _, _, slower, _) = measured
+def test_bad_input_is_one_clear_error(mlp_swap_and_back):
+    lake, (t0, _, _, slower, _) = mlp_swap_and_back
     attempts = {
         "no baseline or session named 'ghost'": dict(current=slower, baseline="ghost"),
         "holds only the current session": dict(current=slower, baseline=slower),

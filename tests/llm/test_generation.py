@@ -73,7 +73,8 @@ def _register(paths: AacoPaths, name: str, model: onnx.ModelProto | Path, sideca
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory):
+def analysed_llama_session(tmp_path_factory):
+    """One measured and analysed session of the zoo decoder: (lake, session id)."""
     paths = _paths(tmp_path_factory.mktemp("generation"))
     bundle = measure_model(_register(paths, "llama", llama_decoder(), SIDECAR), paths, analyze=True)
     lake = TraceLake(paths.tracelake)
@@ -97,8 +98,10 @@ def _metrics(lake, sid: str, source: str = "aaco") -> dict[tuple, float]:
 # --- what generation means: exact counts ------------------------------------------------------
 
 
-def test_every_batch_has_one_step_per_token_and_its_cache_grows_one_position_a_step(measured):
-    lake, sid = measured
+def test_every_batch_has_one_step_per_token_and_its_cache_grows_one_position_a_step(
+    analysed_llama_session,
+):
+    lake, sid = analysed_llama_session
     steps = _rows(lake, "SELECT * FROM generation_steps WHERE session_id = $sid", sid)
     batches: dict[tuple, list[dict]] = {}
     for step in steps:
@@ -128,8 +131,10 @@ def test_every_batch_has_one_step_per_token_and_its_cache_grows_one_position_a_s
     }  # fmt: skip
 
 
-def test_scenarios_batch_as_their_rules_say_and_loadgen_counts_the_same_tokens(measured):
-    lake, sid = measured
+def test_scenarios_batch_as_their_rules_say_and_loadgen_counts_the_same_tokens(
+    analysed_llama_session,
+):
+    lake, sid = analysed_llama_session
     runs = _rows(
         lake,
         "SELECT run, count(*) AS n, max(batch_size) AS biggest, min(output_tokens) AS least, "
@@ -151,8 +156,8 @@ def test_scenarios_batch_as_their_rules_say_and_loadgen_counts_the_same_tokens(m
         )
 
 
-def test_ttft_is_queueing_plus_the_measured_prefill_step(measured):
-    lake, sid = measured
+def test_ttft_is_queueing_plus_the_measured_prefill_step(analysed_llama_session):
+    lake, sid = analysed_llama_session
     rows = _rows(
         lake,
         "SELECT r.*, s.end_ns - s.start_ns AS prefill_step_ns, s.phase "
@@ -178,8 +183,8 @@ def test_ttft_is_queueing_plus_the_measured_prefill_step(measured):
 # --- figures against independent computations ------------------------------------------------
 
 
-def test_percentiles_match_numpy_over_the_requests_and_steps(measured):
-    lake, sid = measured
+def test_percentiles_match_numpy_over_the_requests_and_steps(analysed_llama_session):
+    lake, sid = analysed_llama_session
     requests = lake.query("SELECT * FROM requests WHERE session_id = $sid", {"sid": sid})
     steps = lake.query("SELECT * FROM generation_steps WHERE session_id = $sid", {"sid": sid})
     figures = _metrics(lake, sid)
@@ -210,11 +215,11 @@ def test_percentiles_match_numpy_over_the_requests_and_steps(measured):
         assert figures[(run, None, None, "itl_p99_ns")] == pytest.approx(np.percentile(itl, 99))
 
 
-def test_figures_agree_with_loadgens_own_summary(measured):
+def test_figures_agree_with_loadgens_own_summary(analysed_llama_session):
     """LoadGen times a query from its scheduled issue, we from the issue callback: ours may be
     a little shorter, never longer, than LoadGen's; nearest-rank against interpolated
     percentiles differ by at most a neighbouring sample."""
-    lake, sid = measured
+    lake, sid = analysed_llama_session
     ours, loadgen = _metrics(lake, sid), _metrics(lake, sid, "loadgen")
     for run, metric in (
         ("single_stream", "tpot_p50_ns"),
@@ -226,8 +231,8 @@ def test_figures_agree_with_loadgens_own_summary(measured):
         assert mine <= theirs * 1.05 and mine >= theirs * 0.7, (run, metric, mine, theirs)
 
 
-def test_server_arrivals_are_poisson_at_the_target_rate(measured):
-    lake, sid = measured
+def test_server_arrivals_are_poisson_at_the_target_rate(analysed_llama_session):
+    lake, sid = analysed_llama_session
     arrivals = np.array(
         [
             r["arrival_ns"]
@@ -252,8 +257,10 @@ def test_server_arrivals_are_poisson_at_the_target_rate(measured):
     assert loadgen[("server", None, None, "arrival_rate_per_s")] == pytest.approx(rate, rel=0.1)
 
 
-def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second(measured):
-    lake, sid = measured
+def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second(
+    analysed_llama_session,
+):
+    lake, sid = analysed_llama_session
     curve = {(b, p, m): v for (run, b, p, m), v in _metrics(lake, sid).items() if run == "curve"}
     points = {(b, p) for b, p, _ in curve}
     assert points == {(1, 16), (2, 16), (4, 16), (1, 8), (1, 32)}
@@ -268,8 +275,8 @@ def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second
 # --- phases, session row, headline -----------------------------------------------------------
 
 
-def test_kernel_time_is_attributed_to_onnx_nodes_per_phase(measured):
-    lake, sid = measured
+def test_kernel_time_is_attributed_to_onnx_nodes_per_phase(analysed_llama_session):
+    lake, sid = analysed_llama_session
     rows = _rows(
         lake,
         "SELECT phase, level, name, share FROM phase_breakdown WHERE session_id = $sid",
@@ -308,8 +315,8 @@ def test_kernel_time_is_attributed_to_onnx_nodes_per_phase(measured):
         assert 0 < r["node_ns"] < r["step_ns"], r
 
 
-def test_the_session_row_is_the_headline_scenario(measured):
-    lake, sid = measured
+def test_the_session_row_is_the_headline_scenario(analysed_llama_session):
+    lake, sid = analysed_llama_session
     (row,) = _rows(lake, "SELECT * FROM sessions WHERE session_id = $sid", sid)
     e2e = [
         r["e2e_ns"]
@@ -444,10 +451,10 @@ def test_the_sidecar_section_round_trips(tmp_path):
     assert dataclasses.replace(SIDECAR, generation=None).to_dict().get("generation") is None
 
 
-def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(measured):
+def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(analysed_llama_session):
     from aaco_pipelines.cli import run_summary
 
-    lake, sid = measured
+    lake, sid = analysed_llama_session
     lines = run_summary(lake.path, sid).splitlines()
     assert any(
         line.split()[:2]
@@ -470,11 +477,13 @@ def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(measured):
         )
 
 
-def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plots(measured):
+def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plots(
+    analysed_llama_session,
+):
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.html import render_html
 
-    lake, sid = measured
+    lake, sid = analysed_llama_session
     generation = render_json(lake, sid)["generation"]
     assert generation["headline"] == "single_stream"
     assert [s["scenario"] for s in generation["scenarios"]] == list(WORKLOAD.scenarios)
@@ -489,12 +498,12 @@ def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plot
     assert html.count("data:image/png;base64,") >= 2 + html.count('id="drift-')
 
 
-def test_a_v8_lake_migrates_its_sessions_as_forward_passes(measured, tmp_path):
+def test_a_v8_lake_migrates_its_sessions_as_forward_passes(analysed_llama_session, tmp_path):
     import duckdb
 
     from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 
-    lake, sid = measured
+    lake, sid = analysed_llama_session
     copy = tmp_path / "v8.duckdb"
     shutil.copyfile(lake.path, copy)
     with duckdb.connect(str(copy)) as con:  # back to v8's shape
@@ -517,8 +526,8 @@ def test_a_v8_lake_migrates_its_sessions_as_forward_passes(measured, tmp_path):
     ]
 
 
-def test_every_figure_has_the_unit_its_name_says(measured):
-    lake, sid = measured
+def test_every_figure_has_the_unit_its_name_says(analysed_llama_session):
+    lake, sid = analysed_llama_session
     units = {
         (r["metric"], r["source"]): r["unit"]
         for r in _rows(

@@ -27,7 +27,7 @@ COMMANDS = {
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Path:
+def ingested_trace_home(tmp_path_factory) -> Path:
     """An AACO_HOME with one ingested and analysed session (the sLLM kernel trace)."""
     home = tmp_path_factory.mktemp("outputs") / "aaco"
     with pytest.MonkeyPatch.context() as env:
@@ -39,9 +39,9 @@ def home(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def aaco(home, monkeypatch, capsys):
+def aaco(ingested_trace_home, monkeypatch, capsys):
     """`aaco <command> --output PATH`: (exit code, stderr)."""
-    monkeypatch.setenv("AACO_HOME", str(home))
+    monkeypatch.setenv("AACO_HOME", str(ingested_trace_home))
     monkeypatch.delenv("AACO_TRACELAKE", raising=False)
     capsys.readouterr()
 

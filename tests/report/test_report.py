@@ -62,7 +62,7 @@ def _peak(resource: str, value: float, unit: str) -> ResourcePeak:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory) -> tuple[AacoPaths, str]:
+def analysed_conv_session(tmp_path_factory) -> tuple[AacoPaths, str]:
     """One analysed session of a tiny conv model; a synthetic envelope for today's runtime
     spares the envelope sweep."""
     home = tmp_path_factory.mktemp("report")
@@ -93,8 +93,8 @@ def _assert_png(png: bytes) -> None:
     assert mpimg.imread(io.BytesIO(png), format="png").shape[:2] == (height, width)
 
 
-def test_html_report_is_one_offline_file_with_every_section_and_plot(measured):
-    paths, session_id = measured
+def test_html_report_is_one_offline_file_with_every_section_and_plot(analysed_conv_session):
+    paths, session_id = analysed_conv_session
     page = render_html(paths.tracelake, session_id)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     # Nothing is fetched: no script, stylesheet link, or src/href outside data URIs and anchors.
@@ -115,8 +115,8 @@ def test_html_report_is_one_offline_file_with_every_section_and_plot(measured):
     assert session_id in page and "launch_tax" in page
 
 
-def test_json_report_matches_the_sessions_table(measured):
-    paths, session_id = measured
+def test_json_report_matches_the_sessions_table(analysed_conv_session):
+    paths, session_id = analysed_conv_session
     content = render_json(paths.tracelake, "latest")
     json.dumps(content, allow_nan=False)  # plain JSON as it stands
     row = (
@@ -140,8 +140,8 @@ def test_json_report_matches_the_sessions_table(measured):
     assert content["environment"]["onnxruntime_version"]
 
 
-def test_markdown_report_has_the_same_sections(measured):
-    paths, session_id = measured
+def test_markdown_report_has_the_same_sections(analysed_conv_session):
+    paths, session_id = analysed_conv_session
     text = render_markdown(paths.tracelake, session_id)
     for title in ("Summary", "Bottleneck", "Derived metrics", "Where the time went", "Roofline"):
         assert f"## {title}" in text
@@ -259,9 +259,9 @@ def test_log_axes_label_decades_without_mathtext(monkeypatch):
 
 
 def test_cli_report_writes_the_file_and_refuses_an_unknown_session(
-    measured, tmp_path, monkeypatch, capsys
+    analysed_conv_session, tmp_path, monkeypatch, capsys
 ):
-    paths, session_id = measured
+    paths, session_id = analysed_conv_session
     monkeypatch.setenv("AACO_HOME", str(paths.home))
     monkeypatch.setenv("AACO_TRACELAKE", str(paths.tracelake))
     output = tmp_path / "report.html"
