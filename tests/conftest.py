@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths  # noqa: E402
 from aaco_pipelines.execution.runner import RunnerLimits  # noqa: E402
 from aaco_pipelines.pipeline import MeasureOptions  # noqa: E402
+from tests import models
+from tests.helpers import MeasuredHome, add_model, copy_home, home_paths
 
 
 @pytest.fixture
@@ -18,6 +21,31 @@ def aaco_paths(tmp_path, monkeypatch) -> AacoPaths:
     paths = AacoPaths.from_env()
     paths.registry.mkdir(parents=True)
     return paths
+
+
+@pytest.fixture(scope="session")
+def measured_mlp_template(tmp_path_factory) -> MeasuredHome:
+    """One measured session of the tiny MLP (FAST_SIDECAR, registered as `mlp`), in an AACO_HOME
+    made once for the whole run. Read only: a test that writes takes measured_mlp_home."""
+    from aaco_pipelines.pipeline import measure_model
+    from aaco_pipelines.registry.scan import registered_model
+
+    paths = home_paths(tmp_path_factory.mktemp("measured_mlp") / "aaco")
+    path = add_model(paths, "mlp", models.tiny_mlp())
+    return MeasuredHome(paths, measure_model(registered_model(path), paths))
+
+
+@pytest.fixture
+def measured_mlp_home(measured_mlp_template, tmp_path, monkeypatch) -> MeasuredHome:
+    """A copy of measured_mlp_template for this test alone (its bundle too), with AACO_HOME
+    pointing at it as aaco_paths does."""
+    template = measured_mlp_template
+    paths = copy_home(template.paths, tmp_path / "aaco")
+    monkeypatch.setenv("AACO_HOME", str(paths.home))
+    monkeypatch.delenv("AACO_REGISTRY", raising=False)
+    monkeypatch.delenv("AACO_TRACELAKE", raising=False)
+    bundle = SessionBundle(paths.home / template.bundle.path.relative_to(template.paths.home))
+    return MeasuredHome(paths, bundle)
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,11 @@ samples are, the fast sidecars, and functions that put models, sessions and byte
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
+from typing import NamedTuple
 
+from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from tests import models
@@ -36,6 +39,32 @@ def add_model(
     if sidecar is not None:
         sidecar.save(paths.registry / f"{name}.yaml")
     return path
+
+
+class MeasuredHome(NamedTuple):
+    """An AACO_HOME holding measured sessions: its paths, and the bundle of the session measured
+    last."""
+
+    paths: AacoPaths
+    bundle: SessionBundle
+
+
+def home_paths(home: Path) -> AacoPaths:
+    """The paths of an AACO_HOME laid out as AacoPaths.from_env lays one out."""
+    return AacoPaths(home=home, registry=home / "registry", tracelake=home / "tracelake.duckdb")
+
+
+def copy_home(paths: AacoPaths, home: Path) -> AacoPaths:
+    """A copy of a whole AACO_HOME (registry, model store, session bundles, TraceLake file) at
+    `home`, laid out alike: what a test writes there leaves the original as it was. Modes are
+    copied too (bundles keep their read-only raw files). Session rows keep the bundle_path of
+    the original."""
+    shutil.copytree(paths.home, home, symlinks=True)
+    return AacoPaths(
+        home=home,
+        registry=home / paths.registry.relative_to(paths.home),
+        tracelake=home / paths.tracelake.relative_to(paths.home),
+    )
 
 
 def fill(disk: Path, leave_bytes: int = 0) -> None:

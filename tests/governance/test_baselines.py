@@ -7,7 +7,6 @@ import datetime as dt
 
 import pytest
 
-from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import (
     compare_to_baseline,
@@ -17,33 +16,20 @@ from aaco_pipelines.governance.baselines import (
     pin_baseline,
     pinned_baseline,
 )
-from aaco_pipelines.pipeline import measure_model
-from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
-from tests import models
 from tests.helpers import (
-    SLOWER_LAYERS,
-    STEADY_SIDECAR,
-    add_model,
+    copy_home,
     store_sessions,
     without_baselines,
 )
 
 
 @pytest.fixture(scope="module")
-def mlp_swap_measured(tmp_path_factory):
-    """Three sessions of the tiny MLP, then one after its file was swapped for a slower one."""
-    home = tmp_path_factory.mktemp("baselines")
-    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
-    ids = []
-    for model in (
-        models.tiny_mlp(),
-        models.tiny_mlp(),
-        models.tiny_mlp(),
-        models.slower_mlp(SLOWER_LAYERS),
-    ):
-        path = add_model(paths, "mlp", model, STEADY_SIDECAR)
-        ids.append(measure_model(registered_model(path), paths).session_id)
+def mlp_swap_measured(mlp_swap_template, tmp_path_factory):
+    """A copy of mlp_swap_template: three sessions of the tiny MLP, then one after its file was
+    swapped for a slower one. (lake, tiny ids, slower id)."""
+    template, ids = mlp_swap_template
+    paths = copy_home(template, tmp_path_factory.mktemp("baselines") / "aaco")
     return TraceLake(paths.tracelake), ids[:3], ids[3]
 
 

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import create_baseline
 from aaco_pipelines.governance.gate import gate_verdict, severity
@@ -17,32 +16,26 @@ from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import (
-    SLOWER_LAYERS,
     STEADY_SIDECAR,
     add_model,
+    copy_home,
     store_sessions,
     without_baselines,
 )
 
 
 @pytest.fixture(scope="module")
-def mlp_swap_and_back_measured(tmp_path_factory):
-    """Three sessions of the tiny MLP, one of its slower replacement, then the tiny one again."""
-    home = tmp_path_factory.mktemp("gate")
-    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
-    ids = []
-    for model in (
-        models.tiny_mlp(),
-        models.tiny_mlp(),
-        models.tiny_mlp(),
-        models.slower_mlp(SLOWER_LAYERS),
-        models.tiny_mlp(),
-    ):
-        ids.append(
-            measure_model(
-                registered_model(add_model(paths, "mlp", model, STEADY_SIDECAR)), paths
-            ).session_id
-        )
+def mlp_swap_and_back_measured(mlp_swap_template, tmp_path_factory):
+    """Three sessions of the tiny MLP, one of its slower replacement (a copy of
+    mlp_swap_template), then the tiny one again."""
+    template, ids = mlp_swap_template
+    paths = copy_home(template, tmp_path_factory.mktemp("gate") / "aaco")
+    ids = [
+        *ids,
+        measure_model(
+            registered_model(add_model(paths, "mlp", models.tiny_mlp(), STEADY_SIDECAR)), paths
+        ).session_id,
+    ]
     lake = TraceLake(paths.tracelake)
     other = {"session_id": "other-1", "model_slug": "other", "target": "cpu"}
     store_sessions(lake, [other])

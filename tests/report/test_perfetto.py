@@ -11,14 +11,11 @@ from aaco_pipelines.cli import main
 from aaco_pipelines.collectors.trace_simulator import simulate_at_scale
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import measure_model
-from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import perfetto, perfetto_proto
 from aaco_pipelines.report.perfetto import PHASES, clock_origins, export_perfetto, write_perfetto
 from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
 from aaco_pipelines.tracelake.store import TraceLake
-from tests import models
-from tests.helpers import SHARED, add_model
+from tests.helpers import SHARED
 
 RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"
 
@@ -78,9 +75,8 @@ def test_device_trace_has_kernels_per_queue_and_counters(aaco_paths, tmp_path, m
     assert not list(tmp_path.glob(".trace.json*"))
 
 
-def test_measured_session_has_iterations_nodes_and_telemetry(aaco_paths, fast_options, tmp_path):
-    path = add_model(aaco_paths, "tiny", models.tiny_mlp())
-    bundle = measure_model(registered_model(path), aaco_paths, fast_options)
+def test_measured_session_has_iterations_nodes_and_telemetry(measured_mlp_home, tmp_path):
+    aaco_paths, bundle = measured_mlp_home
     trace = export_perfetto(TraceLake(aaco_paths.tracelake), bundle.session_id)
     tracks = check_structure(trace)
     names = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
@@ -193,9 +189,8 @@ def test_protobuf_trace_holds_every_kernel_once_as_the_json_does(aaco_paths, tmp
     assert not list(tmp_path.glob(".trace.perfetto-trace*"))
 
 
-def test_protobuf_trace_of_a_measured_session(aaco_paths, fast_options, tmp_path):
-    path = add_model(aaco_paths, "tiny", models.tiny_mlp())
-    bundle = measure_model(registered_model(path), aaco_paths, fast_options)
+def test_protobuf_trace_of_a_measured_session(measured_mlp_home, tmp_path):
+    aaco_paths, bundle = measured_mlp_home
     output = tmp_path / "tiny.pftrace"
     command = ["export", "--session", bundle.session_id, "--format", "perfetto-proto"]
     assert main([*command, "--output", str(output)]) == 0

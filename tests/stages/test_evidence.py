@@ -19,11 +19,8 @@ from aaco_pipelines import bundle as bundle_module
 from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import measure_model
-from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.tracelake.store import TraceLake
-from tests import models
-from tests.helpers import SHARED, add_model
+from tests.helpers import SHARED
 
 SAMPLE = "sllm_r9700_decode_attn_564735_kernel_trace.csv"
 
@@ -78,9 +75,10 @@ def test_a_device_trace_path_leading_outside_the_bundle_is_refused(aaco_paths, t
         TraceLake(aaco_paths.tracelake).ingest_session(bundle, verify=False)
 
 
-def test_measured_bundles_record_their_evidence_with_consistent_permissions(aaco_paths):
-    path = add_model(aaco_paths, "mlp", models.tiny_mlp())
-    bundle = measure_model(registered_model(path), aaco_paths)
+def test_measured_bundles_record_their_evidence_with_consistent_permissions(
+    measured_mlp_template,
+):
+    bundle = measured_mlp_template.bundle
     recorded = json.loads((bundle.path / EVIDENCE).read_text())
     assert {"request.json", "session.json", "ort_profile.json", "latencies.json"} <= set(recorded)
     assert not [name for name in recorded if name.startswith("tables/")]  # derived, rebuilt

@@ -13,27 +13,12 @@ import pytest
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.ingest import ingest_trace
-from aaco_pipelines.pipeline import collect_bundle, measure_model
-from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.pipeline import collect_bundle
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
-from tests import models
-from tests.helpers import SHARED, add_model, as_one_kernel_events_table
-
-
-@pytest.fixture(scope="module")
-def measured_mlp_bundle(tmp_path_factory):
-    """One real measured session of a tiny MLP, ingested into a fresh TraceLake."""
-    from aaco_pipelines.config import AacoPaths
-    from aaco_pipelines.pipeline import MeasureOptions
-
-    home = tmp_path_factory.mktemp("lake")
-    paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
-    path = add_model(paths, "mlp", models.tiny_mlp())
-    bundle = measure_model(registered_model(path), paths, MeasureOptions())
-    return paths, bundle
+from tests.helpers import SHARED, as_one_kernel_events_table
 
 
 def _counts(lake: TraceLake, session_id: str) -> dict:
@@ -45,8 +30,8 @@ def _counts(lake: TraceLake, session_id: str) -> dict:
     }
 
 
-def test_session_lands_whole(measured_mlp_bundle):
-    paths, bundle = measured_mlp_bundle
+def test_session_lands_whole(measured_mlp_template):
+    paths, bundle = measured_mlp_template
     lake = TraceLake(paths.tracelake)
     quality = session_quality(lake, bundle.session_id)
     assert quality["session_rows"] == 1
@@ -58,8 +43,8 @@ def test_session_lands_whole(measured_mlp_bundle):
     assert lake.schema_version() == SCHEMA_VERSION
 
 
-def test_reingesting_replaces_never_doubles(measured_mlp_bundle):
-    paths, bundle = measured_mlp_bundle
+def test_reingesting_replaces_never_doubles(measured_mlp_home):
+    paths, bundle = measured_mlp_home
     lake = TraceLake(paths.tracelake)
     before = _counts(lake, bundle.session_id)
     collect_bundle(bundle)
@@ -74,8 +59,8 @@ def test_reingesting_replaces_never_doubles(measured_mlp_bundle):
     assert lake.query(visible, [bundle.session_id])["n"][0].as_py() == 1
 
 
-def test_failed_ingest_leaves_nothing_half_written(measured_mlp_bundle, tmp_path):
-    paths, bundle = measured_mlp_bundle
+def test_failed_ingest_leaves_nothing_half_written(measured_mlp_template, tmp_path):
+    paths, bundle = measured_mlp_template
     lake = TraceLake(tmp_path / "other.duckdb")
     # Break one table of a copy of the bundle: the transaction must roll back as a whole.
     import shutil
@@ -89,8 +74,8 @@ def test_failed_ingest_leaves_nothing_half_written(measured_mlp_bundle, tmp_path
     assert lake.query("SELECT count(*) AS n FROM models")["n"][0].as_py() == 0
 
 
-def test_bundle_without_tables_is_refused(measured_mlp_bundle, tmp_path):
-    paths, bundle = measured_mlp_bundle
+def test_bundle_without_tables_is_refused(measured_mlp_template, tmp_path):
+    paths, bundle = measured_mlp_template
     import shutil
 
     copy = SessionBundle(tmp_path / bundle.session_id)
@@ -117,9 +102,9 @@ def _ingest_in_process(args):
 
 
 def test_concurrent_writers_from_processes_do_not_fail_on_the_file_lock(
-    measured_mlp_bundle, tmp_path
+    measured_mlp_template, tmp_path
 ):
-    _paths, bundle = measured_mlp_bundle
+    _paths, bundle = measured_mlp_template
     lake_path = tmp_path / "shared.duckdb"
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_ingest_in_process, [(lake_path, bundle.path)] * 8)
@@ -127,10 +112,10 @@ def test_concurrent_writers_from_processes_do_not_fail_on_the_file_lock(
     assert _counts(TraceLake(lake_path), bundle.session_id)["session_records"] == 1
 
 
-def test_a_v5_lake_migrates_with_every_stored_session_visible(measured_mlp_bundle, tmp_path):
+def test_a_v5_lake_migrates_with_every_stored_session_visible(measured_mlp_template, tmp_path):
     """Before v6 every session row was visible: after the migration each one still is, now as
     a completed session, and new loads start invisible."""
-    paths, bundle = measured_mlp_bundle
+    paths, bundle = measured_mlp_template
     old = tmp_path / "v5.duckdb"
     lake = TraceLake(old)
     lake.ingest_session(bundle, complete=True)
@@ -185,13 +170,13 @@ def test_a_v9_lake_keeps_its_kernels_and_loads_device_traces_apart(aaco_paths):
 
 
 def test_reads_inside_reading_share_one_connection_and_writes_still_land(
-    measured_mlp_bundle, tmp_path, monkeypatch
+    measured_mlp_template, tmp_path, monkeypatch
 ):
     """One open for a stage's reads; a write inside closes it first and the next read sees the
     write; after the block another process may write again."""
     import aaco_pipelines.tracelake.store as store
 
-    _paths, bundle = measured_mlp_bundle
+    _paths, bundle = measured_mlp_template
     lake = TraceLake(tmp_path / "lake.duckdb")
     lake.ingest_session(bundle, complete=True)
     opens = []
