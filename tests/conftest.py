@@ -1,4 +1,6 @@
-"""Shared fixtures: a temporary AACO_HOME with a registry of tiny real models."""
+"""Shared fixtures: a temporary AACO_HOME, a measured session made once per run (and copies of
+it), the hardware envelope measured once per run, options and small file systems. Helpers that
+are no fixtures live in tests/helpers.py."""
 
 from __future__ import annotations
 
