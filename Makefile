@@ -31,8 +31,8 @@ ducklake-setup: $(DUCKLAKE_STAMP)
 run: setup
 	$(VENV)/bin/aaco ui --host 127.0.0.1 --port 3000
 
-# Headless Chromium for the UI end-to-end test (tests/test_ui_e2e.py): Debian's package, installed
-# once as root or with passwordless sudo; where it cannot be installed that test is skipped.
+# Headless Chromium for the UI end-to-end test (tests/dagster/test_ui_e2e.py): Debian's package,
+# installed once as root or with passwordless sudo; where it cannot be installed that test is skipped.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  sudo=$$([ "$$(id -u)" = 0 ] || echo "sudo -n"); \
@@ -57,8 +57,9 @@ services:
 # (DuckLake) backend's.
 test: setup browser services ducklake-setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
-	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/test_ducklake.py tests/test_tracelake.py \
-	  tests/test_lake_integrity.py tests/test_trace_readers.py
+	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/tracelake/test_ducklake.py \
+	  tests/tracelake/test_tracelake.py tests/tracelake/test_lake_integrity.py \
+	  tests/collectors/test_trace_readers.py
 
 bench: setup
 	$(PY) benchmarks/run.py

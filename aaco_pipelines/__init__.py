@@ -1,7 +1,7 @@
 """AACO Pipelines: a performance observatory for AI inference (the domain library).
 
 Layers, bottom to top; a module imports its own layer and those below, never above, never in a
-circle (tests/test_import_graph.py checks it):
+circle (tests/test_architecture.py checks it):
 
     foundation  config, errors, sql, stopping, address_space, bundle (the session bundle format)
     storage     tracelake/        the DuckDB TraceLake: schema, writer, named queries

@@ -1,36 +1,17 @@
-"""Shared fixtures: a temporary AACO_HOME with a registry of tiny real models."""
+"""Shared fixtures: a temporary AACO_HOME, a measured session made once per run (and copies of
+it), the hardware envelope measured once per run, options and small file systems. Helpers that
+are no fixtures live in tests/helpers.py."""
 
 from __future__ import annotations
 
-import dataclasses
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-import models  # noqa: E402
-
-from aaco_pipelines.config import AacoPaths  # noqa: E402
-from aaco_pipelines.execution.runner import RunnerLimits  # noqa: E402
-from aaco_pipelines.registry.sidecar import ModelSidecar  # noqa: E402
-from aaco_pipelines.stages.measure import MeasureOptions  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
-
-FAST_SIDECAR = ModelSidecar(
-    warmup_iterations=2, measured_iterations=20, profiled_iterations=5, min_measured_seconds=0.0
-)
-# For tests that judge a mean (throughput is 1 / mean latency): among 20 iterations of a 20 µs
-# model, one preempted for milliseconds moves the mean more than a 2x slower model does.
-STEADY_SIDECAR = dataclasses.replace(FAST_SIDECAR, measured_iterations=200)
-# The slower MLP of the baseline and gate tests: about 5x the tiny one (40 layers made it 1.8x,
-# and one 4 ms preemption among a baseline session's 200 iterations of 28 us then put the
-# throughput interval across zero on CI). Throughput is 1e9 / mean, so it takes a stall of
-# about 20 ms to do that now.
-SLOWER_LAYERS = 200
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.runner import RunnerLimits
+from aaco_pipelines.stages.measure import MeasureOptions
+from tests import models
+from tests.helpers import MeasuredHome, add_model, copy_home, home_paths
 
 
 @pytest.fixture
@@ -44,24 +25,29 @@ def aaco_paths(tmp_path, monkeypatch) -> AacoPaths:
     return paths
 
 
-def add_model(
-    paths: AacoPaths, name: str, model, sidecar: ModelSidecar | None = FAST_SIDECAR
-) -> Path:
-    """Register a model (and its sidecar) in the registry folder."""
-    path = models.save(model, paths.registry / f"{name}.onnx")
-    if sidecar is not None:
-        sidecar.save(paths.registry / f"{name}.yaml")
-    return path
+@pytest.fixture(scope="session")
+def measured_mlp_template(tmp_path_factory) -> MeasuredHome:
+    """One measured session of the tiny MLP (FAST_SIDECAR, registered as `mlp`), in an AACO_HOME
+    made once for the whole run. Read only: a test that writes takes measured_mlp_home."""
+    from aaco_pipelines.registry.scan import registered_model
+    from aaco_pipelines.stages.pipeline import measure_model
+
+    paths = home_paths(tmp_path_factory.mktemp("measured_mlp") / "aaco")
+    path = add_model(paths, "mlp", models.tiny_mlp())
+    return MeasuredHome(paths, measure_model(registered_model(path), paths))
 
 
 @pytest.fixture
-def lake(measured):
-    """The TraceLake of the module's `measured` sessions (its fixture returns the lake first),
-    with no baselines left by an earlier test."""
-    lake = measured[0]
-    with lake.connect(write=True) as con:
-        con.execute("DELETE FROM baselines")
-    return lake
+def measured_mlp_home(measured_mlp_template, tmp_path, monkeypatch) -> MeasuredHome:
+    """A copy of measured_mlp_template for this test alone (its bundle too), with AACO_HOME
+    pointing at it as aaco_paths does."""
+    template = measured_mlp_template
+    paths = copy_home(template.paths, tmp_path / "aaco")
+    monkeypatch.setenv("AACO_HOME", str(paths.home))
+    monkeypatch.delenv("AACO_REGISTRY", raising=False)
+    monkeypatch.delenv("AACO_TRACELAKE", raising=False)
+    bundle = SessionBundle(paths.home / template.bundle.path.relative_to(template.paths.home))
+    return MeasuredHome(paths, bundle)
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +60,7 @@ def host_envelopes() -> dict:
 def measure_each_envelope_once(monkeypatch, host_envelopes):
     """The first analysed session of a TraceLake measures the hardware envelope (about 4 s on
     this 2-core host), and every test's lake is new: the run measures each target's envelope
-    once and every lake stores that one. tests/test_envelope.py measures its own."""
+    once and every lake stores that one. tests/analysis/test_envelope.py measures its own."""
     from aaco_pipelines.analysis import envelope, envelope_choice
 
     def once(target: str = "cpu", providers=None, **kwargs):
@@ -134,39 +120,3 @@ def xfs_disk(tmp_path):
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=False)
-
-
-def fill(disk: Path, leave_bytes: int = 0) -> None:
-    """Fill a small file system until at most `leave_bytes` are free."""
-    import os
-
-    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-    with open(disk / "filler", "wb") as handle:
-        try:
-            handle.write(b"\0" * max(free - leave_bytes, 0))
-            handle.flush()
-            while os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize > leave_bytes:
-                handle.write(b"\0" * 4096)
-                handle.flush()
-        except OSError:
-            pass
-
-
-def store_sessions(lake, rows) -> None:
-    """Add session rows (an Arrow table or a list of dicts) as complete sessions, the way a
-    finished analysis leaves them: visible to history, reports, baselines and the gate."""
-    import pyarrow as pa
-
-    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
-    lake.append_rows("sessions", table)
-    lake.append_rows("completed_sessions", table.select(["session_id"]))
-
-
-def as_one_kernel_events_table(con) -> None:
-    """Back to the shape of a lake before v10: kernel_events one table of every row."""
-    con.execute("CREATE TABLE kernel_events_v9 AS SELECT * FROM kernel_events")
-    con.execute("DROP VIEW kernel_events_with_family")
-    con.execute("DROP VIEW kernel_events")
-    con.execute("DROP TABLE kernel_events_profile")
-    con.execute("DROP TABLE kernel_events_trace")
-    con.execute("ALTER TABLE kernel_events_v9 RENAME TO kernel_events")

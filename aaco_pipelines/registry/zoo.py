@@ -453,7 +453,7 @@ def llama_decoder(
     Runtime GenAI: input_ids, attention_mask, position_ids and past_key_values.{i}.key/value in,
     logits and present.{i}.key/value out. Prefill passes past tensors of length 0; each decode
     step passes one token and the previous step's presents. Matches Hugging Face's eager
-    LlamaForCausalLM given the same weights (tests/test_llama_decoder.py).
+    LlamaForCausalLM given the same weights (tests/registry/test_llama_decoder.py).
     """
     if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
         raise AacoInputError(

@@ -4,9 +4,9 @@
 builds Hugging Face ``LlamaForCausalLM`` (eager attention) with the same sizes, copies the ONNX
 model's weights into it, and runs a prefill and four greedy decode steps with Hugging Face's own
 KV cache, on a batch of two prompts whose second row is left-padded by one token. It saves what
-``tests/test_llama_decoder.py`` replays in onnxruntime (without torch): the prompt, the attention
-mask and position ids of every step, the logits of every step, the generated tokens and layer
-0's final key/value cache.
+``tests/registry/test_llama_decoder.py`` replays in onnxruntime (without torch): the prompt, the
+attention mask and position ids of every step, the logits of every step, the generated tokens and
+layer 0's final key/value cache.
 
 It needs the corpus venv (torch is no dependency of the project; see export_corpus.py)::
 

@@ -1,0 +1,188 @@
+"""Bottleneck classification: the right class for typical sessions, with an honest confidence."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from aaco_pipelines.analysis.classification import (
+    ACTIONS,
+    CLASSES,
+    PRIORS,
+    SIGNAL_RULES,
+    classify_bottleneck,
+    rules_markdown,
+)
+from tests.helpers import REPO
+
+QUIET_HOST = {
+    "runqueue_wait_ratio": 0.01,
+    "involuntary_switches_per_s": 5.0,
+    "clock_drop": 0.01,
+    "clock_cv": 0.005,
+}
+LAUNCH_BOUND = {
+    **QUIET_HOST,
+    "launch_tax": 0.6,
+    "microkernel_share": 0.9,
+    "mean_kernel_us": 3.0,
+    "compute_utilization": 0.01,
+    "memory_utilization": 0.05,
+}
+TYPICAL = {
+    "launch-bound": LAUNCH_BOUND,
+    "memory-bound": {
+        **QUIET_HOST,
+        "arithmetic_intensity_ratio": 0.05,
+        "memory_utilization": 0.7,
+        "compute_utilization": 0.02,
+        "launch_tax": 0.05,
+        "mean_kernel_us": 3000.0,
+        "microkernel_share": 0.05,
+    },
+    "compute-bound": {
+        **QUIET_HOST,
+        "arithmetic_intensity_ratio": 20.0,
+        "compute_utilization": 0.7,
+        "memory_utilization": 0.3,
+        "launch_tax": 0.05,
+        "mean_kernel_us": 2000.0,
+        "microkernel_share": 0.05,
+    },
+    "cpu-bound": {
+        "runqueue_wait_ratio": 0.6,
+        "involuntary_switches_per_s": 800.0,
+        "launch_tax": 0.4,
+        "mean_kernel_us": 200.0,
+        "microkernel_share": 0.1,
+    },
+    "throttled": {"clock_drop": 0.3, "clock_cv": 0.1, "power_or_thermal_limited": None},
+    "balanced": {
+        **QUIET_HOST,
+        "launch_tax": 0.2,
+        "microkernel_share": 0.35,
+        "mean_kernel_us": 100.0,
+        "compute_utilization": 0.25,
+        "memory_utilization": 0.3,
+        "arithmetic_intensity_ratio": 1.0,
+    },
+}
+
+
+@pytest.mark.parametrize("expected", list(TYPICAL))
+def test_typical_sessions_classify_confidently(expected):
+    report = classify_bottleneck(TYPICAL[expected])
+    assert report.bottleneck == expected
+    assert report.confidence > 0.6
+    assert report.confidence == max(report.posterior.values())
+
+
+def test_weaker_evidence_lowers_confidence():
+    weaker = {**LAUNCH_BOUND, "launch_tax": 0.25, "microkernel_share": 0.4, "mean_kernel_us": 30.0}
+    strong = classify_bottleneck(LAUNCH_BOUND).posterior["launch-bound"]
+    assert classify_bottleneck(weaker).posterior["launch-bound"] < strong
+
+
+def test_no_evidence_gives_the_prior():
+    report = classify_bottleneck(dict.fromkeys(SIGNAL_RULES))
+    assert report.posterior == pytest.approx(PRIORS)
+    assert report.bottleneck == max(PRIORS, key=PRIORS.__getitem__)
+    assert all(item.bin == "absent" and item.likelihoods == {} for item in report.evidence)
+    assert classify_bottleneck({}).posterior == pytest.approx(PRIORS)
+
+
+def test_absent_signal_contributes_nothing():
+    with_none = classify_bottleneck({**LAUNCH_BOUND, "arithmetic_intensity_ratio": None})
+    assert with_none.posterior == pytest.approx(classify_bottleneck(LAUNCH_BOUND).posterior)
+
+
+def test_unknown_signal_is_rejected():
+    with pytest.raises(ValueError, match="launch_taxx"):
+        classify_bottleneck({"launch_taxx": 0.5})
+
+
+@pytest.mark.parametrize("expected", list(TYPICAL))
+def test_posterior_is_a_distribution(expected):
+    posterior = classify_bottleneck(TYPICAL[expected]).posterior
+    assert set(posterior) == set(CLASSES)
+    assert math.isclose(sum(posterior.values()), 1.0)
+
+
+def test_rule_table_is_a_set_of_distributions():
+    assert set(PRIORS) == set(CLASSES)
+    assert math.isclose(sum(PRIORS.values()), 1.0)
+    for signal, rule in SIGNAL_RULES.items():
+        assert list(rule.edges) == sorted(rule.edges), signal
+        assert set(rule.likelihoods) == set(CLASSES), signal
+        for name, row in rule.likelihoods.items():
+            assert len(row) == len(rule.edges) + 1, (signal, name)
+            assert all(p > 0 for p in row), (signal, name)
+            assert math.isclose(sum(row), 1.0), (signal, name)
+    assert set(ACTIONS) == set(CLASSES)
+
+
+def test_evidence_reports_bin_and_thresholds():
+    report = classify_bottleneck(LAUNCH_BOUND)
+    items = {item.signal: item for item in report.evidence}
+    assert set(items) == set(SIGNAL_RULES)
+    tax = items["launch_tax"]
+    assert tax.value == 0.6
+    assert tax.bin == "> 0.3"
+    assert tax.threshold_edges == SIGNAL_RULES["launch_tax"].edges
+    assert (
+        tax.likelihoods["launch-bound"]
+        == SIGNAL_RULES["launch_tax"].likelihoods["launch-bound"][-1]
+    )
+    assert tax.favours == "launch-bound"
+    assert items["mean_kernel_us"].bin == "≤ 20"
+    assert items["power_or_thermal_limited"].bin == "absent"
+    assert items["power_or_thermal_limited"].favours is None
+
+
+def test_value_on_an_edge_falls_in_the_lower_bin():
+    items = {item.signal: item for item in classify_bottleneck({"launch_tax": 0.3}).evidence}
+    assert items["launch_tax"].bin == "0.1 – 0.3"
+
+
+def test_recommendations_are_ranked_and_start_with_the_winner():
+    report = classify_bottleneck(TYPICAL["cpu-bound"])
+    ranks = [rec.rank for rec in report.recommendations]
+    assert ranks == list(range(1, len(ranks) + 1))
+    first = report.recommendations[0]
+    assert first.action == ACTIONS["cpu-bound"][0][0]
+    assert "runqueue_wait_ratio = 0.6" in first.why
+    assert "involuntary_switches_per_s = 800" in first.why
+
+
+def test_runner_up_gets_recommendations_only_when_plausible():
+    confident = classify_bottleneck(LAUNCH_BOUND)
+    assert len(confident.recommendations) == len(ACTIONS["launch-bound"])
+    # Some waiting for a core (above 0.6 the session would be the host's: cpu-bound outright).
+    mixed = {**LAUNCH_BOUND, "runqueue_wait_ratio": 0.45, "involuntary_switches_per_s": 1500.0}
+    report = classify_bottleneck(mixed)
+    runner_up = sorted(report.posterior, key=report.posterior.__getitem__)[-2]
+    assert report.posterior[runner_up] > 0.2
+    actions = [rec.action for rec in report.recommendations]
+    assert actions[-len(ACTIONS[runner_up]) :] == [action for action, _ in ACTIONS[runner_up]]
+
+
+def test_report_serializes():
+    as_dict = classify_bottleneck(TYPICAL["memory-bound"]).to_dict()
+    assert as_dict["bottleneck"] == "memory-bound"
+    assert as_dict["evidence"][0]["signal"] == "launch_tax"
+    assert as_dict["recommendations"][0]["rank"] == 1
+    assert json.loads(json.dumps(as_dict))["posterior"] == pytest.approx(as_dict["posterior"])
+
+
+def test_rules_markdown_mentions_every_signal_and_class():
+    markdown = rules_markdown()
+    for name in (*SIGNAL_RULES, *CLASSES):
+        assert name in markdown
+
+
+def test_readme_documents_the_current_rule_table():
+    readme = (REPO / "README.md").read_text()
+    documented = readme.split("<!-- rules:begin -->")[1].split("<!-- rules:end -->")[0]
+    assert documented.strip() == rules_markdown().strip()

@@ -1,0 +1,92 @@
+"""The Dagster instance on a real PostgreSQL server: one environment variable moves runs, event
+logs and dynamic partitions off SQLite, and `aaco sweep` records into it."""
+
+from __future__ import annotations
+
+import dagster as dg
+import psycopg2
+import pytest
+import yaml
+
+from aaco_pipelines.cli import main
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.instance import POSTGRES_ENV, postgres_url, prepare_dagster_home
+from tests import models
+from tests.helpers import add_model
+from tests.services import postgres_server
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    with postgres_server() as url:
+        yield url
+
+
+def _rows(url: str, sql: str) -> list[tuple]:
+    with psycopg2.connect(url.replace("postgresql+psycopg2", "postgresql")) as con:
+        with con.cursor() as cursor:
+            cursor.execute(sql)
+            return cursor.fetchall()
+
+
+@pytest.mark.parametrize(
+    ("raw", "normalized"),
+    [
+        ("postgresql://u:p@h:5432/d", "postgresql+psycopg2://u:p@h:5432/d"),
+        ("postgres://u@h/d", "postgresql+psycopg2://u@h/d"),
+        ("postgresql+psycopg2://u@h/d", "postgresql+psycopg2://u@h/d"),
+    ],
+)
+def test_the_driver_is_made_explicit(raw, normalized):
+    assert postgres_url(raw) == normalized
+
+
+@pytest.mark.parametrize("raw", ["postgresql+psycopg://u@h/d", "sqlite:///x.db", "h:5432"])
+def test_another_url_is_one_line_naming_the_variable(raw):
+    with pytest.raises(AacoInputError, match=POSTGRES_ENV):
+        postgres_url(raw)
+
+
+def test_an_sqlite_home_is_refused_when_postgres_is_asked_for(tmp_path, monkeypatch):
+    monkeypatch.delenv(POSTGRES_ENV, raising=False)
+    home = prepare_dagster_home(tmp_path / "dagster")  # embedded first
+    monkeypatch.setenv(POSTGRES_ENV, "postgresql://u@127.0.0.1/d")
+    with pytest.raises(AacoInputError, match="stores on SQLite") as info:
+        prepare_dagster_home(home)
+    assert "dagster.yaml" in str(info.value)
+
+
+def test_sweep_records_its_runs_and_partitions_in_postgres(
+    aaco_paths, postgres, monkeypatch, capsys
+):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv(POSTGRES_ENV, postgres.replace("postgresql+psycopg2", "postgresql"))
+    add_model(aaco_paths, "tiny", models.tiny_mlp())
+
+    assert main(["sweep"]) == 0
+    capsys.readouterr()
+
+    config = yaml.safe_load((aaco_paths.dagster_home / "dagster.yaml").read_text())
+    assert config["storage"] == {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}
+    assert "aaco/device" in str(config["concurrency"])  # the template's limits are kept
+    # Nothing of the instance went to SQLite files in DAGSTER_HOME.
+    assert not list(aaco_paths.dagster_home.rglob("*.db"))
+    # The server holds the run, its events and the model partition.
+    runs = _rows(postgres, "SELECT status FROM runs")
+    assert runs == [("SUCCESS",)]
+    materialized = _rows(
+        postgres,
+        "SELECT DISTINCT asset_key FROM event_logs WHERE dagster_event_type = 'ASSET_MATERIALIZATION'",
+    )
+    assert {key for (key,) in materialized} >= {'["benchmark_run"]', '["tracelake_session"]'}
+    assert sorted(
+        _rows(postgres, "SELECT partitions_def_name, partition FROM dynamic_partitions")
+    ) == [
+        ("models", "tiny"),
+        ("targets", "cpu"),
+    ]
+    # ... and a second process on another host reads the same history through the instance.
+    with dg.DagsterInstance.from_config(str(aaco_paths.dagster_home)) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        (run,) = instance.get_runs()
+        assert run.tags["dagster/partition"] == "tiny|cpu" and run.tags["aaco/trigger"] == "sweep"

@@ -1,0 +1,144 @@
+"""The CI gate on real measured sessions: a swap to a slower model fails it with the model change
+as the suspect, the same model passes, the threshold is respected, the baseline is found in the
+documented order, and bad input is one clear error."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.baselines import create_baseline
+from aaco_pipelines.governance.gate import gate_verdict, severity
+from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.pipeline import measure_model
+from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import (
+    STEADY_SIDECAR,
+    add_model,
+    copy_home,
+    store_sessions,
+    without_baselines,
+)
+
+
+@pytest.fixture(scope="module")
+def mlp_swap_and_back_measured(mlp_swap_template, tmp_path_factory):
+    """Three sessions of the tiny MLP, one of its slower replacement (a copy of
+    mlp_swap_template), then the tiny one again."""
+    template, ids = mlp_swap_template
+    paths = copy_home(template, tmp_path_factory.mktemp("gate") / "aaco")
+    ids = [
+        *ids,
+        measure_model(
+            registered_model(add_model(paths, "mlp", models.tiny_mlp(), STEADY_SIDECAR)), paths
+        ).session_id,
+    ]
+    lake = TraceLake(paths.tracelake)
+    other = {"session_id": "other-1", "model_slug": "other", "target": "cpu"}
+    store_sessions(lake, [other])
+    return lake, ids
+
+
+@pytest.fixture
+def mlp_swap_and_back(mlp_swap_and_back_measured):
+    """mlp_swap_and_back_measured with no baselines left by an earlier test: (lake, ids)."""
+    lake, ids = mlp_swap_and_back_measured
+    return without_baselines(lake), ids
+
+
+def test_a_slower_model_is_a_critical_regression_caused_by_the_model(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
+    verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], resamples=500)
+    assert verdict.regression and verdict.severity == "critical" and verdict.confidence > 0.95
+    p50 = verdict.latency_delta_pct
+    assert 0 < p50["ci_low"] < p50["ci_high"] and p50["effect_pct"] > 50
+    assert p50["current_ms"] > p50["baseline_ms"]
+    throughput = verdict.throughput_delta_pct
+    assert throughput["ci_high"] < 0 < throughput["baseline_per_s"] - throughput["current_per_s"]
+    cause = verdict.suspected_cause
+    assert cause["kind"] == "model_version" and cause["posterior"] > 0.5
+    assert cause["before"] != cause["after"] and len(verdict.suspects) <= 3
+    assert verdict.recommendation.startswith("bisect the model change")
+    assert verdict.evidence["decided_by"] == "ci_and_threshold"
+    assert verdict.evidence["baseline_sessions"] == 3 and verdict.evidence["noise_sd_pct"] > 0
+    assert json.loads(json.dumps(verdict.to_dict()))["baseline"]["source"] == "sessions"
+
+
+@pytest.fixture
+def replayed(mlp_swap_and_back):
+    """A copy of the third tiny session under a new id: the same model measured identically (real
+    tiny sessions on a shared box differ by tens of percent, which a gate rightly flags)."""
+    lake, (_, _, t2, _, _) = mlp_swap_and_back
+    with lake.connect(write=True) as con:
+        for table in ("session_records", "iterations", "completed_sessions"):
+            con.execute(
+                f"INSERT INTO {table} SELECT * REPLACE ('replay' AS session_id) FROM {table} "
+                "WHERE session_id = ?",
+                [t2],
+            )
+    yield "replay"
+    lake.delete_sessions(["replay"])
+
+
+def test_the_same_model_and_a_faster_one_pass(mlp_swap_and_back, replayed):
+    lake, (t0, t1, t2, slower, t3) = mlp_swap_and_back
+    same = gate_verdict(lake, replayed, baseline=t2, resamples=500)
+    assert not same.regression and same.severity == "none"
+    assert same.latency_delta_pct["effect_pct"] == 0.0
+    assert same.evidence["decided_by"] == "ci_includes_zero"
+    assert same.recommendation.startswith("no action")
+    faster = gate_verdict(lake, t3, baseline=slower, resamples=500)
+    assert not faster.regression and faster.evidence["decided_by"] == "faster"
+    assert faster.baseline["source"] == "session" and faster.confidence > 0.95
+    assert "faster" in faster.recommendation
+
+
+def test_the_threshold_is_respected(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
+    verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], threshold_pct=1e4, resamples=500)
+    assert not verdict.regression and verdict.severity == "none"
+    assert verdict.evidence["decided_by"] == "below_threshold"
+    assert "below the 10000 % threshold" in verdict.recommendation
+    assert [severity(e, 3.0) for e in (2.9, 3.0, 5.9, 6.0, 14.9, 15.0)] == [
+        "none", "minor", "minor", "major", "major", "critical"
+    ]  # fmt: skip
+
+
+def test_the_baseline_is_resolved_in_order(mlp_swap_and_back):
+    lake, (t0, t1, t2, slower, t3) = mlp_swap_and_back
+
+    def source(**kwargs):
+        b = gate_verdict(lake, slower, resamples=50, **kwargs).baseline
+        return b["source"], b["name"], tuple(b["session_ids"])
+
+    assert source() == ("previous", "previous 3 sessions", (t0, t1, t2))
+    create_baseline(lake, "release", session_ids=[t0, t1])
+    assert source()[0] == "previous"  # an unpinned baseline is only used by name
+    create_baseline(lake, "pinned", session_ids=[t1, t2], pin=True)
+    assert source() == ("pinned", "pinned", (t1, t2))
+    assert source(baseline="release") == ("baseline", "release", (t0, t1))
+    assert source(baseline=t2) == ("session", f"session {t2}", (t2,))
+    # A baseline that includes the current session compares with the others only.
+    create_baseline(lake, "all", session_ids=[t0, slower, t3])
+    assert source(baseline="all")[2] == (t0, t3)
+    assert gate_verdict(lake, "latest", baseline=[t0], resamples=50).session_id == t3
+
+
+def test_bad_input_is_one_clear_error(mlp_swap_and_back):
+    lake, (t0, _, _, slower, _) = mlp_swap_and_back
+    attempts = {
+        "no baseline or session named 'ghost'": dict(current=slower, baseline="ghost"),
+        "holds only the current session": dict(current=slower, baseline=slower),
+        "no earlier session": dict(current=t0),
+        "is mlp on cpu": dict(current=slower, baseline="other-1"),
+        "unknown baseline sessions": dict(current=slower, baseline=[t0, "nope"]),
+        "no session 'nope'": dict(current="nope"),
+        "threshold must be above 0": dict(current=slower, threshold_pct=0.0),
+    }
+    for message, kwargs in attempts.items():
+        with pytest.raises(AacoInputError, match=message) as error:
+            gate_verdict(lake, kwargs.pop("current"), resamples=50, **kwargs)
+        assert error.value.fix

@@ -1,0 +1,110 @@
+"""Helpers the tests import (`from tests.helpers import ...`): where the repository and the shared
+samples are, the fast sidecars, and functions that put models, sessions and bytes in place."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+from typing import NamedTuple
+
+from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.registry.sidecar import ModelSidecar
+from tests import models
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SHARED = REPO.parent / "shared"
+DATA = TESTS / "data"  # committed test data (tests/data/README.md)
+
+FAST_SIDECAR = ModelSidecar(
+    warmup_iterations=2, measured_iterations=20, profiled_iterations=5, min_measured_seconds=0.0
+)
+# For tests that judge a mean (throughput is 1 / mean latency): among 20 iterations of a 20 µs
+# model, one preempted for milliseconds moves the mean more than a 2x slower model does.
+STEADY_SIDECAR = dataclasses.replace(FAST_SIDECAR, measured_iterations=200)
+# The slower MLP of the baseline and gate tests: about 5x the tiny one (40 layers made it 1.8x,
+# and one 4 ms preemption among a baseline session's 200 iterations of 28 us then put the
+# throughput interval across zero on CI). Throughput is 1e9 / mean, so it takes a stall of
+# about 20 ms to do that now.
+SLOWER_LAYERS = 200
+
+
+def add_model(
+    paths: AacoPaths, name: str, model, sidecar: ModelSidecar | None = FAST_SIDECAR
+) -> Path:
+    """Register a model (and its sidecar) in the registry folder."""
+    path = models.save(model, paths.registry / f"{name}.onnx")
+    if sidecar is not None:
+        sidecar.save(paths.registry / f"{name}.yaml")
+    return path
+
+
+class MeasuredHome(NamedTuple):
+    """An AACO_HOME holding measured sessions: its paths, and the bundle of the session measured
+    last."""
+
+    paths: AacoPaths
+    bundle: SessionBundle
+
+
+def home_paths(home: Path) -> AacoPaths:
+    """The paths of an AACO_HOME laid out as AacoPaths.from_env lays one out."""
+    return AacoPaths(home=home, registry=home / "registry", tracelake=home / "tracelake.duckdb")
+
+
+def copy_home(paths: AacoPaths, home: Path) -> AacoPaths:
+    """A copy of a whole AACO_HOME (registry, model store, session bundles, TraceLake file) at
+    `home`, laid out alike: what a test writes there leaves the original as it was. Modes are
+    copied too (bundles keep their read-only raw files). Session rows keep the bundle_path of
+    the original."""
+    shutil.copytree(paths.home, home, symlinks=True)
+    return AacoPaths(
+        home=home,
+        registry=home / paths.registry.relative_to(paths.home),
+        tracelake=home / paths.tracelake.relative_to(paths.home),
+    )
+
+
+def fill(disk: Path, leave_bytes: int = 0) -> None:
+    """Fill a small file system until at most `leave_bytes` are free."""
+    import os
+
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(disk / "filler", "wb") as handle:
+        try:
+            handle.write(b"\0" * max(free - leave_bytes, 0))
+            handle.flush()
+            while os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize > leave_bytes:
+                handle.write(b"\0" * 4096)
+                handle.flush()
+        except OSError:
+            pass
+
+
+def store_sessions(lake, rows) -> None:
+    """Add session rows (an Arrow table or a list of dicts) as complete sessions, the way a
+    finished analysis leaves them: visible to history, reports, baselines and the gate."""
+    import pyarrow as pa
+
+    table = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows)
+    lake.append_rows("sessions", table)
+    lake.append_rows("completed_sessions", table.select(["session_id"]))
+
+
+def without_baselines(lake):
+    """The lake, with no baselines left by an earlier test of its module."""
+    with lake.connect(write=True) as con:
+        con.execute("DELETE FROM baselines")
+    return lake
+
+
+def as_one_kernel_events_table(con) -> None:
+    """Back to the shape of a lake before v10: kernel_events one table of every row."""
+    con.execute("CREATE TABLE kernel_events_v9 AS SELECT * FROM kernel_events")
+    con.execute("DROP VIEW kernel_events_with_family")
+    con.execute("DROP VIEW kernel_events")
+    con.execute("DROP TABLE kernel_events_profile")
+    con.execute("DROP TABLE kernel_events_trace")
+    con.execute("ALTER TABLE kernel_events_v9 RENAME TO kernel_events")
