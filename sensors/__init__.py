@@ -1,4 +1,7 @@
-"""Sensors, schedules and jobs: what starts measurements."""
+"""Sensors, schedules and jobs (surfaces): what starts measurements, and `aaco sweep`
+(sweep.py), which launches them headless. They may import any layer of aaco_pipelines, the
+assets and the resources; nothing in aaco_pipelines imports them but the code location
+(definitions.py) and the `aaco sweep` command."""
 
 from sensors.jobs import calibrate_envelope_job, measure_model_job, review_night_job
 from sensors.model_registry import model_registry_sensor

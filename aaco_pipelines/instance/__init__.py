@@ -7,6 +7,9 @@ SQLAlchemy 2.1 reads a plain `postgresql://` as psycopg 3, which is not what dag
 ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis or RabbitMQ URL), runs are
 launched as Celery tasks on the queue of their partition's target (launcher.py), which that
 device's worker on the host that owns it takes (`aaco worker --target gpu3`).
+
+A surface, and with definitions.py the only part of aaco_pipelines that imports Dagster; it
+imports the foundation only.
 """
 
 from __future__ import annotations
