@@ -1,4 +1,5 @@
-"""The benchmark worker: runs one model in ONNX Runtime, in its own process.
+"""The measuring process: runs one model in ONNX Runtime, in a process of its own (not to be
+confused with `aaco worker`, a device's Celery worker that runs whole Dagster runs).
 
 Started by `execution.runner` as `python -m aaco_pipelines.execution.measuring_process REQUEST.json [PASSES]`
 (PASSES: all | measured | profiled; the runner splits them when the profiled pass runs under

@@ -20,7 +20,7 @@ from aaco_pipelines.analysis.classification import SIGNAL_RULES
 from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.data import ReportData, gather
-from aaco_pipelines.report.summary import latency_with_intervals
+from aaco_pipelines.report.latency_intervals import latency_with_intervals
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_OPS = 15

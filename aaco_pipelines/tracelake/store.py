@@ -1,4 +1,4 @@
-"""The TraceLake file: versioned schema, serialized writers, one transaction per session.
+"""The TraceLake file: versioned schema, serialized writers, one transaction per write.
 
 DuckDB allows one read-write process per file and fails every other process, read-only ones
 included, with "Could not set lock" while it is held; read-only processes share the file. So

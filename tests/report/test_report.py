@@ -27,8 +27,8 @@ from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import plots
 from aaco_pipelines.report.content import metric_meanings, render_json
 from aaco_pipelines.report.html import render_html
+from aaco_pipelines.report.latency_intervals import median_interval
 from aaco_pipelines.report.markdown_report import render_markdown
-from aaco_pipelines.report.summary import median_interval
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
