@@ -11,7 +11,7 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
-from aaco_pipelines.stages.load import load
+from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from assets.partitions import model_target_partitions
@@ -86,7 +86,7 @@ def tracelake_session(
         },
     )
     yield from quality_checks(loaded.quality)
-    yield generation_check(loaded.generation_quality)
+    yield generation_check(loaded)
 
 
 def generation_metadata(lake, session_id: str) -> dict:
@@ -123,12 +123,12 @@ def _cell(value: float | None, scale: float) -> str:
     return "-" if value is None else f"{value * scale:.4g}"
 
 
-def generation_check(q: dict) -> dg.AssetCheckResult:
+def generation_check(loaded: LoadedSession) -> dg.AssetCheckResult:
     """generation_complete: passes trivially (and says so) for a forward-pass session."""
-    wrong = {k: v for k, v in q.items() if k not in ("batches", "requests")}
+    q = loaded.generation_quality
     return dg.AssetCheckResult(
         check_name="generation_complete",
-        passed=not any(wrong.values()),
+        passed=not loaded.broken_generation_rules,
         metadata=q if q["batches"] else {"workload": "forward passes: nothing to check"},
     )
 

@@ -39,6 +39,15 @@ OPTIONAL_SESSION_TABLES = (
 )  # fmt: skip
 GRAPH_TABLES = ("graph_nodes", "graph_edges")
 
+# The rules a generation session's steps and requests keep (tracelake.queries.
+# generation_quality counts what breaks each), in the words of a one-line error.
+GENERATION_RULES = {
+    "batches_with_wrong_step_count": "batches did not run one step per output token",
+    "steps_with_wrong_kv_growth": "steps did not grow the KV cache by one position",
+    "steps_with_wrong_phase": "steps were not one prefill followed by decode steps",
+    "batches_with_missing_requests": "batches are missing requests",
+}
+
 
 @dataclass(frozen=True)
 class LoadedSession:
@@ -46,6 +55,16 @@ class LoadedSession:
     row_counts: dict[str, int]  # rows of the session (and its graph) per table
     quality: dict  # tracelake.queries.session_quality: did every iteration land, once
     generation_quality: dict  # tracelake.queries.generation_quality (batches 0: forward)
+
+    @property
+    def broken_generation_rules(self) -> list[str]:
+        """What a generation session broke, one phrase a rule ("3 steps did not grow the KV
+        cache by one position"); empty for a whole one and for forward passes."""
+        return [
+            f"{self.generation_quality[name]} {rule}"
+            for name, rule in GENERATION_RULES.items()
+            if self.generation_quality.get(name)
+        ]
 
 
 def load(lake: TraceLake, bundle: SessionBundle, *, complete: bool = False) -> LoadedSession:

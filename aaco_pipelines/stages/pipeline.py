@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.session_folders import quarantine_on_failure
 from aaco_pipelines.stages.attribute import attribute
@@ -20,7 +21,7 @@ from aaco_pipelines.stages.collect import collect
 from aaco_pipelines.stages.diagnose import diagnose
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.judge_drift import judge_drift
-from aaco_pipelines.stages.load import load
+from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.stages.measure import MeasureOptions, measure
 from aaco_pipelines.stages.prepare import prepare
 from aaco_pipelines.tracelake.store import TraceLake
@@ -45,11 +46,26 @@ def measure_model(
     with quarantine_on_failure(bundle.path, paths, lake):
         say("collecting the session's tables and loading them into the TraceLake")
         collect(bundle)
-        load(lake, bundle, complete=not analyze)
+        check_generation(load(lake, bundle, complete=not analyze), model)
         if analyze:
             say("analysing (a new runtime first measures its hardware envelope)")
             analyze_session(bundle, paths, options.target)
     return bundle
+
+
+def check_generation(loaded: LoadedSession, model: RegisteredModel) -> None:
+    """A generation session that broke a rule of generation (a cache that does not grow, a
+    missing step) is refused, as the Dagster check `generation_complete` blocks it: its
+    figures would describe something other than generating text."""
+    broken = loaded.broken_generation_rules
+    if broken:
+        raise AacoInputError(
+            f"the generation session of {model.name} broke the rules of generation: "
+            + "; ".join(broken),
+            path=model.path,
+            fix="each decode step must return the cache it was given with the new position "
+            "appended (present.* = past_key_values.* + one position): check the model's exporter",
+        )
 
 
 def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:

@@ -542,3 +542,60 @@ def test_every_figure_has_the_unit_its_name_says(analysed_llama_session):
     )
     assert units[("duration_s", "aaco")] == "s"
     assert units[("slo_attainment", "aaco")] == units[("result_valid", "loadgen")] == ""
+
+
+def _decoder_whose_cache_grows_two_positions_a_step() -> onnx.ModelProto:
+    """The zoo decoder with its last cache position repeated in each present.* output and no
+    attention mask (which would catch the extra position): it runs, and every figure looks
+    plausible, but the cache grows by two positions a step (an exporter bug)."""
+    model = llama_decoder()
+    graph = model.graph
+    for node in list(graph.node):  # the softmax takes the unmasked scores
+        if node.name.endswith("/attention/mask"):
+            graph.node.remove(node)
+        elif node.op_type == "Softmax" and node.input[0].endswith("/attention/mask"):
+            node.input[0] = node.input[0].replace("/attention/mask", "/attention/scale")
+    graph.initializer.extend(
+        onnx.numpy_helper.from_array(np.array([v], np.int64), name)
+        for name, v in (("last.start", -1), ("last.end", 2**62), ("last.axis", 2))
+    )
+    for output in graph.output:
+        if not output.name.startswith("present."):
+            continue
+        producer = next(n for n in graph.node if output.name in n.output)
+        grown = f"{output.name}.grown"
+        producer.output[list(producer.output).index(output.name)] = grown
+        graph.node.extend(
+            [
+                onnx.helper.make_node(
+                    "Slice", [grown, "last.start", "last.end", "last.axis"], [f"{grown}.last"]
+                ),
+                onnx.helper.make_node("Concat", [grown, f"{grown}.last"], [output.name], axis=2),
+            ]
+        )
+    return model
+
+
+def test_a_cache_that_grows_wrong_fails_aaco_run_naming_the_rule(tmp_path, capsys, monkeypatch):
+    """`aaco run` refuses a generation session that broke a rule of generation, in one line
+    naming the model and the rule (exit 2), as the Dagster check generation_complete blocks
+    it; the session leaves no rows, and its evidence goes to failed/."""
+    from aaco_pipelines.cli import main
+
+    paths = _paths(tmp_path / "home")
+    model = _register(
+        paths, "stuck_cache", _decoder_whose_cache_grows_two_positions_a_step(), QUICK
+    )
+    with pytest.raises(AacoInputError, match="did not grow the KV cache") as refused:
+        measure_model(model, paths, analyze=True)
+    assert "stuck_cache" in str(refused.value)
+    lake = TraceLake(paths.tracelake)
+    assert lake.query("SELECT count(*) AS n FROM session_records")["n"][0].as_py() == 0
+    assert list(paths.failed_sessions.rglob("failure.json"))
+
+    monkeypatch.setenv("AACO_HOME", str(tmp_path / "cli_home"))
+    code = main(["run", "--model", str(model.path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert any("stuck_cache" in line and "did not grow the KV cache" in line for line in err)
+    assert not any("Traceback" in line for line in err)
