@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from aaco_pipelines.cli.common import print_table
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -65,6 +67,12 @@ def cmd_baseline_create(args, paths: AacoPaths) -> int:
     )
     print(f"{'replaced' if args.replace else 'created'} baseline {baseline.name}")
     print(baseline_text(baseline))
+    if baseline.shortfall:
+        print(
+            f"aaco: warning: baseline {baseline.name} rests on {baseline.shortfall}: its spread "
+            "is a guess from few points (measure the model again, then --replace it)",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -72,6 +72,15 @@ class Baseline:
     window: dict
     note: str | None
 
+    @property
+    def shortfall(self) -> str | None:
+        """How the baseline falls short of the sessions its window asked for, in a phrase
+        ("2 sessions where the last 10 were asked for"); None when it has them all."""
+        asked = self.window.get("last")
+        if asked is None or self.n_sessions >= asked:
+            return None
+        return f"{self.n_sessions} session{'s' * (self.n_sessions != 1)} where the last {asked} were asked for"
+
     @classmethod
     def from_row(cls, row: dict) -> Baseline:
         return cls(

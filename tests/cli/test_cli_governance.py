@@ -86,14 +86,20 @@ def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
     assert t0 in out and t1 in out and "v1" in out and "(pinned)" not in out
     code, _, err = _run(capsys, "baseline", "create", "release", "--sessions", t0)
     assert code == 2 and "already exists" in err and "--replace" in err
-    code, out, _ = _run(capsys, "baseline", "create", "recent", "--model", "mlp", "--last", "2")
-    assert code == 0 and "sessions (2)" in out and t1 in out and slower in out
+    code, out, err = _run(capsys, "baseline", "create", "recent", "--model", "mlp", "--last", "2")
+    assert code == 0 and "sessions (2)" in out and t1 in out and slower in out and not err
+    code, out, err = _run(capsys, "baseline", "create", "most", "--model", "mlp", "--last", "50")
+    assert code == 0 and "sessions (3)" in out  # made, and said in one line to rest on 3
+    assert err.splitlines() == [
+        "aaco: warning: baseline most rests on 3 sessions where the last 50 were asked for: "
+        "its spread is a guess from few points (measure the model again, then --replace it)"
+    ]
     code, _, err = _run(capsys, "baseline", "create", "x", "--sessions", t0, "--last", "2")
     assert code == 2 and "--target and --last" in err
 
     code, out, _ = _run(capsys, "baseline", "list")
     rows = [line.split() for line in out.splitlines()]
-    assert code == 0 and [r[0] for r in rows] == ["baseline", "release", "recent"]
+    assert code == 0 and [r[0] for r in rows] == ["baseline", "release", "recent", "most"]
     assert rows[1][6] == rows[2][6] == "-"  # none pinned yet (p50 is two words)
     assert "no baselines of other" in _run(capsys, "baseline", "list", "--model", "other")[1]
 
