@@ -98,6 +98,21 @@ class GateVerdict:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def changes_not_decided(self) -> list[str]:
+        """Changes the verdict does not decide on but that pass its own test (the CI clear of 0
+        and the effect beyond the threshold): a throughput drop the p50 cannot see is named,
+        never left under "no regression". One phrase each."""
+        t, threshold = self.throughput_delta_pct, self.threshold_pct
+        figure = f"throughput {t['effect_pct']:+.2f} % [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
+        if t["ci_high"] < 0.0 and t["effect_pct"] <= -threshold:
+            return [
+                f"{figure}: the mean latency rose (a heavier tail, or stalls) where the p50 "
+                "did not, and the gate decides on the p50"
+            ]
+        if t["ci_low"] > 0.0 and t["effect_pct"] >= threshold:
+            return [f"{figure}: the mean latency fell where the p50 did not"]
+        return []
+
 
 def gate_verdict(
     lake: TraceLake,

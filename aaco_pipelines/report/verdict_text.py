@@ -7,7 +7,10 @@ from __future__ import annotations
 def diff_text(v) -> str:
     """A GateVerdict as a headline and an aligned table."""
     p50, tput, b = v.latency_delta_pct, v.throughput_delta_pct, v.baseline
+    undecided = v.changes_not_decided()
     head = f"REGRESSION ({v.severity})" if v.regression else "no regression"
+    if undecided and not v.regression:
+        head = "no p50 regression, but a change the gate does not decide on"
     others = ", ".join(f"{s['kind']} ({s['posterior']:.2f})" for s in v.suspects[1:]) or "-"
     noise = v.evidence.get("noise_sd_pct")
     sessions = f"{b['n_sessions']} session{'s' * (b['n_sessions'] != 1)}"
@@ -25,6 +28,8 @@ def diff_text(v) -> str:
         ("noise", f"session-to-session sd {noise:.1f} % of p50" if noise is not None else "-"),
         ("recommendation", v.recommendation),
     ]  # fmt: skip
+    if undecided:
+        cells[4:4] = [("not decided", "; ".join(undecided))]
     if v.generation is not None:
         cells[4:4] = generation_cells(v.generation)
     title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % vs {b['name']} "

@@ -12,6 +12,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import create_baseline
 from aaco_pipelines.governance.gate import gate_verdict, severity
 from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
@@ -94,6 +95,28 @@ def test_the_same_model_and_a_faster_one_pass(mlp_swap_and_back, replayed):
     assert not faster.regression and faster.evidence["decided_by"] == "faster"
     assert faster.baseline["source"] == "session" and faster.confidence > 0.95
     assert "faster" in faster.recommendation
+
+
+def test_a_throughput_drop_the_p50_cannot_see_is_named_not_passed_over(mlp_swap_and_back, replayed):
+    """One measured iteration in 20 stalls (50x, a busy host's preemptions): the p50 stays,
+    the mean and so the throughput do not. The gate decides on the p50, and `aaco diff` says
+    so above the throughput change instead of a bare "no regression"."""
+    lake, (_, _, t2, _, _) = mlp_swap_and_back
+    calm = gate_verdict(lake, replayed, baseline=t2, resamples=500)
+    assert calm.changes_not_decided() == []
+    assert diff_text(calm).splitlines()[0].startswith("no regression:")
+    with lake.connect(write=True) as con:
+        con.execute(
+            "UPDATE iterations SET latency_ns = latency_ns * 50 "
+            "WHERE session_id = 'replay' AND pass = 'measured' AND iteration % 20 = 0"
+        )
+    stalled = gate_verdict(lake, replayed, baseline=t2, resamples=500)
+    assert not stalled.regression
+    (remark,) = stalled.changes_not_decided()
+    assert remark.startswith("throughput -") and "decides on the p50" in remark
+    lines = diff_text(stalled).splitlines()
+    assert lines[0].startswith("no p50 regression, but a change the gate does not decide on")
+    assert any(line.split()[:2] == ["not", "decided"] and "throughput -" in line for line in lines)
 
 
 def test_the_threshold_is_respected(mlp_swap_and_back):
