@@ -6,7 +6,7 @@ from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, roofline
 from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
-from assets.envelope import hardware_envelope
+from assets.envelope import envelope_metadata, hardware_envelope
 from assets.partitions import model_target_partitions
 from resources import BenchmarkRunnerResource, TraceLakeResource
 
@@ -30,6 +30,10 @@ def bottleneck_report(
 ) -> dict:
     session_id, metrics = kernel_attribution["session_id"], kernel_attribution["metrics"]
     diagnosis = diagnose(tracelake.lake, session_id, metrics, runner.target)
+    choice = diagnosis.choice
+    if choice.measured_now:  # measured on demand: hardware_envelope's page shows it too
+        metadata = envelope_metadata(choice.envelope_id, choice.envelope)
+        context.log_event(dg.AssetObservation(hardware_envelope.key, metadata=metadata))
     context.add_output_metadata(_metadata(diagnosis))
     report = diagnosis.report
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}

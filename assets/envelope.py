@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.stages.calibrate import calibrate
 from resources import BenchmarkRunnerResource, TraceLakeResource
@@ -19,29 +20,34 @@ from resources import BenchmarkRunnerResource, TraceLakeResource
 def hardware_envelope(
     context: dg.AssetExecutionContext, runner: BenchmarkRunnerResource, tracelake: TraceLakeResource
 ) -> dg.MaterializeResult:
-    envelope_id, envelope = calibrate(tracelake.lake, runner.target)
     return dg.MaterializeResult(
-        metadata={
-            "envelope_id": envelope_id,
-            "target": envelope.target,
-            "providers": ", ".join(envelope.providers),
-            "peak_gemm_gflops": round(envelope.gemm.peak / 1e9, 2),
-            "gemm_spread_gflops": f"{envelope.gemm.spread_low / 1e9:.1f} – {envelope.gemm.spread_high / 1e9:.1f}",
-            "peak_bandwidth_gbs": round(envelope.bandwidth.peak / 1e9, 2),
-            "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
-            "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
-            "runtime_fingerprint": envelope.runtime_fingerprint[:16],
-            "source": envelope.source,  # always measured here; datasheets serve ingested traces
-            # Other processes' share of the host's CPU time meanwhile: above 0.2 the peaks
-            # are suspect, and the next session an hour later measures them again.
-            "host_contention": envelope.host_contention,
-            "measured": envelope.describe(),
-            "device_arch": (envelope.device or {}).get("arch"),
-            "gemm_peaks_gflops": dg.MetadataValue.json(
-                {d: round(p / 1e9, 2) for d, p in envelope.gemm_peaks().items()}
-            ),
-            "dtypes_not_measured": dg.MetadataValue.json(envelope.dtype_notes),
-            "gemm_sweep": dg.MetadataValue.json(envelope.gemm.sweep),
-            "bandwidth_sweep": dg.MetadataValue.json(envelope.bandwidth.sweep),
-        }
+        metadata=envelope_metadata(*calibrate(tracelake.lake, runner.target))
     )
+
+
+def envelope_metadata(envelope_id: str, envelope: HardwareEnvelope) -> dict:
+    """What the asset's page shows of one measured envelope: peaks, spreads, sweeps and the
+    host's contention meanwhile (also for one measured on demand by a session's diagnosis)."""
+    return {
+        "envelope_id": envelope_id,
+        "target": envelope.target,
+        "providers": ", ".join(envelope.providers),
+        "peak_gemm_gflops": round(envelope.gemm.peak / 1e9, 2),
+        "gemm_spread_gflops": f"{envelope.gemm.spread_low / 1e9:.1f} – {envelope.gemm.spread_high / 1e9:.1f}",
+        "peak_bandwidth_gbs": round(envelope.bandwidth.peak / 1e9, 2),
+        "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
+        "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
+        "runtime_fingerprint": envelope.runtime_fingerprint[:16],
+        "source": envelope.source,  # always measured here; datasheets serve ingested traces
+        # Other processes' share of the host's CPU time meanwhile: above 0.2 the peaks
+        # are suspect, and the next session an hour later measures them again.
+        "host_contention": envelope.host_contention,
+        "measured": envelope.describe(),
+        "device_arch": (envelope.device or {}).get("arch"),
+        "gemm_peaks_gflops": dg.MetadataValue.json(
+            {d: round(p / 1e9, 2) for d, p in envelope.gemm_peaks().items()}
+        ),
+        "dtypes_not_measured": dg.MetadataValue.json(envelope.dtype_notes),
+        "gemm_sweep": dg.MetadataValue.json(envelope.gemm.sweep),
+        "bandwidth_sweep": dg.MetadataValue.json(envelope.bandwidth.sweep),
+    }

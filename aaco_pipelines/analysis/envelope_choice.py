@@ -100,12 +100,25 @@ def current_envelope(
     other work held the host's CPUs (its peaks too low) is used, but measured again by the
     first session an hour later, and a quiet one is always preferred: a busy host is not
     re-measured at every session, and one quiet moment gives it its peaks for good."""
+    return reusable_envelope(lake, target) or measure_and_save(lake, target, providers)
+
+
+def reusable_envelope(lake: TraceLake, target: str) -> tuple[str, HardwareEnvelope] | None:
+    """The stored envelope of today's runtime that may still judge a session (see
+    current_envelope), or None when one must be measured."""
     fingerprint = runtime_fingerprint(capture_environment())
     found = latest_envelope(lake, target, fingerprint)
     if found is not None:
         age_s = (time.time_ns() - found[1].measured_at_ns) / 1e9
         if not found[1].contended or age_s < RECHECK_CONTENDED_S:
             return found
+    return None
+
+
+def measure_and_save(
+    lake: TraceLake, target: str, providers: list[str] | None = None
+) -> tuple[str, HardwareEnvelope]:
+    """The target's envelope measured now, and stored."""
     envelope = measure_envelope(target, providers or host_default_providers())
     return save_envelope(lake, envelope), envelope
 
@@ -119,6 +132,7 @@ class EnvelopeChoice:
     source: str  # measured | datasheet | none
     note: str  # how it was chosen, in a sentence (the reason when there is none)
     agent: GpuAgent | None = None  # the GPU of an ingested trace
+    measured_now: bool = False  # measured (and stored) for this session: nobody had yet
 
 
 # The GPU agents of a session, with the kernel time each ran (kernel_events.device_id is the
@@ -228,10 +242,10 @@ def session_envelope(
         "SELECT target FROM session_records WHERE session_id = $sid", {"sid": session_id}
     ).to_pylist()
     if not rows or rows[0]["target"] != EXTERNAL_TARGET:
-        envelope_id, envelope = current_envelope(lake, target, providers)
-        return EnvelopeChoice(
-            envelope_id, envelope, envelope.source, f"{envelope.describe()} (this host)"
-        )
+        found = reusable_envelope(lake, target)
+        envelope_id, envelope = found or measure_and_save(lake, target, providers)
+        note = f"{envelope.describe()} (this host)"
+        return EnvelopeChoice(envelope_id, envelope, envelope.source, note, measured_now=not found)
     agent, found = session_gpu(lake, session_id)
     not_here = "this host, which only ingested the trace, is not the GPU that ran it"
     if agent is None:

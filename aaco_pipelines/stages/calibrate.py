@@ -7,13 +7,11 @@ against it (analysis.envelope_choice).
 
 from __future__ import annotations
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, measure_envelope
-from aaco_pipelines.analysis.envelope_choice import save_envelope
-from aaco_pipelines.execution.providers import host_default_providers
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.envelope_choice import measure_and_save
 from aaco_pipelines.tracelake.store import TraceLake
 
 
 def calibrate(lake: TraceLake, target: str) -> tuple[str, HardwareEnvelope]:
     """Measure the target's envelope now and store it; its id and the envelope."""
-    envelope = measure_envelope(target, host_default_providers())
-    return save_envelope(lake, envelope), envelope
+    return measure_and_save(lake, target)
