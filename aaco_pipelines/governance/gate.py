@@ -104,12 +104,13 @@ class GateVerdict:
         never left under "no regression". One phrase each."""
         t, threshold = self.throughput_delta_pct, self.threshold_pct
         figure = f"throughput {t['effect_pct']:+.2f} % [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
-        if t["ci_high"] < 0.0 and t["effect_pct"] <= -threshold:
+        if t["ci_high"] < 0.0 and t["effect_pct"] <= -threshold and not self.regression:
             return [
                 f"{figure}: the mean latency rose (a heavier tail, or stalls) where the p50 "
                 "did not, and the gate decides on the p50"
             ]
-        if t["ci_low"] > 0.0 and t["effect_pct"] >= threshold:
+        p50_faster = self.evidence.get("decided_by") == "faster"
+        if t["ci_low"] > 0.0 and t["effect_pct"] >= threshold and not p50_faster:
             return [f"{figure}: the mean latency fell where the p50 did not"]
         return []
 

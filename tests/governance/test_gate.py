@@ -93,6 +93,9 @@ def test_the_same_model_and_a_faster_one_pass(mlp_swap_and_back, replayed):
     assert same.recommendation.startswith("no action")
     faster = gate_verdict(lake, t3, baseline=slower, resamples=500)
     assert not faster.regression and faster.evidence["decided_by"] == "faster"
+    assert faster.changes_not_decided() == []  # its throughput rose with its p50: decided
+    slowdown = gate_verdict(lake, slower, baseline=[t0, t1, t2], resamples=500)
+    assert slowdown.regression and slowdown.changes_not_decided() == []  # its throughput too
     assert faster.baseline["source"] == "session" and faster.confidence > 0.95
     assert "faster" in faster.recommendation
 
