@@ -612,7 +612,7 @@ def measure_envelope(
     they the rest in turn), streaming what is left. A sweep always measures its first size, so
     even a tiny budget yields an envelope, with short sweeps. The share of the host's CPU time
     that other processes took meanwhile is kept with it (`host_contention`): above
-    CONTENDED_SHARE the peaks are suspect, and session.current_envelope measures again later.
+    CONTENDED_SHARE the peaks are suspect, and envelope_choice.current_envelope measures again later.
     """
     import onnxruntime as ort
 

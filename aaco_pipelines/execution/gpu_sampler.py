@@ -4,7 +4,7 @@ Power, temperatures, clocks and violation status explain a latency that drifts w
 that hits its power cap slows down), so they are sampled alongside the host counters. Each read is
 guarded on its own: a part that does not support a metric records nothing for it, and the first
 failure is kept in `errors` so a missing series is explained. Samples are raw and long-format
-(timestamp_ns, device, metric, value, unit); `collectors.session` turns them into TELEMETRY rows.
+(timestamp_ns, device, metric, value, unit); `collectors.bundle_tables` turns them into TELEMETRY rows.
 
 The amdsmi Python API used (ROCm/amdsmi `py-interface/amdsmi_interface.py` and
 `docs/reference/amdsmi-py-api.md`; units from `include/amd_smi/amdsmi.h`):

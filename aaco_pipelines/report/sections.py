@@ -1,7 +1,7 @@
 """The report's layout: its sections, each with sentences, tables and plots, from the content.
 
 Markdown and HTML both render this one layout, so a section or a column added here appears in
-both formats. Tables are (rows, columns) as `report.markdown.markdown_table` takes them.
+both formats. Tables are (rows, columns) as `report.markdown_tables.markdown_table` takes them.
 """
 
 from __future__ import annotations

@@ -346,7 +346,7 @@ def _gpu_agents(con, session_id: str) -> list[dict]:
 def _sessions_row(
     bundle: SessionBundle, bundle_path: Path, span, version, trace_format, environment: dict
 ) -> pa.Table:
-    # collectors.session brings the generation readers and onnx: 0.1 s of every start-up
+    # collectors.bundle_tables brings the generation readers and onnx: 0.1 s of every start-up
     from aaco_pipelines.collectors.bundle_tables import measured_latency_figures
 
     session = bundle.session
