@@ -3,8 +3,8 @@
 import dagster as dg
 
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.envelope_choice import measure_and_save
 from aaco_pipelines.config import device_pool
-from aaco_pipelines.stages.calibrate import calibrate
 from resources import BenchmarkRunnerResource, TraceLakeResource
 
 
@@ -21,7 +21,7 @@ def hardware_envelope(
     context: dg.AssetExecutionContext, runner: BenchmarkRunnerResource, tracelake: TraceLakeResource
 ) -> dg.MaterializeResult:
     return dg.MaterializeResult(
-        metadata=envelope_metadata(*calibrate(tracelake.lake, runner.target))
+        metadata=envelope_metadata(*measure_and_save(tracelake.lake, runner.target))
     )
 
 

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from aaco_pipelines.stages.prepare import prepare
+from aaco_pipelines.stages.prepare import prepare_model_version
 from assets.partitions import model_and_target, model_target_partitions
 from resources import ModelRegistryResource
 
@@ -18,7 +18,7 @@ def onnx_graph(
     context: dg.AssetExecutionContext, registry: ModelRegistryResource
 ) -> dg.Output[dict]:
     model = registry.model(model_and_target(context.partition_key)[0])
-    version, graph = prepare(model, registry.paths)
+    version, graph = prepare_model_version(model, registry.paths)
     return dg.Output(version.to_record(), metadata=_metadata(model, version, graph.summary))
 
 

@@ -72,8 +72,8 @@ def tracelake_session(
     context: dg.AssetExecutionContext, collected_traces: dict, tracelake: TraceLakeResource
 ):
     lake = tracelake.lake
-    loaded = load(lake, SessionBundle(Path(collected_traces["bundle_path"])))
-    with lake.reading():  # its two reads share one open of the lake
+    with lake.reading():  # the load's checks and the figures share one open of the lake
+        loaded = load(lake, SessionBundle(Path(collected_traces["bundle_path"])))
         generation = generation_metadata(lake, loaded.session_id)
     yield dg.Output(
         {"session_id": loaded.session_id, "bundle_path": collected_traces["bundle_path"]},

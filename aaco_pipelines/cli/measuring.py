@@ -41,7 +41,11 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     from aaco_pipelines.tracelake.store import TraceLake
 
     lake = TraceLake(lake_path)
-    row = queries.run_summary(lake, session_id)
+    with lake.reading():  # a generation session's figures are a second read
+        row = queries.run_summary(lake, session_id)
+        figures = (
+            queries.generation_summary(lake, session_id) if row["workload"] == "generation" else {}
+        )
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
@@ -58,7 +62,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     ]
     if row["workload"] == "generation":
         cells[3] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
-        cells += generation_summary(queries.generation_summary(lake, session_id))
+        cells += generation_summary(figures)
     return "\n".join(f"  {name:13} {value}" for name, value in cells)
 
 

@@ -26,8 +26,8 @@ from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, TELEMETRY, con
 PASS_ORDER = ("warmup", "measured", "profiled")
 
 
-def collect_session(bundle: SessionBundle) -> dict[str, int]:
-    """Write all TraceLake tables of one session into the bundle's tables/; row counts.
+def collect_session(bundle: SessionBundle) -> dict[str, pa.Table]:
+    """Write all TraceLake tables of one session into the bundle's tables/, and return them.
 
     Graph tables are added at ingestion from the bundle's graph/. A device trace (rocprofv3
     output in rocprof/) is checked and named in tables/device_trace.json, not copied: the
@@ -50,7 +50,7 @@ def collect_session(bundle: SessionBundle) -> dict[str, int]:
         warmup_runs=session["profiled_warmup_iterations"],
     )
     bundle.write_tables(tables, device_trace(bundle))
-    return {name: table.num_rows for name, table in tables.items()}
+    return tables
 
 
 def device_trace(bundle: SessionBundle) -> dict | None:

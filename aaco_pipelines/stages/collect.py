@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.bundle_tables import collect_session
@@ -27,14 +26,12 @@ class CollectedTables:
 def collect(bundle: SessionBundle) -> CollectedTables:
     """Write the session's tables into its bundle; what was written."""
     with session_folder_held(bundle.path, bundle.session_id):
-        counts = collect_session(bundle)
-    # Counted from the Parquet's two columns by Arrow (an in-memory DuckDB here cost a 20-40 ms
-    # open a run).
-    table = pq.read_table(bundle.table_path("kernel_events"), columns=["category", "op_type"])
-    category = table["category"]
+        tables = collect_session(bundle)
+    events = tables["kernel_events"]  # counted in memory by Arrow, as written
+    category = events["category"]
     return CollectedTables(
-        row_counts=counts,
+        row_counts={name: table.num_rows for name, table in tables.items()},
         node_events=pc.sum(pc.equal(category, "Node")).as_py() or 0,
         device_kernels=pc.sum(pc.equal(category, "Kernel")).as_py() or 0,
-        distinct_ops=pc.count_distinct(table["op_type"]).as_py(),
+        distinct_ops=pc.count_distinct(events["op_type"]).as_py(),
     )

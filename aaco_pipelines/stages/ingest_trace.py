@@ -115,7 +115,7 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
     not copied into them)."""
     version = None
     if model is not None:
-        from aaco_pipelines.graph.store import prepare_model_version  # onnx: only with a model
+        from aaco_pipelines.stages.prepare import prepare_model_version  # onnx: only with a model
 
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
         shutil.copytree(version.graph_dir, staging / "graph")

@@ -9,6 +9,7 @@ gets the CI gate's verdict: what changed, the ranked suspects and a recommendati
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -57,10 +58,10 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
     with session_folder_held(bundle.path, session_id):
         rows = drift_rows(lake, bundle.session["model_slug"], session_id)
         lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
-    judgement = DriftJudgement(session_id, rows.to_pylist(), None)
-    if not judgement.regressions:
-        return judgement
-    return DriftJudgement(session_id, judgement.verdicts, _gate(lake, session_id))
+    judgement = DriftJudgement(session_id, rows.to_pylist(), gate=None)
+    if judgement.regressions:
+        judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
+    return judgement
 
 
 def _gate(lake: TraceLake, session_id: str) -> dict | None:

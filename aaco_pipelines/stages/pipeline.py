@@ -23,7 +23,7 @@ from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.judge_drift import judge_drift
 from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.stages.measure import MeasureOptions, measure
-from aaco_pipelines.stages.prepare import prepare
+from aaco_pipelines.stages.prepare import prepare_model_version
 from aaco_pipelines.tracelake.store import TraceLake
 
 Progress = Callable[[str], None]
@@ -40,7 +40,7 @@ def measure_model(
     the TraceLake; `analyze=True` also attributes, diagnoses and judges its drift."""
     say = on_progress or (lambda message: None)
     options = options or MeasureOptions()
-    version, _graph = prepare(model, paths)
+    version, _graph = prepare_model_version(model, paths)
     bundle = measure(version, paths, options, on_progress).bundle
     lake = TraceLake(paths.tracelake)
     with quarantine_on_failure(bundle.path, paths, lake):

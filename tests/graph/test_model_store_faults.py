@@ -13,8 +13,8 @@ import pytest
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.registry.scan import file_sha256, registered_model
+from aaco_pipelines.stages.prepare import prepare_model_version
 from tests import models
 from tests.helpers import fill
 

@@ -223,7 +223,7 @@ def test_a_process_killed_without_aaco_handlers_still_takes_its_worker(aaco_path
     script = (
         "import sys; from pathlib import Path\n"
         "from aaco_pipelines.config import AacoPaths\n"
-        "from aaco_pipelines.graph.store import prepare_model_version\n"
+        "from aaco_pipelines.stages.prepare import prepare_model_version\n"
         "from aaco_pipelines.stages.measure import measure\n"
         "from aaco_pipelines.registry.scan import registered_model\n"
         "paths = AacoPaths.from_env()\n"

@@ -9,10 +9,10 @@ import pytest
 
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
-from aaco_pipelines.graph.store import prepare_model_version
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.stages.measure import MeasureOptions, measure
+from aaco_pipelines.stages.prepare import prepare_model_version
 from tests import models
 from tests.helpers import add_model
 
