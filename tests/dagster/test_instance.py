@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import sqlite3
 import time
 from pathlib import Path
 
@@ -102,28 +103,40 @@ def test_the_embedded_event_log_is_dagsters_own_files_read_by_either(tmp_path):
         assert sorted(r.partition_key for r in records) == ["a", "b"]
 
 
-def test_the_event_log_opens_one_engine_per_database_and_its_writes_reach_a_watcher(
+def test_the_event_log_keeps_one_connection_per_database_and_its_writes_reach_a_watcher(
     tmp_path, monkeypatch
 ):
-    """Engines are kept (Dagster built one for every connection: 0.5 ms each, 4,400 in a zoo
-    sweep), connections are not: each write is checkpointed into the run's file when its
-    connection closes, which is what the webserver's watcher sees to show a run's logs live."""
-    created = []
+    """Engines and connections are kept (Dagster opened both for every use: 4,400 times in a zoo
+    sweep); each write is still checkpointed into the run's file as it lands, which is what the
+    webserver's watcher sees to show a run's logs live."""
+    created, opened = [], []
     real_create_engine = event_log.create_engine
     monkeypatch.setattr(
         event_log,
         "create_engine",
         lambda *a, **k: created.append(a[0]) or real_create_engine(*a, **k),
     )
+    real_connect = sqlite3.connect
+    monkeypatch.setattr(
+        sqlite3, "connect", lambda *a, **k: opened.append(a) or real_connect(*a, **k)
+    )
     storage = SqliteEventLog(str(tmp_path / "runs"))
     seen = queue.Queue()
     storage.watch("run1", None, lambda entry, cursor: seen.put(entry.user_message))
     try:
+        opened.clear()
         for i in range(30):
             storage.store_event(_log_entry("run1", f"line {i}"))
             assert seen.get(timeout=10) == f"line {i}"  # live: before the next write
             assert storage.has_table("dynamic_partitions")
-        assert len(created) == 2, created  # the index (made at start) and run1's file
+        # the index (made at start), run1's file and the schema-only shard run1 copied
+        assert [Path(c.removeprefix("sqlite:///")).stem for c in created] == [
+            "index",
+            "run1",
+            "empty",
+        ]
+        # the schema-only shard's connection, run1's and the index's: once each, not per event
+        assert len(opened) <= 3, opened
         for shard in range(ENGINES_KEPT + 4):  # older engines are let go
             storage.store_event(_log_entry(f"run{shard + 2}", "x"))
         created.clear()
@@ -136,6 +149,40 @@ def test_the_event_log_opens_one_engine_per_database_and_its_writes_reach_a_watc
     finally:
         storage.end_watch("run1", next(iter(storage._watchers["run1"])))
         storage.dispose()
+
+
+def test_a_copied_run_shard_is_the_one_dagster_builds_and_wipe_leaves_no_open_file(tmp_path):
+    """A new run's shard is a copy of a schema-only one: the same tables, indexes, WAL mode and
+    Alembic revision as Dagster's own _initdb makes; wiping (which deletes run shards) closes
+    the kept connections first, so later events land in new files, not in deleted ones."""
+    ours = SqliteEventLog(str(tmp_path / "ours"))
+    dagsters = SqliteEventLogStorage(str(tmp_path / "dagster"))
+    try:
+        for storage in (ours, dagsters):
+            storage.store_event(_log_entry("run1", "first"))
+        assert _shape(tmp_path / "ours" / "run1.db") == _shape(tmp_path / "dagster" / "run1.db")
+        ours.wipe()
+        assert not (tmp_path / "ours" / "run1.db").exists()
+        ours.store_event(_log_entry("run1", "after the wipe"))
+        messages = [
+            r.event_log_entry.user_message for r in ours.get_records_for_run("run1").records
+        ]
+        assert messages == ["after the wipe"]
+        assert (tmp_path / "ours" / "run1.db").exists()
+    finally:
+        ours.dispose()
+        dagsters.dispose()
+    with sqlite3.connect(tmp_path / "ours" / "run1.db") as db:  # closed: all in the file
+        assert db.execute("SELECT count(*) FROM event_logs").fetchone() == (1,)
+
+
+def _shape(path: Path) -> tuple:
+    with sqlite3.connect(path) as db:
+        return (
+            db.execute("PRAGMA journal_mode").fetchone(),
+            db.execute("SELECT version_num FROM alembic_version").fetchall(),
+            sorted(db.execute("SELECT type, name, sql FROM sqlite_master").fetchall(), key=str),
+        )
 
 
 def _log_entry(run_id: str, message: str) -> EventLogEntry:
