@@ -109,7 +109,7 @@ def _metadata(diagnosis: Diagnosis) -> dict:
 
 
 def _plots(points, envelope) -> str:
-    """The roofline, inline as a PNG data URI (well under 100 KB). The time per op is
+    """The roofline, inline as an SVG data URI (well under 100 KB). The time per op is
     kernel_attribution's plot: drawing it again here cost every run another 0.4 s."""
     ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
     chart = roofline(points, *ceilings, dtype_roofs=envelope.gemm_peaks(), source=envelope.source)

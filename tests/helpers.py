@@ -108,3 +108,42 @@ def as_one_kernel_events_table(con) -> None:
     con.execute("DROP TABLE kernel_events_profile")
     con.execute("DROP TABLE kernel_events_trace")
     con.execute("ALTER TABLE kernel_events_v9 RENAME TO kernel_events")
+
+
+def assert_plot_texts_inside(figure) -> None:
+    """Each visible text of the figure inside its image, and each axes' outer texts off the
+    other axes. Drawn on the figure's own canvas first: the SVG was written at 72 dpi, which
+    left the texts' positions in that resolution's pixels."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    inside = figure.bbox
+    for axis in figure.axes:
+        outer = (
+            [axis.title, axis.xaxis.label, axis.yaxis.label, *_drawn_tick_labels(axis)]
+            if axis.axison  # an empty plot's axes are off: only its message is drawn
+            else []
+        )
+        for text in [*outer, *axis.texts]:
+            if not (text.get_visible() and text.get_text()):
+                continue
+            box = text.get_window_extent(renderer)
+            assert inside.x0 - 1 <= box.x0 and box.x1 <= inside.x1 + 1, text.get_text()
+            assert inside.y0 - 1 <= box.y0 and box.y1 <= inside.y1 + 1, (
+                text.get_text(),
+                axis.get_title(),
+                axis.get_xlabel(),
+            )
+            if text in outer:
+                for other in figure.axes:
+                    if other is not axis and other.axison:
+                        frame = other.get_window_extent(renderer)
+                        assert not box.overlaps(frame), (text.get_text(), "overlaps an axes")
+
+
+def _drawn_tick_labels(axis) -> list:
+    labels = []
+    for scale_axis in (axis.xaxis, axis.yaxis):
+        low, high = sorted(scale_axis.get_view_interval())
+        ticks = zip(scale_axis.get_majorticklocs(), scale_axis.get_majorticklabels(), strict=False)
+        labels += [label for loc, label in ticks if low <= loc <= high]
+    return labels

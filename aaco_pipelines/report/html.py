@@ -1,4 +1,4 @@
-"""A session report as one self-contained HTML file: inline CSS, plots as PNG data URIs, no
+"""A session report as one self-contained HTML file: inline CSS, plots as SVG data URIs, no
 script and no external request, so it opens offline and can be mailed or archived as is."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def render_html(lake: TraceLake | str, session_id: str) -> str:
 
 
 def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
-    """Plot id -> (caption, PNG) for every plot the session has data for."""
+    """Plot id -> (caption, SVG) for every plot the session has data for."""
     session, iterations = data.session, data.iterations
     measured = iterations.filter(pc.equal(iterations["pass"], "measured"))
     found = {
@@ -114,9 +114,9 @@ def _section(section: Section, images: dict[str, tuple[str, bytes]]) -> str:
     parts += [f"<p>{_e(line)}</p>" for line in section.text]
     for plot_id in section.plots:
         if plot_id in images:
-            caption, png = images[plot_id]
+            caption, svg = images[plot_id]
             parts.append(
-                f'<figure id="plot-{plot_id}"><img src="{plots.data_uri(png)}" '
+                f'<figure id="plot-{plot_id}"><img src="{plots.data_uri(svg)}" '
                 f'alt="{_e(caption)}"><figcaption>{_e(caption)}</figcaption></figure>'
             )
     parts += [html_table(table) for table in section.tables]

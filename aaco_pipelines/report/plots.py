@@ -1,9 +1,11 @@
-"""Report plots as PNG bytes, from plain data (Arrow tables, numpy), never from the lake.
+"""Report plots as SVG bytes, from plain data (Arrow tables, numpy), never from the lake.
 
 Plain inputs keep every plot testable on synthetic data and usable from a Dagster asset that
-already holds its tables. Figures are drawn on the Agg canvas directly (no pyplot): no global
-state, safe in threads, and never a display. Small sizes and dpi 80 keep each PNG well under
-100 KB, so it can ride inline in an HTML report or in asset metadata as a data URI.
+already holds its tables. Figures are drawn on their own canvas (no pyplot): no global state,
+safe in threads, and never a display. SVG with its texts as text (not glyph outlines, not
+pixels) is a third of a PNG's drawing time, and each plot stays well under 100 KB, so it rides
+inline in an HTML report or in asset metadata as a data URI; margins come from
+plot_layout.fit_margins, not from constrained layout (two thirds of a plot's time).
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, 
 from aaco_pipelines.governance.robust_scale import RobustBaseline, standardize
 from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.llm.workload import SCENARIOS
+from aaco_pipelines.report.plot_layout import fit_margins
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-DPI = 80
-SIZE = (7.0, 3.6)  # inches: 560 x 288 px at DPI
+SIZE = (7.0, 3.6)  # inches
 PASS_COLORS = {
     "warmup": "#9e9e9e",
     "measured": "#1f77b4",
@@ -40,12 +42,13 @@ CONTROL_SD = 3.0  # the drift plot's control band: baseline median +- 3 robust s
 
 
 def _canvas(size: tuple[float, float]) -> Figure:
-    """A constrained-layout figure on the Agg canvas. matplotlib is imported here, not at the
-    top: every Dagster process imports this module, few of them draw."""
+    """A figure on the Agg canvas (whose renderer measures texts for the margins; the SVG is
+    written by savefig). matplotlib is imported here, not at the top: every Dagster process
+    imports this module, few of them draw."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=size, layout="constrained")
+    figure = Figure(figsize=size)
     FigureCanvasAgg(figure)
     return figure
 
@@ -56,19 +59,28 @@ def _figure(rows: int = 1, size: tuple[float, float] = SIZE, **kwargs) -> tuple[
     return figure, list(axes)
 
 
-def _png(figure: Figure, dpi: int = DPI) -> bytes:
+# Texts stay text (the viewer's font draws them); ids and metadata fixed, so the same plot is
+# the same bytes.
+SVG_SETTINGS = {"svg.fonttype": "none", "svg.hashsalt": "aaco"}
+
+
+def _svg(figure: Figure) -> bytes:
+    from matplotlib import rc_context
+
+    fit_margins(figure)
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi)
+    with rc_context(SVG_SETTINGS):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
     return buffer.getvalue()
 
 
-def data_uri(png: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+def data_uri(svg: bytes) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg).decode("ascii")
 
 
-def markdown_image(png: bytes, alt: str) -> str:
+def markdown_image(svg: bytes, alt: str) -> str:
     """An image inline in Markdown (Dagster metadata renders data URIs)."""
-    return f"![{alt}]({data_uri(png)})"
+    return f"![{alt}]({data_uri(svg)})"
 
 
 def _time_unit(ns: np.ndarray | float) -> tuple[float, str]:
@@ -118,15 +130,13 @@ def _empty(figure: Figure, axis, message: str) -> None:
 # --- latency ---------------------------------------------------------------------------------
 
 
-def latency_histogram(
-    latency_ns: np.ndarray, p50_ns: float, p99_ns: float, dpi: int = DPI
-) -> bytes:
+def latency_histogram(latency_ns: np.ndarray, p50_ns: float, p99_ns: float) -> bytes:
     """Distribution of the measured iterations' latency, with the p50 and p99 marked."""
     figure, (axis,) = _figure()
     values = np.asarray(latency_ns, dtype=float)
     if values.size == 0:
         _empty(figure, axis, "no measured iterations")
-        return _png(figure, dpi)
+        return _svg(figure)
     scale, unit = _time_unit(values)
     axis.hist(
         values / scale, bins=min(60, max(10, values.size // 5)), color=PASS_COLORS["measured"]
@@ -144,16 +154,16 @@ def latency_histogram(
         title=f"Measured latency (n = {values.size})",
     )
     axis.legend(fontsize="small")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
-def iteration_latency(iterations: pa.Table, dpi: int = DPI) -> bytes:
+def iteration_latency(iterations: pa.Table) -> bytes:
     """Latency of every iteration in execution order, one colour per pass (warm-up, measured,
     profiled): warm-up outliers and drift within a pass show up here, not in a histogram."""
     figure, (axis,) = _figure()
     if iterations.num_rows == 0:
         _empty(figure, axis, "no iterations")
-        return _png(figure, dpi)
+        return _svg(figure)
     table = (
         iterations.sort_by([("start_ns", "ascending")])
         if "start_ns" in iterations.column_names
@@ -183,21 +193,19 @@ def iteration_latency(iterations: pa.Table, dpi: int = DPI) -> bytes:
         title="Latency per iteration",
     )
     axis.legend(fontsize="small")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
 # --- where the time went ---------------------------------------------------------------------
 
 
-def op_breakdown(
-    breakdown: pa.Table, top: int = 12, title: str = "Time per op", dpi: int = DPI
-) -> bytes:
+def op_breakdown(breakdown: pa.Table, top: int = 12, title: str = "Time per op") -> bytes:
     """Horizontal bars of the largest shares of kernel time (`name`, `op_type`, `share`,
     `mean_ns` rows: op_breakdown at one level); the rest is summed into one "other" bar."""
     figure, (axis,) = _figure(size=(SIZE[0], 0.6 + 0.25 * (min(top, breakdown.num_rows) + 1)))
     if breakdown.num_rows == 0:
         _empty(figure, axis, "no op breakdown")
-        return _png(figure, dpi)
+        return _svg(figure)
     rows = breakdown.sort_by([("share", "descending")]).to_pylist()
     shown, rest = rows[:top], rows[top:]
     labels = [
@@ -217,7 +225,7 @@ def op_breakdown(
         axis.text(share * 100.0, y, f" {share * 100:.1f}%", va="center", fontsize="x-small")
     axis.set(xlabel="share of attributed kernel time (%)", title=title)
     axis.set_xlim(0, max(max(shares) * 115.0, 1.0))
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
 def _short(name: str, width: int = 40) -> str:
@@ -235,7 +243,6 @@ def roofline(
     gemm_flops_per_s: float,
     bandwidth_bytes_per_s: float,
     label_top: int = 5,
-    dpi: int = DPI,
     dtype_roofs: dict[str, float] | None = None,
     source: str = "measured",
 ) -> bytes:
@@ -318,7 +325,7 @@ def roofline(
     )
     if shown.any():
         axis.legend(fontsize="small", loc="lower right")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
 def _floats(table: pa.Table, column: str) -> np.ndarray:
@@ -332,7 +339,7 @@ def _floats(table: pa.Table, column: str) -> np.ndarray:
 # --- telemetry -------------------------------------------------------------------------------
 
 
-def telemetry(samples: pa.Table, passes: pa.Table | None = None, dpi: int = DPI) -> bytes:
+def telemetry(samples: pa.Table, passes: pa.Table | None = None) -> bytes:
     """One panel per series (`series`, `timestamp_ns`, `value`, `unit` rows) over the run, each
     pass's span (`pass`, `start_ns`, `end_ns`) shaded so a clock drop or a busy neighbour can be
     tied to the pass it hit."""
@@ -342,7 +349,7 @@ def telemetry(samples: pa.Table, passes: pa.Table | None = None, dpi: int = DPI)
     )
     if not names:
         _empty(figure, axes[0], "no telemetry")
-        return _png(figure, dpi)
+        return _svg(figure)
     series = np.asarray(samples["series"].to_pylist(), dtype=object)
     stamps = samples["timestamp_ns"].to_numpy().astype(float)
     values = samples["value"].to_numpy(zero_copy_only=False).astype(float)
@@ -362,7 +369,7 @@ def telemetry(samples: pa.Table, passes: pa.Table | None = None, dpi: int = DPI)
     if axes[0].get_legend_handles_labels()[0]:  # the pass spans, when given
         axes[0].legend(fontsize="x-small", loc="upper right", ncols=4)
     axes[0].set_title("Telemetry over the run")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
 def _shade_passes(axis, passes: pa.Table | None, origin: float) -> None:
@@ -390,7 +397,6 @@ def drift_history(
     parameters: dict,
     change_points: Sequence[tuple[int, ChangePoint]] = (),
     title: str = "",
-    dpi: int = DPI,
 ) -> bytes:
     """A drift series (one point per session, oldest first; None where a session lacks it) with
     the baseline median, the control band (median +- 3 robust sd) and the minimum effect; model
@@ -441,7 +447,7 @@ def drift_history(
     top.set_title(title or "Drift history")
     top.legend(fontsize="x-small", loc="upper left")
     axes[-1].set_xlabel("session (oldest first)")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
 def _draw_baseline(axis, baseline: dict, parameters: dict) -> None:
@@ -480,7 +486,7 @@ def _draw_detectors(
     cusum_axis.legend(fontsize="x-small", loc="upper left", ncols=2)
 
 
-def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
+def drift_row_plot(row: dict) -> bytes:
     """The drift history of one drift_verdicts row (its series, baseline and parameters JSON),
     with the change points over the whole series that drift_rows stored."""
     series = json.loads(row["series_json"])
@@ -495,7 +501,6 @@ def drift_row_plot(row: dict, dpi: int = DPI) -> bytes:
         json.loads(row.get("parameters_json") or "{}"),
         series_change_points(series),
         title=f"{row.get('metric', '')}: {verdict}{detail}",
-        dpi=dpi,
     )
 
 
@@ -525,7 +530,7 @@ def _side_by_side(size: tuple[float, float] = (8.0, 3.4)) -> tuple[Figure, list]
     return figure, list(figure.subplots(1, 2))
 
 
-def generation_curves(metrics: pa.Table, dpi: int = DPI) -> bytes:
+def generation_curves(metrics: pa.Table) -> bytes:
     """Latency against throughput as the batch grows (TPOT p50 against output tokens/s, each
     point labelled with its batch size), and TTFT p50 against prompt length: the curve points
     of generation_metrics."""
@@ -553,10 +558,10 @@ def generation_curves(metrics: pa.Table, dpi: int = DPI) -> bytes:
         right.set_title("time to first token vs prompt length")
     else:
         _empty(figure, right, "no prompt-length curve (generation.curves.prompt_lengths)")
-    return _png(figure, dpi)
+    return _svg(figure)
 
 
-def token_latencies(requests: pa.Table, dpi: int = DPI) -> bytes:
+def token_latencies(requests: pa.Table) -> bytes:
     """TTFT and TPOT distributions of each scenario run (requests rows), p50 and p99 marked."""
     figure, axes = _side_by_side()
     runs = [r for r in dict.fromkeys(requests["run"].to_pylist()) if r in SCENARIOS]
@@ -577,4 +582,4 @@ def token_latencies(requests: pa.Table, dpi: int = DPI) -> bytes:
         axis.set_xlabel(f"{label} ({unit})")
         axis.set_ylabel("requests")
         axis.legend(fontsize="small")
-    return _png(figure, dpi)
+    return _svg(figure)

@@ -240,7 +240,7 @@ def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_pa
     table = meta["generation_figures"].value
     assert table.splitlines()[2].startswith("| single_stream | ")
     plots = meta["generation_plots"].value
-    assert plots.count("](data:image/png;base64,") == 2
+    assert plots.count("](data:image/svg+xml;base64,") == 2
     run_meta = instance.get_latest_materialization_event(
         dg.AssetKey("benchmark_run")
     ).asset_materialization.metadata

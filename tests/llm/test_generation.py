@@ -28,7 +28,7 @@ from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.queries import generation_quality
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import REPO, as_one_kernel_events_table
+from tests.helpers import REPO, as_one_kernel_events_table, assert_plot_texts_inside
 
 REAL_DECODER = REPO / "tests" / "data" / "real_models" / "llama_kv_dynamo.onnx"
 OUTPUT_TOKENS = 8
@@ -478,11 +478,15 @@ def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(analysed_llama_ses
 
 
 def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plots(
-    analysed_llama_session,
+    analysed_llama_session, monkeypatch
 ):
+    from aaco_pipelines.report import plots
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.html import render_html
 
+    drawn = []
+    render = plots._svg
+    monkeypatch.setattr(plots, "_svg", lambda figure: drawn.append(figure) or render(figure))
     lake, sid = analysed_llama_session
     generation = render_json(lake, sid)["generation"]
     assert generation["headline"] == "single_stream"
@@ -495,7 +499,11 @@ def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plot
     assert generation["phases"]["prefill"] and generation["phases"]["decode"]
     html = render_html(lake, sid)
     assert 'id="generation"' in html
-    assert html.count("data:image/png;base64,") >= 2 + html.count('id="drift-')
+    assert html.count("data:image/svg+xml;base64,") >= 2 + html.count('id="drift-')
+    side_by_side = [figure for figure in drawn if len(figure.axes) == 2]
+    assert len(side_by_side) == 2  # the curves and the TTFT/TPOT distributions
+    for figure in drawn:
+        assert_plot_texts_inside(figure)
 
 
 def test_a_v8_lake_migrates_its_sessions_as_forward_passes(analysed_llama_session, tmp_path):
