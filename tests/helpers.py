@@ -112,8 +112,7 @@ def as_one_kernel_events_table(con) -> None:
 
 def assert_plot_texts_inside(figure) -> None:
     """Each visible text of the figure inside its image, and each axes' outer texts off the
-    other axes. Drawn on the figure's own canvas first: the SVG was written at 72 dpi, which
-    left the texts' positions in that resolution's pixels."""
+    other axes, as the figure's own canvas draws it."""
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
     inside = figure.bbox

@@ -42,13 +42,14 @@ CONTROL_SD = 3.0  # the drift plot's control band: baseline median +- 3 robust s
 
 
 def _canvas(size: tuple[float, float]) -> Figure:
-    """A figure on the Agg canvas (whose renderer measures texts for the margins; the SVG is
-    written by savefig). matplotlib is imported here, not at the top: every Dagster process
+    """A figure on the Agg canvas, whose renderer measures texts for the margins, at the SVG's
+    own 72 dpi, so the texts measured then are the ones the SVG draws (matplotlib caches their
+    layout by resolution). matplotlib is imported here, not at the top: every Dagster process
     imports this module, few of them draw."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=size)
+    figure = Figure(figsize=size, dpi=72)
     FigureCanvasAgg(figure)
     return figure
 
