@@ -16,6 +16,12 @@ show a run's logs live, as a closing connection did before. Durability is SQLite
 (synchronous FULL in WAL mode): a committed event survives a crash. A new run's shard is a copy
 of one schema-only shard built once per process by Dagster's own code. Tables found in the
 index are remembered (they are only ever added, by migrations).
+
+Dynamic partitions (the models and targets) are asked for about 100 times a run and change a few
+times a day. They are kept per partitions definition for as long as the index's
+`PRAGMA data_version` stays the same on the kept connection (SQLite changes it when any other
+connection commits: another process, a sensor adding a model) and this storage itself has not
+added or deleted any.
 """
 
 from __future__ import annotations
@@ -47,6 +53,9 @@ class SqliteEventLog(SqliteEventLogStorage):
         self._engines_lock = threading.Lock()
         self._tables_found: set[str] = set()
         self._empty_shard: bytes | None = None
+        self._partitions: dict[str, dict[str, None]] = {}  # definition -> its keys, in order
+        self._partitions_seen_at: tuple | None = None  # (connection, data_version) they hold for
+        self._partitions_lock = threading.Lock()
         super().__init__(base_dir, inst_data)
 
     @classmethod
@@ -116,11 +125,57 @@ class SqliteEventLog(SqliteEventLogStorage):
             self._tables_found.add(table_name)
         return found
 
+    def get_dynamic_partitions(self, partitions_def_name: str) -> list[str]:
+        return list(self._dynamic_partitions(partitions_def_name))
+
+    def has_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> bool:
+        return partition_key in self._dynamic_partitions(partitions_def_name)
+
+    def add_dynamic_partitions(self, partitions_def_name: str, partition_keys) -> None:
+        super().add_dynamic_partitions(partitions_def_name, partition_keys)
+        self._forget_partitions()
+
+    def delete_dynamic_partition(self, partitions_def_name: str, partition_key: str) -> None:
+        super().delete_dynamic_partition(partitions_def_name, partition_key)
+        self._forget_partitions()
+
+    def _dynamic_partitions(self, partitions_def_name: str) -> dict[str, None]:
+        """The definition's keys as Dagster's storage reads them, read again only when the
+        index has changed since (read after the version: never older than it)."""
+        seen_at = self._index_version()
+        with self._partitions_lock:
+            if seen_at != self._partitions_seen_at:
+                self._partitions, self._partitions_seen_at = {}, seen_at
+            keys = self._partitions.get(partitions_def_name)
+        if keys is None:
+            keys = dict.fromkeys(super().get_dynamic_partitions(partitions_def_name))
+            with self._partitions_lock:
+                if self._partitions_seen_at == seen_at:
+                    self._partitions[partitions_def_name] = keys
+        return keys
+
+    def _index_version(self) -> tuple:
+        """(a token of the kept index connection, its PRAGMA data_version): changes when any
+        other connection has committed to the index since, or the connection is another one."""
+        with self._db_lock:
+            connection = self._engine(INDEX_SHARD_NAME).raw_connection()
+            try:
+                token = connection.info.setdefault("aaco_partitions_token", object())
+                version = connection.driver_connection.execute("PRAGMA data_version").fetchone()
+                return token, version[0]
+            finally:
+                connection.close()  # back to the pool, still open
+
+    def _forget_partitions(self) -> None:
+        with self._partitions_lock:
+            self._partitions, self._partitions_seen_at = {}, None
+
     def _close_connections(self) -> None:
         with self._db_lock, self._engines_lock:
             for engine in self._engines.values():
                 engine.dispose()
             self._engines.clear()
+        self._forget_partitions()
 
     def wipe(self) -> None:
         """Dagster's wipe deletes the run shards' files: no connection may stay on them."""

@@ -176,6 +176,39 @@ def test_a_copied_run_shard_is_the_one_dagster_builds_and_wipe_leaves_no_open_fi
         assert db.execute("SELECT count(*) FROM event_logs").fetchone() == (1,)
 
 
+def test_dynamic_partitions_are_read_once_until_anyone_changes_them(tmp_path, monkeypatch):
+    """Partition lookups (about 100 a run) are answered from what was read, until the index
+    changes: keys another process adds or deletes are seen at the next lookup, as are this
+    storage's own."""
+    reads = []
+    real_read = SqliteEventLogStorage.get_dynamic_partitions
+    monkeypatch.setattr(
+        SqliteEventLogStorage,
+        "get_dynamic_partitions",
+        lambda self, name: reads.append(name) or real_read(self, name),
+    )
+    ours = SqliteEventLog(str(tmp_path / "runs"))
+    other_process = SqliteEventLog(str(tmp_path / "runs"))  # its own connections
+    try:
+        ours.add_dynamic_partitions("models", ["a", "b"])
+        assert all(ours.has_dynamic_partition("models", "a") for _ in range(50))
+        assert not ours.has_dynamic_partition("models", "c")
+        assert ours.get_dynamic_partitions("models") == ["a", "b"]
+        assert reads == ["models"]
+        ours.store_event(_log_entry("run1", "an event"))  # its own writes change nothing
+        assert ours.has_dynamic_partition("models", "b") and reads == ["models"]
+        other_process.add_dynamic_partitions("models", ["c"])
+        assert ours.has_dynamic_partition("models", "c")
+        other_process.delete_dynamic_partition("models", "a")
+        assert ours.get_dynamic_partitions("models") == ["b", "c"]
+        ours.add_dynamic_partitions("models", ["d"])
+        assert ours.has_dynamic_partition("models", "d")
+        assert len(reads) == 4  # once at first, then once after each of the three changes
+    finally:
+        ours.dispose()
+        other_process.dispose()
+
+
 def _shape(path: Path) -> tuple:
     with sqlite3.connect(path) as db:
         return (
