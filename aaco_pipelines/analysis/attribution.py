@@ -34,6 +34,7 @@ import onnx
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from aaco_pipelines.analysis.fusion_groups import FUSED_SQL, fusion_groups
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
 from aaco_pipelines.analysis.metrics import kernel_source
 from aaco_pipelines.graph.extract import all_nodes, subgraphs
@@ -592,7 +593,8 @@ def _name_unnamed(graph: onnx.GraphProto, missing: list[dict]) -> list[dict]:
 def attribute_session(
     lake, session_id: str, optimized_model: onnx.ModelProto | None
 ) -> dict[str, pa.Table]:
-    """The session's node mapping and its per-node / per-op-type time breakdown."""
+    """The session's node mapping and its time breakdown per node, per op type and per fusion
+    group (level 'fused': what the roofline places, fusion_groups.py)."""
     sha = session_model_sha(lake, session_id)
     graph_nodes = lake.query(
         "SELECT * FROM graph_nodes WHERE model_sha256 = ? ORDER BY node_index", [sha]
@@ -607,6 +609,13 @@ def attribute_session(
         {"sid": session_id, "sha": sha},
         tables={"mapping": mapping, **tables},
     )
+    groups, members = fusion_groups(mapping, graph_nodes)
+    fused = lake.query(
+        FUSED_SQL.format(kernels=source),
+        {"sid": session_id, "sha": sha},
+        tables={"groups": groups, "members": members, **tables},
+    )
+    breakdown = pa.concat_tables([breakdown, fused.cast(breakdown.schema)])
     session_column = pa.array([session_id] * mapping.num_rows, pa.string())
     return {
         "node_attribution": mapping.add_column(0, "session_id", session_column),

@@ -129,12 +129,15 @@ SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved, o.mean_ns AS time
 FROM op_breakdown o
 LEFT JOIN graph g ON g.node_name = o.name
 LEFT JOIN runtime r ON r.onnx_node = o.name
-WHERE o.session_id = $sid AND o.level = 'node'
+WHERE o.session_id = $sid AND o.level = (  -- fusion groups; a session attributed before them: nodes
+    SELECT CASE WHEN count(*) > 0 THEN 'fused' ELSE 'node' END FROM op_breakdown
+    WHERE session_id = $sid AND level = 'fused')
 """
 
 
 def roofline_nodes(lake: TraceLake, session_id: str) -> pa.Table:
-    """The session's attributed nodes with their cost, time and what tells their data type."""
+    """The session's roofline points: its fusion groups (one point per group of nodes ONNX Runtime
+    ran as one) with their cost, time and what tells their data type."""
     return lake.query(ROOFLINE_NODES_SQL, {"sid": session_id})
 
 

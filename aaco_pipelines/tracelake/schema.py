@@ -296,8 +296,9 @@ NODE_ATTRIBUTION = pa.schema(
 OP_BREAKDOWN = pa.schema(
     [
         ("session_id", _str),
-        ("level", _str),  # node | op_type
-        ("name", _str),  # ONNX node name, or op type; "(unmatched) <runtime node>" when unmatched
+        ("level", _str),  # node | op_type | fused (a fusion group: analysis/fusion_groups.py)
+        # ONNX node name, op type, or a fusion group's anchor node; "(unmatched) <runtime node>"
+        ("name", _str),
         ("op_type", _str),
         ("mean_ns", _f64),  # per profiled iteration
         ("p50_ns", _f64),
