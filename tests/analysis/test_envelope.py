@@ -488,3 +488,31 @@ def test_a_theoretical_share_in_words(envelope):
         "measured on CPUExecutionProvider, fp32 GEMM at 54% of the host's theoretical 1.9e11 "
         "FLOP/s (2 cores x 2.9 GHz x 8 lanes x 2 FMA x 2)"
     )
+
+
+def test_the_asset_page_shows_the_theoretical_share_and_the_ceilings(envelope):
+    from assets.envelope import envelope_metadata
+
+    noisy_l3 = _cache_peak(4 * GB, 32 * MiB)
+    noisy_l3.sweep[0]["clamped_to"] = "DRAM"
+    theoretical = TheoreticalPeak(2, 2.5e9, 8, 2, 2 * 2.5e9 * 8 * 2 * 2, "how it was read")
+    cached = dataclasses.replace(
+        envelope,
+        theoretical=theoretical.to_dict(),
+        cache_bandwidth={"L2": _cache_peak(90 * GB, 2 * MiB), "L3": noisy_l3},
+    )
+    metadata = envelope_metadata("e1", cached)
+    assert metadata["theoretical_peak_gflops"] == 160.0
+    assert metadata["theoretical_share"] == 0.625  # 100 of 160 GFLOP/s
+    assert metadata["theoretical_how"] == "how it was read"
+    table = metadata["memory_ceilings"].value.splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| L2", "| L3", "| DRAM"]
+    assert table[2] == "| L2 | 2 | 1 | 90 | 90.0 – 90.0 | 90 | — |"
+    assert table[3] == "| L3 | 32 | 16 | 4 | 4.0 – 4.0 | 10 | DRAM |"  # raised to DRAM's
+    assert metadata["cache_sweeps"].value == {"L2": cached.cache_bandwidth["L2"].sweep,
+                                              "L3": noisy_l3.sweep}  # fmt: skip
+    bare = envelope_metadata("e0", envelope)  # a GPU's, a datasheet's or an old one
+    assert bare["theoretical_peak_gflops"] is None and bare["theoretical_share"] is None
+    assert bare["memory_ceilings"].value.splitlines()[2:] == [
+        "| DRAM | — | 1.144e-05 | 10 | 10.0 – 10.0 | 10 | — |"  # 12 B: size 1
+    ]
