@@ -2,9 +2,10 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.envelope import ADD, HardwareEnvelope
 from aaco_pipelines.analysis.envelope_choice import measure_and_save
 from aaco_pipelines.config import device_pool
+from aaco_pipelines.report.markdown_tables import markdown_table, num
 from resources import BenchmarkRunnerResource, TraceLakeResource
 
 
@@ -28,6 +29,7 @@ def hardware_envelope(
 def envelope_metadata(envelope_id: str, envelope: HardwareEnvelope) -> dict:
     """What the asset's page shows of one measured envelope: peaks, spreads, sweeps and the
     host's contention meanwhile (also for one measured on demand by a session's diagnosis)."""
+    theoretical, share = envelope.theoretical, envelope.theoretical_share()
     return {
         "envelope_id": envelope_id,
         "target": envelope.target,
@@ -37,6 +39,14 @@ def envelope_metadata(envelope_id: str, envelope: HardwareEnvelope) -> dict:
         "peak_bandwidth_gbs": round(envelope.bandwidth.peak / 1e9, 2),
         "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
         "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
+        # The host CPU's theoretical fp32 peak (analysis.host_peak) and the share of it the
+        # measured fp32 GEMM reached; None on a GPU or where cpuinfo does not say.
+        "theoretical_peak_gflops": round(theoretical["flops_per_s"] / 1e9, 2)
+        if theoretical
+        else None,
+        "theoretical_share": round(share, 4) if share is not None else None,
+        "theoretical_how": theoretical.get("how") if theoretical else None,
+        "memory_ceilings": dg.MetadataValue.md(memory_ceilings_table(envelope)),
         "runtime_fingerprint": envelope.runtime_fingerprint[:16],
         "source": envelope.source,  # always measured here; datasheets serve ingested traces
         # Other processes' share of the host's CPU time meanwhile: above 0.2 the peaks
@@ -50,4 +60,43 @@ def envelope_metadata(envelope_id: str, envelope: HardwareEnvelope) -> dict:
         "dtypes_not_measured": dg.MetadataValue.json(envelope.dtype_notes),
         "gemm_sweep": dg.MetadataValue.json(envelope.gemm.sweep),
         "bandwidth_sweep": dg.MetadataValue.json(envelope.bandwidth.sweep),
+        "cache_sweeps": dg.MetadataValue.json(
+            {level: peak.sweep for level, peak in envelope.cache_bandwidth.items()}
+        ),
     }
+
+
+def memory_ceilings_table(envelope: HardwareEnvelope) -> str:
+    """The hierarchical roofline's bandwidth ceilings, smallest cache first, DRAM last: each
+    level's capacity, the working set it was measured at, the measured peak and the ceiling
+    used (raised to a larger level's when measured below it)."""
+    rows = []
+    for level, capacity, ceiling in envelope.memory_ceilings():
+        peak = envelope.cache_bandwidth.get(level, envelope.bandwidth)
+        entry = peak.peak_entry() if peak.sweep else {}
+        working_set = entry.get("working_set_bytes")
+        if working_set is None and "size" in entry and level == "DRAM":
+            working_set = ADD.feed_bytes(entry["size"])
+        rows.append(
+            {
+                "level": level,
+                "capacity": capacity / 2**20 if capacity else None,
+                "working_set": working_set / 2**20 if working_set else None,
+                "measured": peak.peak / 1e9,
+                "spread": f"{peak.spread_low / 1e9:.1f} – {peak.spread_high / 1e9:.1f}",
+                "ceiling": ceiling / 1e9,
+                "raised_to": entry.get("clamped_to"),
+            }
+        )
+    return markdown_table(
+        rows,
+        [
+            ("level", "level", None),
+            ("capacity", "capacity (MiB)", num),
+            ("working_set", "working set (MiB)", num),
+            ("measured", "measured (GB/s)", num),
+            ("spread", "spread (GB/s)", None),
+            ("ceiling", "ceiling (GB/s)", num),
+            ("raised_to", "raised to", None),
+        ],
+    )

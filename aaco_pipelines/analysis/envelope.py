@@ -17,6 +17,25 @@ execution provider the models use, with the same graph optimizations:
   memory_bandwidth  elementwise Add of two large float32 tensors, every size beyond the
                     last-level cache: 3 x tensor bytes per run (two read, one written; as in
                     STREAM, a CPU's write-allocate read of the output is not counted)
+  cache_bandwidth   CPU only: the same Add at working sets inside each data cache level sysfs
+                    lists (L2 and up, instruction caches skipped: cpu_cache_levels), half then a
+                    quarter of the capacity the sessions' threads fill (a per-core cache: its
+                    size x threads, one instance per CPUs sharing it; a shared cache: its
+                    size), always above the next smaller level's capacity. Measured before the
+                    DRAM sweep, with CACHE_BUDGET_SHARE of the streaming budget
+
+An elementwise op whose tensors sit in L2 or the last-level cache legitimately moves bytes
+faster than DRAM; judged against the DRAM slope it would sit above its roof. So the roofline is
+hierarchical: memory_ceilings() lists (level, capacity, B/s) from the smallest cache to DRAM,
+and ceiling_for(bytes_moved) is the ceiling of the smallest level whose capacity holds an op's
+bytes (DRAM when they are unknown or larger than every cache). A cache ceiling measured below a
+larger level's or DRAM's is noise: it is raised to that one, and its sweep entries say which
+(clamped_to).
+
+On CPU the envelope also keeps the host's theoretical fp32 peak (analysis.host_peak: cores x
+clock x SIMD lanes x 2 FMA units x 2, from /proc/cpuinfo and sysfs; the cores are the sessions'
+threads, at most the physical cores they may use), and describe() says what share of it the
+measured fp32 GEMM reached.
 
 A streaming size whose working set (two inputs and the output) is under CACHE_MARGIN times the
 last-level cache is marked cache_resident: it measures the cache, not memory, so it neither ends
@@ -58,6 +77,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.address_space import address_space_left
 from aaco_pipelines.analysis.datasheets import FALLBACK_DTYPE, GpuAgent, local_gpu, match_datasheet
+from aaco_pipelines.analysis.host_peak import TheoreticalPeak, physical_cores, theoretical_cpu_peak
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.host_sampler import OtherWork
@@ -74,6 +94,10 @@ PATIENCE = 2
 WARMUP_RUNS = 2
 MIN_MEASUREMENT_S = 0.05
 GEMM_BUDGET_SHARE = 0.5  # the rest, plus what GEMM leaves unused, goes to the streaming sweep
+CACHE_BUDGET_SHARE = 0.2  # of the streaming budget: the cache ceilings, before the DRAM sweep
+# Working sets measured per cache level, as shares of its capacity, the first always: half
+# leaves room for the code, the stack and whatever else the cores touch meanwhile.
+CACHE_FILL = (0.5, 0.25)
 FP32_GEMM_SHARE = 0.5  # of the GEMM budget, when other data types are measured too
 GEMM_DTYPES = ("fp16", "bf16", "int8")  # measured besides fp32 where the provider runs them
 HOST_MEMORY_SHARE = 0.5  # never build feeds larger than this share of available host memory
@@ -90,7 +114,7 @@ GPU_PROVIDERS = frozenset(
 
 @dataclass(frozen=True)
 class ResourcePeak:
-    resource: str  # "gemm_flops" | "memory_bandwidth"
+    resource: str  # "gemm_flops" | "memory_bandwidth" | "cache_bandwidth"
     peak: float  # median of the repeats at the best size
     spread_low: float  # min of those repeats
     spread_high: float  # max of those repeats
@@ -118,6 +142,12 @@ class HardwareEnvelope:
     # Share of the host's CPU time other processes took while this was measured (None: not
     # known, a datasheet or an envelope stored before it was recorded).
     host_contention: float | None = None
+    # The host CPU's theoretical fp32 peak (host_peak.TheoreticalPeak as a dict): None on a GPU,
+    # from a datasheet, where cpuinfo does not say, or stored before it was recorded.
+    theoretical: dict | None = None
+    # Bandwidth of the CPU's data caches ("L2", "L3"): the same Add at a working set inside each
+    # level; each sweep entry has working_set_bytes and capacity_bytes. Empty on a GPU.
+    cache_bandwidth: dict[str, ResourcePeak] = field(default_factory=dict)
 
     @property
     def contended(self) -> bool:
@@ -143,6 +173,39 @@ class HardwareEnvelope:
             return self
         return dataclasses.replace(self, gemm=self.dtype_gemm[roof])
 
+    def theoretical_share(self) -> float | None:
+        """The measured fp32 GEMM peak as a share of the host's theoretical fp32 peak; None where
+        that is not known (or on the envelope for_dtype made for another type's roof)."""
+        flops = (self.theoretical or {}).get("flops_per_s")
+        if not flops or flops <= 0 or self.gemm in self.dtype_gemm.values():
+            return None
+        return self.gemm.peak / flops
+
+    def memory_ceilings(self) -> list[tuple[str, float | None, float]]:
+        """(level, capacity in bytes, peak B/s) of each bandwidth ceiling, the smallest (fastest)
+        cache first and ("DRAM", None, bandwidth.peak) last. A level's ceiling is never below
+        a larger level's or DRAM's (data that fits a cache also fits every larger one, so a
+        lower measurement is noise): it is raised to theirs."""
+        levels = []
+        for name, peak in self.cache_bandwidth.items():
+            capacity = peak.peak_entry().get("capacity_bytes") if peak.sweep else None
+            if capacity:
+                levels.append((name, float(capacity), peak.peak))
+        ceilings = [("DRAM", None, self.bandwidth.peak)]
+        floor = self.bandwidth.peak
+        for name, capacity, peak in sorted(levels, key=lambda level: -level[1]):
+            floor = max(floor, peak)
+            ceilings.insert(0, (name, capacity, floor))
+        return ceilings
+
+    def ceiling_for(self, bytes_moved: float | None) -> tuple[str, float]:
+        """(level, peak B/s) an op moving `bytes_moved` is judged against: the smallest level
+        whose capacity holds them; DRAM when unknown or larger than every cache."""
+        for name, capacity, peak in self.memory_ceilings():
+            if capacity is not None and bytes_moved is not None and bytes_moved <= capacity:
+                return name, peak
+        return "DRAM", self.bandwidth.peak
+
     def describe(self) -> str:
         """Where the peaks come from, in a few words."""
         device = self.device or {}
@@ -152,6 +215,16 @@ class HardwareEnvelope:
             return f"datasheet of the {ref.get('product', name)} ({device.get('arch')})"
         on = ", ".join(self.providers) or self.target
         described = f"measured on {on}" + (f" ({name}, {device.get('arch')})" if name else "")
+        share = self.theoretical_share()
+        if share is not None:
+            theoretical = self.theoretical
+            flops = f"{theoretical['flops_per_s']:.2g}".replace("e+", "e")
+            try:
+                formula = f" ({TheoreticalPeak.from_dict(theoretical).formula()})"
+            except (TypeError, ValueError):  # stored by another version: the number only
+                formula = ""
+            described += f", fp32 GEMM at {share:.0%} of the host's theoretical {flops} FLOP/s"
+            described += formula
         if self.contended:
             described += (
                 f", while other processes took {self.host_contention:.0%} of the host's CPU "
@@ -177,6 +250,10 @@ class HardwareEnvelope:
             dtype_notes=dict(d.get("dtype_notes") or {}),
             reference=d.get("reference"),
             host_contention=d.get("host_contention"),
+            theoretical=d.get("theoretical"),
+            cache_bandwidth={
+                k: ResourcePeak(**v) for k, v in (d.get("cache_bandwidth") or {}).items()
+            },
         )
 
 
@@ -575,6 +652,118 @@ def _cache_size_bytes(text: str) -> int:
     return int(text.rstrip("KMG")) * scale
 
 
+@dataclass(frozen=True)
+class CacheLevel:
+    """One CPU data cache level, as cpu0's sysfs describes it."""
+
+    name: str  # "L2", "L3"
+    size_bytes: int  # one instance
+    shared_cpus: int  # logical CPUs sharing one instance (shared_cpu_list)
+
+    def capacity_bytes(self, threads: int) -> int:
+        """What the data of `threads` threads can fill: one instance per shared_cpus threads
+        (a per-core cache holds one thread's share, a cache shared by all of them its size)."""
+        return self.size_bytes * math.ceil(max(threads, 1) / self.shared_cpus)
+
+
+def cpu_cache_levels() -> list[CacheLevel]:
+    """The CPU data caches an elementwise kernel's working set can sit in, smallest level
+    first: level 2 and above (L1 holds too little to time one session run in), instruction
+    caches skipped, and any level whose size or sharing sysfs does not say."""
+    levels: dict[int, CacheLevel] = {}
+    for index in _CPU_CACHES.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _cache_size_bytes((index / "size").read_text())
+            shared = len(_cpu_list((index / "shared_cpu_list").read_text()))
+        except (OSError, ValueError):
+            continue
+        if level < 2 or kind == "Instruction" or size <= 0 or shared <= 0:
+            continue
+        if level not in levels or size > levels[level].size_bytes:
+            levels[level] = CacheLevel(f"L{level}", size, shared)
+    return [levels[level] for level in sorted(levels)]
+
+
+def _cpu_list(text: str) -> set[int]:
+    """A sysfs CPU list ("0-3,8,10-11") as CPU numbers."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def _cache_sizes(capacity: int, smaller_capacity: int) -> tuple[int, ...]:
+    """ADD sizes (elements) whose working sets fill CACHE_FILL of `capacity` but exceed the next
+    smaller level's capacity (else they would measure that level); midway between when none
+    does. Whole 64-byte lines of float32."""
+    sets = [capacity * f for f in CACHE_FILL if capacity * f > smaller_capacity]
+    sets = sets or [(capacity + smaller_capacity) / 2]
+    sizes = (max(16, int(s // ADD.feed_bytes(1)) // 16 * 16) for s in sets)
+    return tuple(dict.fromkeys(sizes))
+
+
+def _cache_sweeps(
+    ort, runtime: Runtime, threads: int, repeats: int, deadline: float
+) -> dict[str, list[dict]]:
+    """The Add at working sets inside each CPU cache level, largest first (half its capacity);
+    each level's first size always, the others while the deadline allows."""
+    sweeps: dict[str, list[dict]] = {}
+    smaller = 0
+    for level in cpu_cache_levels():
+        capacity = level.capacity_bytes(threads)
+        sweep: list[dict] = []
+        for size in _cache_sizes(capacity, smaller):
+            if sweep and (
+                time.perf_counter() + _predicted_seconds(ADD, sweep[-1], size, repeats) > deadline
+            ):
+                break
+            entry, _ = _measure_size(ort, runtime, ADD, size, repeats)
+            entry.update(
+                working_set_bytes=ADD.feed_bytes(size),
+                capacity_bytes=capacity,
+                level_bytes=level.size_bytes,
+                shared_cpus=level.shared_cpus,
+                threads=threads,
+            )
+            sweep.append(entry)
+        sweeps[level.name] = sweep
+        smaller = capacity
+    return sweeps
+
+
+def _cache_peaks(sweeps: dict[str, list[dict]], dram: ResourcePeak) -> dict[str, ResourcePeak]:
+    """Each level's peak. An entry slower than a larger level's ceiling or DRAM's records which
+    one it fell below (clamped_to): memory_ceilings raises such a level's ceiling to it."""
+    floor_name, floor = "DRAM", dram.peak
+    peaks = {}
+    for name in reversed(list(sweeps)):  # the largest level first
+        if not sweeps[name]:
+            continue
+        for entry in sweeps[name]:
+            entry["clamped_to"] = floor_name if entry["median"] < floor else None
+        peaks[name] = _peak("cache_bandwidth", "B/s", sweeps[name])
+        if peaks[name].peak > floor:
+            floor_name, floor = name, peaks[name].peak
+    return {name: peaks[name] for name in sweeps if name in peaks}
+
+
+def _threads_used(runtime: Runtime) -> int:
+    """Intra-op threads of the sessions: those asked for, else the CPUs this process may use."""
+    return runtime.threads or len(os.sched_getaffinity(0))
+
+
+def _theoretical(runtime: Runtime) -> dict | None:
+    """The host's theoretical fp32 peak on the cores the sessions' threads ran on."""
+    if runtime.device != "cpu":
+        return None
+    cores = min(_threads_used(runtime), physical_cores(os.sched_getaffinity(0)))
+    peak = theoretical_cpu_peak(cores)
+    return peak.to_dict() if peak else None
+
+
 def _available_host_bytes() -> int:
     """Available host memory, or what this process may still map under `ulimit -v` if less."""
     import psutil
@@ -609,7 +798,8 @@ def measure_envelope(
     GEMM_DTYPES) and streaming bandwidth of `target` within about `budget_s`.
 
     GEMM gets GEMM_BUDGET_SHARE of the budget (fp32 half of it when other types are measured,
-    they the rest in turn), streaming what is left. A sweep always measures its first size, so
+    they the rest in turn), streaming what is left: on CPU, the cache ceilings CACHE_BUDGET_SHARE
+    of it first, then DRAM. A sweep (and each cache level) always measures its first size, so
     even a tiny budget yields an envelope, with short sweeps. The share of the host's CPU time
     that other processes took meanwhile is kept with it (`host_contention`): above
     CONTENDED_SHARE the peaks are suspect, and envelope_choice.current_envelope measures again later.
@@ -644,7 +834,13 @@ def measure_envelope(
         deadline = now + max(gemm_deadline - now, 0.0) / (len(others) - position)
         sweep, _ = _sweep(ort, runtime, GEMM_KERNELS[dtype], repeats, deadline)
         dtype_gemm[dtype] = _peak("gemm_flops", "FLOP/s", sweep)
+    cache_sweeps = {}
+    if runtime.device == "cpu":
+        now = time.perf_counter()
+        cache_deadline = now + max(start + budget_s - now, 0.0) * CACHE_BUDGET_SHARE
+        cache_sweeps = _cache_sweeps(ort, runtime, _threads_used(runtime), repeats, cache_deadline)
     stream_sweep, _ = _sweep(ort, runtime, ADD, repeats, start + budget_s)
+    bandwidth = _peak("memory_bandwidth", "B/s", stream_sweep)
     device = _measured_device(runtime)
     return HardwareEnvelope(
         target=target,
@@ -652,12 +848,14 @@ def measure_envelope(
         runtime_fingerprint=runtime_fingerprint(capture_environment()),
         measured_at_ns=measured_at_ns,
         gemm=_peak("gemm_flops", "FLOP/s", gemm_sweep),
-        bandwidth=_peak("memory_bandwidth", "B/s", stream_sweep),
+        bandwidth=bandwidth,
         source="measured",
         device=device.to_dict() if device else None,
         dtype_gemm=dtype_gemm,
         dtype_notes=notes,
         host_contention=other_work.share(),
+        theoretical=_theoretical(runtime),
+        cache_bandwidth=_cache_peaks(cache_sweeps, bandwidth),
     )
 
 

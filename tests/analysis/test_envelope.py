@@ -14,6 +14,7 @@ import pytest
 
 from aaco_pipelines.analysis import envelope_choice
 from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, measure_envelope
+from aaco_pipelines.analysis.host_peak import TheoreticalPeak, physical_cores, theoretical_cpu_peak
 from aaco_pipelines.analysis.roofline import (
     ROOFLINE_COLUMNS,
     envelope_utilization,
@@ -268,3 +269,250 @@ def test_a_contended_envelope_is_measured_again_an_hour_later_and_a_quiet_one_wi
     )
     envelope_choice.save_envelope(both, contended)  # newer, but measured under load
     assert envelope_choice.current_envelope(both, "cpu")[0] == quiet_id
+
+
+# --- The host's theoretical peak and the cache ceilings ---------------------------------------
+
+
+def test_the_measured_envelope_knows_the_hosts_theoretical_peak(cpu_envelope):
+    cores = min(len(os.sched_getaffinity(0)), physical_cores(os.sched_getaffinity(0)))
+    if theoretical_cpu_peak(cores) is None:  # a host whose cpuinfo says too little
+        assert cpu_envelope.theoretical is None and cpu_envelope.theoretical_share() is None
+        return
+    theoretical = TheoreticalPeak.from_dict(cpu_envelope.theoretical)
+    assert theoretical.cores == cores
+    assert theoretical.flops_per_s == pytest.approx(
+        cores * theoretical.clock_hz * theoretical.simd_fp32_lanes
+        * theoretical.fma_units_per_core * (2 if theoretical.fma else 1)
+    )  # fmt: skip
+    share = cpu_envelope.theoretical_share()
+    assert share == pytest.approx(cpu_envelope.gemm.peak / theoretical.flops_per_s) and share > 0
+    assert f"fp32 GEMM at {share:.0%} of the host's theoretical" in cpu_envelope.describe()
+    assert theoretical.formula() in cpu_envelope.describe()
+
+
+def test_the_measured_envelope_has_a_ceiling_per_cache_level_sysfs_lists(cpu_envelope):
+    """Structure only: on a busy host a cache may measure no faster than DRAM."""
+    from aaco_pipelines.analysis.envelope import cpu_cache_levels
+
+    levels = cpu_cache_levels()
+    threads = len(os.sched_getaffinity(0))
+    assert list(cpu_envelope.cache_bandwidth) == [level.name for level in levels]
+    smaller = 0
+    for level in levels:
+        peak = cpu_envelope.cache_bandwidth[level.name]
+        capacity = level.capacity_bytes(threads)
+        assert peak.unit == "B/s" and peak.resource == "cache_bandwidth" and peak.sweep
+        assert 0 < peak.spread_low <= peak.peak <= peak.spread_high
+        for entry in peak.sweep:
+            assert entry["capacity_bytes"] == capacity
+            assert smaller < entry["working_set_bytes"] <= capacity / 2
+            assert entry["working_set_bytes"] == 3 * 4 * entry["size"]
+            assert entry["clamped_to"] in (None, "DRAM", *cpu_envelope.cache_bandwidth)
+        smaller = capacity
+    ceilings = cpu_envelope.memory_ceilings()
+    assert [name for name, _, _ in ceilings] == [level.name for level in levels] + ["DRAM"]
+    assert ceilings[-1] == ("DRAM", None, cpu_envelope.bandwidth.peak)
+    rates = [rate for _, _, rate in ceilings]
+    assert rates == sorted(rates, reverse=True)  # clamped: never below a larger level's
+    if levels:
+        assert cpu_envelope.ceiling_for(1)[0] == levels[0].name
+    assert cpu_envelope.ceiling_for(1e15)[0] == "DRAM"
+
+
+def _cache_peak(value: float, capacity: int) -> ResourcePeak:
+    entry = {"size": capacity // 24, "median": value, "low": value, "high": value, "repeats": 1,
+             "working_set_bytes": capacity // 2, "capacity_bytes": capacity}  # fmt: skip
+    return ResourcePeak("cache_bandwidth", value, value, value, "B/s", [entry])
+
+
+MiB = 1 << 20
+
+
+def test_memory_ceilings_go_from_the_smallest_cache_to_dram(envelope):
+    cached = dataclasses.replace(
+        envelope,
+        cache_bandwidth={  # stored in any order: sorted by capacity
+            "L3": _cache_peak(40 * GB, 32 * MiB),
+            "L2": _cache_peak(90 * GB, 2 * MiB),
+        },
+    )
+    assert cached.memory_ceilings() == [
+        ("L2", 2 * MiB, 90 * GB),
+        ("L3", 32 * MiB, 40 * GB),
+        ("DRAM", None, 10 * GB),
+    ]
+    assert cached.ceiling_for(0) == ("L2", 90 * GB)
+    assert cached.ceiling_for(2 * MiB) == ("L2", 90 * GB)  # fits exactly
+    assert cached.ceiling_for(2 * MiB + 1) == ("L3", 40 * GB)  # the smallest that holds it
+    assert cached.ceiling_for(32 * MiB) == ("L3", 40 * GB)
+    assert cached.ceiling_for(32 * MiB + 1) == ("DRAM", 10 * GB)
+    assert cached.ceiling_for(None) == ("DRAM", 10 * GB)  # bytes unknown
+    assert cached.ceiling_for(float("nan")) == ("DRAM", 10 * GB)
+    # No caches measured (a GPU, a datasheet, an old envelope): DRAM alone.
+    assert envelope.memory_ceilings() == [("DRAM", None, 10 * GB)]
+    assert envelope.ceiling_for(1) == ("DRAM", 10 * GB)
+
+
+def test_a_cache_ceiling_below_dram_or_a_larger_cache_is_raised_to_it(envelope):
+    noisy = dataclasses.replace(
+        envelope,
+        cache_bandwidth={"L2": _cache_peak(30 * GB, 2 * MiB), "L3": _cache_peak(4 * GB, 32 * MiB)},
+    )
+    assert noisy.memory_ceilings() == [
+        ("L2", 2 * MiB, 30 * GB),
+        ("L3", 32 * MiB, 10 * GB),  # measured 4 GB/s, below DRAM's 10
+        ("DRAM", None, 10 * GB),
+    ]
+    assert noisy.ceiling_for(8 * MiB) == ("L3", 10 * GB)
+    slower_l2 = dataclasses.replace(
+        envelope,
+        cache_bandwidth={"L2": _cache_peak(20 * GB, 2 * MiB), "L3": _cache_peak(50 * GB, 32 * MiB)},
+    )
+    assert slower_l2.ceiling_for(1 * MiB) == ("L2", 50 * GB)  # data in L2 is in L3's reach too
+
+
+def test_measurement_records_which_ceiling_a_slow_cache_fell_below():
+    from aaco_pipelines.analysis.envelope import _cache_peaks
+
+    def sweep(*medians):
+        return [{"size": i, "median": m, "low": m, "high": m} for i, m in enumerate(medians)]
+
+    dram = _peak("memory_bandwidth", 10.0, "B/s")
+    peaks = _cache_peaks({"L2": sweep(15.0, 60.0), "L3": sweep(8.0, 20.0)}, dram)
+    assert list(peaks) == ["L2", "L3"] and peaks["L3"].peak == 20.0
+    assert [e["clamped_to"] for e in peaks["L3"].sweep] == ["DRAM", None]
+    assert [e["clamped_to"] for e in peaks["L2"].sweep] == ["L3", None]  # 15 < L3's 20
+    peaks = _cache_peaks({"L2": sweep(15.0), "L3": sweep(5.0)}, dram)
+    assert peaks["L3"].sweep[0]["clamped_to"] == "DRAM"
+    assert peaks["L2"].sweep[0]["clamped_to"] is None  # above DRAM, and L3 was below it
+
+
+def _fake_caches(root, caches):
+    for index, (level, kind, size, shared) in enumerate(caches):
+        folder = root / f"index{index}"
+        folder.mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size),
+                            ("shared_cpu_list", shared)):  # fmt: skip
+            (folder / name).write_text(f"{value}\n")
+
+
+def test_cache_levels_and_their_working_sets_from_sysfs(tmp_path, monkeypatch):
+    from aaco_pipelines.analysis import envelope
+
+    _fake_caches(
+        tmp_path,
+        [
+            (1, "Data", "48K", "0,8"),
+            (1, "Instruction", "32K", "0,8"),
+            (2, "Unified", "1280K", "0,8"),  # per core, two SMT threads
+            (3, "Unified", "30M", "0-15"),  # shared by all
+            (4, "Unified", "bogus", "0-15"),  # unreadable: skipped
+        ],
+    )
+    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
+    levels = envelope.cpu_cache_levels()
+    assert levels == [
+        envelope.CacheLevel("L2", 1280 << 10, 2),
+        envelope.CacheLevel("L3", 30 << 20, 16),
+    ]
+    l2, l3 = levels
+    assert l2.capacity_bytes(1) == 1280 << 10 and l2.capacity_bytes(8) == 4 * (1280 << 10)
+    assert l3.capacity_bytes(8) == 30 << 20 and l3.capacity_bytes(32) == 2 * (30 << 20)
+    sizes = envelope._cache_sizes(l2.capacity_bytes(8), 0)
+    assert [12 * n for n in sizes] == [2621376, 1310592]  # half and a quarter, whole lines
+    assert all(n % 16 == 0 for n in sizes)
+    # A quarter of the L3 would fit the L2s: only the half is measured.
+    assert len(envelope._cache_sizes(16 * MiB, 5 * MiB)) == 1
+    # Neither fits above the smaller level: midway between.
+    assert 12 * envelope._cache_sizes(8 * MiB, 5 * MiB)[0] == pytest.approx(6.5 * MiB, abs=192)
+    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path / "absent")
+    assert envelope.cpu_cache_levels() == []
+
+
+def test_cache_sweeps_measure_each_level_once_past_their_deadline(tmp_path, monkeypatch):
+    from aaco_pipelines.analysis import envelope
+
+    _fake_caches(tmp_path, [(2, "Unified", "1M", "0"), (3, "Unified", "32M", "0-1")])
+    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
+    measured = []
+
+    def fake_measure(ort, runtime, kernel, size, repeats):
+        measured.append(size)
+        entry = {"size": size, "median": 1.0, "low": 1.0, "high": 1.0}
+        return {**entry, "seconds_per_run": 1e-5, "setup_s": 0.01}, ["CPUExecutionProvider"]
+
+    monkeypatch.setattr(envelope, "_measure_size", fake_measure)
+    runtime = envelope.Runtime(("CPUExecutionProvider",), 2)
+    sweeps = envelope._cache_sweeps(None, runtime, 2, 3, time.perf_counter() + 60)
+    assert {k: [e["working_set_bytes"] for e in v] for k, v in sweeps.items()} == {
+        "L2": [12 * (MiB // 12 // 16 * 16), 12 * (MiB // 24 // 16 * 16)],  # of 2 x 1 MiB
+        "L3": [12 * (16 * MiB // 12 // 16 * 16), 12 * (8 * MiB // 12 // 16 * 16)],
+    }
+    assert [e["capacity_bytes"] for e in sweeps["L2"]] == [2 * MiB] * 2
+    assert [e["capacity_bytes"] for e in sweeps["L3"]] == [32 * MiB] * 2
+    measured.clear()
+    sweeps = envelope._cache_sweeps(None, runtime, 2, 3, time.perf_counter() - 1)
+    assert [len(v) for v in sweeps.values()] == [1, 1] and len(measured) == 2
+
+
+def test_new_fields_survive_json_for_dtype_and_old_envelopes_load(cpu_envelope):
+    stored = json.loads(json.dumps(cpu_envelope.to_dict()))
+    restored = HardwareEnvelope.from_dict(stored)
+    assert restored.cache_bandwidth == cpu_envelope.cache_bandwidth
+    assert restored.theoretical == cpu_envelope.theoretical
+    assert restored.memory_ceilings() == cpu_envelope.memory_ceilings()
+    # An envelope stored before these fields were recorded.
+    old = {k: v for k, v in stored.items() if k not in ("theoretical", "cache_bandwidth")}
+    loaded = HardwareEnvelope.from_dict(old)
+    assert loaded.theoretical is None and loaded.cache_bandwidth == {}
+    assert loaded.theoretical_share() is None and "theoretical" not in loaded.describe()
+    assert loaded.memory_ceilings() == [("DRAM", None, cpu_envelope.bandwidth.peak)]
+    assert loaded.ceiling_for(1) == ("DRAM", cpu_envelope.bandwidth.peak)
+    # for_dtype changes the GEMM roof only; the fp32 share is not the other type's.
+    int8 = _peak("gemm_flops", 3 * cpu_envelope.gemm.peak, "FLOP/s")
+    with_int8 = dataclasses.replace(restored, dtype_gemm={"int8": int8})
+    as_int8 = with_int8.for_dtype("int8")
+    assert as_int8.gemm == int8
+    assert as_int8.cache_bandwidth == restored.cache_bandwidth
+    assert as_int8.theoretical == restored.theoretical
+    assert as_int8.memory_ceilings() == restored.memory_ceilings()
+    assert as_int8.theoretical_share() is None
+    assert with_int8.for_dtype("fp32").theoretical_share() == restored.theoretical_share()
+
+
+def test_a_theoretical_share_in_words(envelope):
+    theoretical = TheoreticalPeak(2, 2.9e9, 8, 2, 2 * 2.9e9 * 8 * 2 * 2, "test")
+    described = dataclasses.replace(envelope, theoretical=theoretical.to_dict()).describe()
+    assert described == (
+        "measured on CPUExecutionProvider, fp32 GEMM at 54% of the host's theoretical 1.9e11 "
+        "FLOP/s (2 cores x 2.9 GHz x 8 lanes x 2 FMA x 2)"
+    )
+
+
+def test_the_asset_page_shows_the_theoretical_share_and_the_ceilings(envelope):
+    from assets.envelope import envelope_metadata
+
+    noisy_l3 = _cache_peak(4 * GB, 32 * MiB)
+    noisy_l3.sweep[0]["clamped_to"] = "DRAM"
+    theoretical = TheoreticalPeak(2, 2.5e9, 8, 2, 2 * 2.5e9 * 8 * 2 * 2, "how it was read")
+    cached = dataclasses.replace(
+        envelope,
+        theoretical=theoretical.to_dict(),
+        cache_bandwidth={"L2": _cache_peak(90 * GB, 2 * MiB), "L3": noisy_l3},
+    )
+    metadata = envelope_metadata("e1", cached)
+    assert metadata["theoretical_peak_gflops"] == 160.0
+    assert metadata["theoretical_share"] == 0.625  # 100 of 160 GFLOP/s
+    assert metadata["theoretical_how"] == "how it was read"
+    table = metadata["memory_ceilings"].value.splitlines()
+    assert [line.split(" | ")[0] for line in table[2:]] == ["| L2", "| L3", "| DRAM"]
+    assert table[2] == "| L2 | 2 | 1 | 90 | 90.0 – 90.0 | 90 | — |"
+    assert table[3] == "| L3 | 32 | 16 | 4 | 4.0 – 4.0 | 10 | DRAM |"  # raised to DRAM's
+    assert metadata["cache_sweeps"].value == {"L2": cached.cache_bandwidth["L2"].sweep,
+                                              "L3": noisy_l3.sweep}  # fmt: skip
+    bare = envelope_metadata("e0", envelope)  # a GPU's, a datasheet's or an old one
+    assert bare["theoretical_peak_gflops"] is None and bare["theoretical_share"] is None
+    assert bare["memory_ceilings"].value.splitlines()[2:] == [
+        "| DRAM | — | 1.144e-05 | 10 | 10.0 – 10.0 | 10 | — |"  # 12 B: size 1
+    ]
