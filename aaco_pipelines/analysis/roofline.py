@@ -5,10 +5,17 @@ attainable rate is min(peak FLOP/s, AI x peak B/s), bending at the ridge point (
 peak B/s). Utilization against that roof tells how much of the hardware an op really gets,
 whether it is starved by compute or by memory. Unknown costs stay null: a roofline built on
 guessed FLOPs would point at the wrong op.
+
+The roofline is hierarchical: an op whose bytes fit a cache level is judged against that
+level's measured bandwidth (HardwareEnvelope.ceiling_for), not DRAM's. And no op is shown above
+its roof: an op measured faster than its roof proves the roof wrong (an envelope measured on a
+busy host, a noisy size), so judge_roofline lifts that roof to the fastest op under it, marks the
+points it judges (roof_lifted) and says so (RoofLift), instead of reporting 102 % of a peak.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,8 +33,10 @@ ROOFLINE_COLUMNS = pa.schema(
         ("roof_flops_per_s", pa.float64()),
         ("bound", pa.string()),
         ("utilization", pa.float64()),
+        ("roof_level", pa.string()),  # GEMM when compute-bound, else L2 | L3 | ... | DRAM
     ]
 )
+COMPUTE_ROOF = "GEMM"
 
 
 @dataclass(frozen=True)
@@ -80,25 +89,40 @@ def roofline_table(nodes: pa.Table, envelope: HardwareEnvelope | None) -> pa.Tab
         for field, column in zip(ROOFLINE_COLUMNS, added, strict=True):
             nodes = nodes.append_column(field, column)
         return nodes
-    roof = Known(
-        np.minimum(envelope.gemm.peak, intensity.values * envelope.bandwidth.peak), intensity.known
-    )
-    compute_bound = intensity.values >= envelope.ridge_point()
+    level, ceiling = memory_levels(moved, envelope)
+    roof = Known(np.minimum(envelope.gemm.peak, intensity.values * ceiling), intensity.known)
+    compute_bound = intensity.values * ceiling >= envelope.gemm.peak
     utilization = Known(
         np.where(
             compute_bound,
             achieved_flops.values / envelope.gemm.peak,
-            achieved_bytes.values / envelope.bandwidth.peak,
+            achieved_bytes.values / ceiling,
         ),
         intensity.known & achieved_flops.known & achieved_bytes.known,
     )
     bound = pa.array(
         np.where(compute_bound, "compute", "memory"), pa.string(), mask=~intensity.known
     )
-    added += [roof.arrow(), bound, utilization.arrow()]
+    roof_level = pa.array(
+        np.where(compute_bound, COMPUTE_ROOF, level), pa.string(), mask=~intensity.known
+    )
+    added += [roof.arrow(), bound, utilization.arrow(), roof_level]
     for field, column in zip(ROOFLINE_COLUMNS, added, strict=True):
         nodes = nodes.append_column(field, column)
     return nodes
+
+
+def memory_levels(moved: Known, envelope: HardwareEnvelope) -> tuple[np.ndarray, np.ndarray]:
+    """Each op's memory level and that level's bandwidth: the smallest level whose capacity
+    holds its bytes (HardwareEnvelope.ceiling_for), DRAM when they are unknown."""
+    level = np.full(moved.values.size, "DRAM", dtype=object)
+    ceiling = np.full(moved.values.size, envelope.bandwidth.peak)
+    for name, capacity, peak in reversed(envelope.memory_ceilings()):  # largest first
+        if capacity is None:
+            continue
+        fits = moved.known & (moved.values <= capacity)
+        level[fits], ceiling[fits] = name, peak
+    return level, ceiling
 
 
 @dataclass(frozen=True)
@@ -142,6 +166,42 @@ def envelope_utilization(
         compute_utilization=compute,
         memory_utilization=memory,
         arithmetic_intensity=intensity,
+    )
+
+
+def roofline_utilization(
+    points: pa.Table, envelope: HardwareEnvelope
+) -> EnvelopeUtilization | None:
+    """The session's utilization from its judged roofline points: the time its ops would need at
+    their own roofs (each under its data type's GEMM peak, each's bytes at the ceiling of the
+    memory level they fit), as a share of the time they took; None when no point has a known
+    cost. For one roof and one level this is envelope_utilization over the ops' time; with
+    caches it no longer judges cache-resident bytes against DRAM, and since no point is above
+    its roof (judge_roofline) it never exceeds 1.
+
+    The FLOPs and bytes are the points' (what ran, fused groups' external bytes), not the
+    model's totals (which count folded nodes and the tensors fused kernels keep inside)."""
+    seconds = Known.of(points["time_ns"])
+    flops, moved = Known.of(points["flops"]), Known.of(points["bytes_moved"])
+    total_s = float(seconds.values[seconds.known].sum()) * 1e-9
+    if total_s <= 0 or not flops.known.any():
+        return None
+    roof_dtypes = points["roof_dtype"].to_pylist()
+    gemm = np.array([envelope.for_dtype(d).gemm.peak for d in roof_dtypes], dtype=float)
+    _, ceiling = memory_levels(moved, envelope)
+    compute_s = float((flops.values / gemm)[flops.known].sum())
+    memory_s = float((moved.values / ceiling)[moved.known].sum())
+    total_flops = float(flops.values[flops.known].sum())
+    total_bytes = float(moved.values[moved.known].sum())
+    dominant = "compute" if compute_s >= memory_s else "memory"
+    return EnvelopeUtilization(
+        dominant_resource=dominant,
+        hardware_envelope_utilization=max(compute_s, memory_s) / total_s,
+        achieved_flops_per_s=total_flops / total_s,
+        achieved_bytes_per_s=total_bytes / total_s,
+        compute_utilization=compute_s / total_s,
+        memory_utilization=memory_s / total_s,
+        arithmetic_intensity=total_flops / total_bytes if total_bytes > 0 else None,
     )
 
 
@@ -207,3 +267,115 @@ def dominant_dtype(roofline: pa.Table) -> str:
         if roof is not None and value:
             flops[roof] = flops.get(roof, 0.0) + float(value)
     return max(flops, key=flops.__getitem__) if flops else FALLBACK_DTYPE
+
+
+# --- no op above its roof ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoofLift:
+    """A roof raised to what an op was measured doing: the envelope said less was possible."""
+
+    roof: str  # "fp32 GEMM", "int8 GEMM", "L2", "L3", "DRAM"
+    measured: float  # the envelope's peak
+    observed: float  # the fastest op under that roof, now the roof
+    node: str  # that op
+    unit: str  # FLOP/s | B/s
+
+    def describe(self) -> str:
+        return (
+            f"{self.roof} roof lifted from {self.measured:.3g} to {self.observed:.3g} {self.unit} "
+            f"({self.node} ran at {self.observed / self.measured:.0%} of the measured peak)"
+        )
+
+
+@dataclass(frozen=True)
+class JudgedRoofline:
+    points: pa.Table  # dtype_roofline's columns, plus roof_lifted
+    envelope: HardwareEnvelope | None  # the roofs they were judged against, lifted where beaten
+    lifts: list[RoofLift]
+
+    def note(self) -> str | None:
+        """One sentence for the report: which roofs were lifted and why, or None."""
+        if not self.lifts:
+            return None
+        return (
+            "Ops ran faster than the measured envelope allows, so its roofs were lifted to what "
+            "they did (the envelope was probably measured while the host was busier): "
+            + "; ".join(lift.describe() for lift in self.lifts)
+            + "."
+        )
+
+
+def judge_roofline(nodes: pa.Table, envelope: HardwareEnvelope | None) -> JudgedRoofline:
+    """dtype_roofline against the envelope with every roof an op beat lifted to that op's rate
+    (lift_to_observed), each point marked roof_lifted when its own roof was."""
+    if envelope is None:
+        points = dtype_roofline(nodes, None)
+        return JudgedRoofline(
+            points.append_column("roof_lifted", pa.nulls(points.num_rows, pa.bool_())), None, []
+        )
+    lifted, lifts = lift_to_observed(nodes, envelope)
+    points = dtype_roofline(nodes, lifted)
+    raised = {lift.roof for lift in lifts}
+    marks = [
+        None if level is None else (f"{dtype} GEMM" if level == COMPUTE_ROOF else level) in raised
+        for level, dtype in zip(
+            points["roof_level"].to_pylist(), points["roof_dtype"].to_pylist(), strict=True
+        )
+    ]
+    return JudgedRoofline(
+        points.append_column("roof_lifted", pa.array(marks, pa.bool_())), lifted, lifts
+    )
+
+
+def lift_to_observed(
+    nodes: pa.Table, envelope: HardwareEnvelope
+) -> tuple[HardwareEnvelope, list[RoofLift]]:
+    """The envelope with each GEMM peak raised to the fastest op of its data type and each
+    memory level's bandwidth to the fastest op it holds, where those ops beat them."""
+    rates = roofline_table(nodes, None)
+    flops = Known.of(rates["achieved_flops_per_s"])
+    moved_rate = Known.of(rates["achieved_bytes_per_s"])
+    names = np.asarray(nodes["onnx_node"].to_pylist(), dtype=object)
+    roof_dtypes = np.asarray([envelope.roof_dtype(d) for d in nodes["dtype"].to_pylist()])
+    lifted, lifts = envelope, []
+    for dtype in dict.fromkeys(roof_dtypes.tolist()):
+        fastest = _fastest(flops, roof_dtypes == dtype)
+        peak = envelope.for_dtype(dtype).gemm
+        if fastest is not None and flops.values[fastest] > peak.peak:
+            observed = float(flops.values[fastest])
+            lifts.append(RoofLift(f"{dtype} GEMM", peak.peak, observed, names[fastest], "FLOP/s"))
+            lifted = _with_gemm_peak(lifted, dtype, observed)
+    levels, _ = memory_levels(Known.of(nodes["bytes_moved"]), envelope)
+    for name, _, _ in reversed(envelope.memory_ceilings()):  # DRAM first: it floors the caches
+        fastest = _fastest(moved_rate, levels == name)
+        ceiling = dict((n, p) for n, _, p in lifted.memory_ceilings())[name]
+        if fastest is not None and moved_rate.values[fastest] > ceiling:
+            observed = float(moved_rate.values[fastest])
+            lifts.append(RoofLift(name, ceiling, observed, names[fastest], "B/s"))
+            lifted = _with_bandwidth(lifted, name, observed)
+    return lifted, lifts
+
+
+def _fastest(rate: Known, mask: np.ndarray) -> int | None:
+    candidates = np.flatnonzero(mask & rate.known)
+    return int(candidates[np.argmax(rate.values[candidates])]) if candidates.size else None
+
+
+def _with_gemm_peak(envelope: HardwareEnvelope, dtype: str, peak: float) -> HardwareEnvelope:
+    if dtype in envelope.dtype_gemm:
+        raised = dataclasses.replace(envelope.dtype_gemm[dtype], peak=peak)
+        return dataclasses.replace(envelope, dtype_gemm={**envelope.dtype_gemm, dtype: raised})
+    return dataclasses.replace(envelope, gemm=dataclasses.replace(envelope.gemm, peak=peak))
+
+
+def _with_bandwidth(envelope: HardwareEnvelope, level: str, peak: float) -> HardwareEnvelope:
+    if level in envelope.cache_bandwidth:
+        raised = dataclasses.replace(envelope.cache_bandwidth[level], peak=peak)
+        return dataclasses.replace(
+            envelope, cache_bandwidth={**envelope.cache_bandwidth, level: raised}
+        )
+    return dataclasses.replace(
+        envelope, bandwidth=dataclasses.replace(envelope.bandwidth, peak=peak)
+    )

@@ -20,8 +20,9 @@ from aaco_pipelines.analysis.evidence import session_evidence, session_utilizati
 from aaco_pipelines.analysis.roofline import (
     EnvelopeUtilization,
     dominant_dtype,
-    dtype_roofline,
+    judge_roofline,
     node_dtypes,
+    roofline_utilization,
 )
 from aaco_pipelines.tracelake.queries import roofline_nodes, roofline_points, top_roofline_points
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
@@ -61,13 +62,17 @@ def explain(
     *,
     note: str | None = None,
 ) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
-    """Place the session's ops on the roofline, each under its data type's roof, gather the
-    evidence and classify; stored. Without an envelope (`note` says why) nothing is judged
-    against a roof: no bound, utilization or intensity ratio, and the note is stored."""
+    """Place the session's ops on the roofline, each under its data type's roof and its memory
+    level's ceiling, gather the evidence and classify; stored. A roof an op beat is lifted to
+    that op's rate, for the points, the utilization and the class alike, and the note says so.
+    Without an envelope (`note` says why) nothing is judged against a roof: no bound,
+    utilization or intensity ratio, and the note is stored."""
     nodes = roofline_nodes(lake, session_id)
     nodes = nodes.append_column("dtype", node_dtypes(nodes))
     nodes = nodes.drop_columns(["graph_op_type", "dtypes", "runtime_ops"])
-    roofline = dtype_roofline(nodes, envelope)
+    judged = judge_roofline(nodes, envelope)
+    roofline, envelope = judged.points, judged.envelope
+    note = " ".join(part for part in (note, judged.note()) if part) or None
     roofline = roofline.append_column(
         "session_id", pa.array([session_id] * roofline.num_rows, pa.string())
     )
@@ -78,7 +83,9 @@ def explain(
         utilization, ridge = None, 1.0  # no intensity ratio is formed without a utilization
     else:
         session_roof = envelope.for_dtype(dominant_dtype(roofline))
-        utilization = session_utilization(lake, session_id, metrics, session_roof)
+        utilization = roofline_utilization(roofline, envelope) or session_utilization(
+            lake, session_id, metrics, session_roof
+        )
         ridge = session_roof.ridge_point()
     evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
     report = classify_bottleneck(evidence)

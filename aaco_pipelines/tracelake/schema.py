@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -358,6 +358,9 @@ ROOFLINE_POINTS = pa.schema(
         # v8: each node sits under the roof of its own data type
         ("dtype", _str),  # the node's: fp16, bf16, fp32, int8, ... (null: unknown)
         ("roof_dtype", _str),  # whose GEMM peak is its roof (fp32 when its own has none)
+        # v11: a hierarchical roofline, and no point above its roof
+        ("roof_level", _str),  # GEMM (compute-bound), or the memory level: L2, L3, ..., DRAM
+        ("roof_lifted", _bool),  # its roof was lifted to an op that beat the measured peak
     ]
 )
 
