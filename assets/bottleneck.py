@@ -2,9 +2,10 @@
 
 import dagster as dg
 
+from aaco_pipelines.analysis.roofline import JudgedRoofline
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
-from aaco_pipelines.report.plots import markdown_image, roofline
+from aaco_pipelines.report.plots import markdown_image, roofline_chart
 from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
 from assets.envelope import envelope_metadata, hardware_envelope
 from assets.partitions import model_target_partitions
@@ -86,11 +87,13 @@ def _metadata(diagnosis: Diagnosis) -> dict:
                     ("dtype", "dtype", None),
                     ("roof_dtype", "roof", None),
                     ("bound", "bound", None),
+                    ("roof_level", "ceiling", None),
                     ("utilization", "of roof", pct),
+                    ("roof_lifted", "lifted", None),
                 ],
             )
         ),
-        "plots": dg.MetadataValue.md(_plots(diagnosis.roofline_points, envelope))
+        "plots": dg.MetadataValue.md(_plots(diagnosis.roofline_points, diagnosis.roofs))
         if envelope is not None
         else dg.MetadataValue.md(choice.note),
         "envelope_id": choice.envelope_id,
@@ -108,9 +111,9 @@ def _metadata(diagnosis: Diagnosis) -> dict:
     }
 
 
-def _plots(points, envelope) -> str:
-    """The roofline, inline as an SVG data URI (well under 100 KB). The time per op is
-    kernel_attribution's plot: drawing it again here cost every run another 0.4 s."""
-    ceilings = (envelope.gemm.peak, envelope.bandwidth.peak)
-    chart = roofline(points, *ceilings, dtype_roofs=envelope.gemm_peaks(), source=envelope.source)
-    return markdown_image(chart, f"roofline ({envelope.source} envelope)")
+def _plots(points, roofs: JudgedRoofline) -> str:
+    """The roofline under the roofs the points were judged by (lifted where an op beat one),
+    inline as an SVG data URI (well under 100 KB). The time per op is kernel_attribution's
+    plot: drawing it again here cost every run another 0.4 s."""
+    chart = roofline_chart(points, roofs)
+    return markdown_image(chart, f"roofline ({roofs.envelope.source} envelope)")

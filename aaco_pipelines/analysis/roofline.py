@@ -296,14 +296,14 @@ class JudgedRoofline:
     lifts: list[RoofLift]
 
     def note(self) -> str | None:
-        """One sentence for the report: which roofs were lifted and why, or None."""
+        """One sentence for the report (no final stop): which roofs were lifted and why, or
+        None."""
         if not self.lifts:
             return None
         return (
             "Ops ran faster than the measured envelope allows, so its roofs were lifted to what "
             "they did (the envelope was probably measured while the host was busier): "
             + "; ".join(lift.describe() for lift in self.lifts)
-            + "."
         )
 
 
@@ -334,7 +334,7 @@ def lift_to_observed(
 ) -> tuple[HardwareEnvelope, list[RoofLift]]:
     """The envelope with each GEMM peak raised to the fastest op of its data type and each
     memory level's bandwidth to the fastest op it holds, where those ops beat them."""
-    rates = roofline_table(nodes, None)
+    rates = roofline_table(nodes.select(["flops", "bytes_moved", "time_ns"]), None)
     flops = Known.of(rates["achieved_flops_per_s"])
     moved_rate = Known.of(rates["achieved_bytes_per_s"])
     names = np.asarray(nodes["onnx_node"].to_pylist(), dtype=object)

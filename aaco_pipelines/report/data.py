@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
@@ -65,7 +67,7 @@ SELECT envelope_id, target, measured_at, providers, gemm_flops_per_s, gemm_low, 
        bandwidth_bytes_per_s, bandwidth_low, bandwidth_high,
        gemm_flops_per_s / bandwidth_bytes_per_s AS ridge_point,
        coalesce(source, 'measured') AS source, device_arch, device_name, compute_units,
-       gemm_peaks_json, reference
+       gemm_peaks_json, reference, envelope_json
 FROM hardware_envelopes WHERE envelope_id = $eid
 """
 
@@ -81,7 +83,8 @@ class ReportData:
     top_kernels: pa.Table
     derived_metrics: pa.Table
     roofline_points: pa.Table
-    envelope: dict | None
+    envelope: dict | None  # with its memory ceilings and theoretical share
+    roofs: JudgedRoofline | None  # the roofs the points were judged by, lifted where beaten
     bottleneck: dict | None  # with posterior, evidence and recommendations parsed
     drift: list[dict]  # drift_verdicts rows, JSON columns still as text
     # a generation session's figures (aaco's and LoadGen's), request latencies, phase breakdown
@@ -117,6 +120,15 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
     bottleneck = _bottleneck(rows("SELECT * FROM bottleneck_reports WHERE session_id = $sid"))
     envelope_id = bottleneck["envelope_id"] if bottleneck else None
     envelope = rows(ENVELOPE_SQL, eid=envelope_id).to_pylist() if envelope_id else []
+    points = rows(
+        "SELECT * EXCLUDE (session_id) FROM roofline_points WHERE session_id = $sid "
+        "ORDER BY time_ns DESC NULLS LAST"
+    )
+    measured = (
+        HardwareEnvelope.from_dict(json.loads(envelope[0].pop("envelope_json")))
+        if envelope
+        else None
+    )
     return ReportData(
         session=session,
         environment=environment,
@@ -134,11 +146,9 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         derived_metrics=rows(
             "SELECT metric, value, unit FROM derived_metrics WHERE session_id = $sid"
         ),
-        roofline_points=rows(
-            "SELECT * EXCLUDE (session_id) FROM roofline_points WHERE session_id = $sid "
-            "ORDER BY time_ns DESC NULLS LAST"
-        ),
-        envelope=_envelope(envelope[0]) if envelope else None,
+        roofline_points=points,
+        envelope=_envelope(envelope[0], measured) if envelope else None,
+        roofs=judged_again(points, measured) if measured else None,
         bottleneck=bottleneck,
         drift=rows(
             "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
@@ -154,13 +164,26 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
     )
 
 
-def _envelope(row: dict) -> dict:
-    """The envelope row with its per-data-type peaks and datasheet reference parsed."""
+def _envelope(row: dict, envelope: HardwareEnvelope) -> dict:
+    """The envelope row with its per-data-type peaks and datasheet reference parsed, its memory
+    ceilings (a hierarchical roofline) and the share of the host's theoretical peak."""
     row["gemm_peaks"] = json.loads(row.pop("gemm_peaks_json") or "null") or {
         "fp32": row["gemm_flops_per_s"]
     }
     row["reference"] = json.loads(row["reference"]) if row["reference"] else None
+    row["memory_ceilings"] = [
+        {"level": level, "capacity_bytes": capacity, "bytes_per_s": peak}
+        for level, capacity, peak in envelope.memory_ceilings()
+    ]
+    row["theoretical_share"] = envelope.theoretical_share()
     return row
+
+
+def judged_again(points: pa.Table, envelope: HardwareEnvelope) -> JudgedRoofline:
+    """The roofs the session's stored points were judged by: its envelope lifted again to the
+    same ops (lift_to_observed on the same points lifts the same roofs)."""
+    lifted, lifts = lift_to_observed(points, envelope)
+    return JudgedRoofline(points, lifted, lifts)
 
 
 def _bottleneck(table: pa.Table) -> dict | None:

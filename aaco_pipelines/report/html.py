@@ -53,18 +53,12 @@ def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
     nodes = data.op_breakdown.filter(pc.equal(data.op_breakdown["level"], "node"))
     if nodes.num_rows:
         found["op-breakdown"] = ("Share of kernel time per ONNX node", plots.op_breakdown(nodes))
-    if data.envelope and data.roofline_points.num_rows:
+    if data.roofs and data.roofline_points.num_rows:
         envelope = data.envelope
         found["roofline"] = (
             f"Ops on the roofline of the {envelope['source']} envelope"
             + (" (not measured: published peaks)" if envelope["source"] == "datasheet" else ""),
-            plots.roofline(
-                data.roofline_points,
-                envelope["gemm_flops_per_s"],
-                envelope["bandwidth_bytes_per_s"],
-                dtype_roofs=envelope["gemm_peaks"],
-                source=envelope["source"],
-            ),
+            plots.roofline_chart(data.roofline_points, data.roofs),
         )
     if data.telemetry.num_rows:
         found["telemetry"] = (

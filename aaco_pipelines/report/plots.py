@@ -30,6 +30,8 @@ from aaco_pipelines.report.plot_layout import fit_margins
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from aaco_pipelines.analysis.roofline import JudgedRoofline
+
 SIZE = (7.0, 3.6)  # inches
 PASS_COLORS = {
     "warmup": "#9e9e9e",
@@ -246,6 +248,8 @@ def roofline(
     label_top: int = 5,
     dtype_roofs: dict[str, float] | None = None,
     source: str = "measured",
+    ceilings: Sequence[tuple[str, float]] = (),
+    lifted: Sequence[str] = (),
 ) -> bytes:
     """Ops on the roofline of the envelope (roofline_points rows: arithmetic_intensity,
     achieved_flops_per_s, time_ns, bound, onnx_node). The roof is min(peak FLOP/s, AI x peak
@@ -253,18 +257,30 @@ def roofline(
     cost or no FLOPs cannot sit on a log-log roofline and are counted in the title instead.
     `dtype_roofs` ({data type: GEMM peak}) adds a dashed roof for each other data type the
     points sit under (roofline_points.roof_dtype); `source` (measured | datasheet) is named in
-    the title."""
+    the title. `ceilings` ((level, B/s) of each cache: a hierarchical roofline) adds a dotted
+    slope per cache level; `lifted` names the roofs judge_roofline raised to an op that beat
+    the measured peak, said in the title."""
     figure, (axis,) = _figure(size=(SIZE[0], 4.2))
     ai = _floats(points, "arithmetic_intensity")
     achieved = _floats(points, "achieved_flops_per_s")
     time_ns = _floats(points, "time_ns")
     shown = np.isfinite(ai) & np.isfinite(achieved) & (ai > 0) & (achieved > 0)
     ridge = gemm_flops_per_s / bandwidth_bytes_per_s
-    span = np.r_[ai[shown], ridge]
+    span = np.r_[ai[shown], ridge, [gemm_flops_per_s / c for _, c in ceilings]]
     x = np.logspace(np.log10(span.min()) - 1, np.log10(span.max()) + 1, 200)
     axis.loglog(x, np.minimum(gemm_flops_per_s, x * bandwidth_bytes_per_s), color="black", lw=1.5)
     _plain_log_axes(axis)
     axis.axvline(ridge, color="grey", lw=0.8, ls=":")
+    levels_at: dict[float, list[str]] = {}  # levels raised to one ceiling share its line
+    for level, ceiling in ceilings:
+        if ceiling > bandwidth_bytes_per_s:
+            levels_at.setdefault(ceiling, []).append(level)
+    for ceiling, levels in levels_at.items():
+        axis.loglog(x, np.minimum(gemm_flops_per_s, x * ceiling), color="grey", lw=0.8, ls=":")
+        knee = gemm_flops_per_s / ceiling
+        axis.text(
+            knee, gemm_flops_per_s / 3, "/".join(levels) + " ", ha="right", fontsize="x-small"
+        )
     used = set(points["roof_dtype"].to_pylist()) if "roof_dtype" in points.column_names else set()
     for dtype, peak in (dtype_roofs or {}).items():
         if dtype in used and peak != gemm_flops_per_s:
@@ -319,6 +335,8 @@ def roofline(
             )
     hidden = int(points.num_rows - shown.sum())
     note = f"\n{hidden} op{'s' * (hidden > 1)} without known cost not shown" if hidden else ""
+    if lifted:
+        note += f"\nroofs lifted to the ops that beat them: {', '.join(lifted)}"
     axis.set(  # the note on a line of its own: on one line the title ran off the image
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="achieved FLOP/s",
@@ -327,6 +345,22 @@ def roofline(
     if shown.any():
         axis.legend(fontsize="small", loc="lower right")
     return _svg(figure)
+
+
+def roofline_chart(points: pa.Table, roofs: JudgedRoofline) -> bytes:
+    """`roofline` under the roofs judge_roofline judged the points by: its (lifted) GEMM peaks,
+    DRAM bandwidth and cache ceilings, naming the roofs it lifted."""
+    envelope = roofs.envelope
+    ceilings = [(name, peak) for name, capacity, peak in envelope.memory_ceilings() if capacity]
+    return roofline(
+        points,
+        envelope.gemm.peak,
+        envelope.bandwidth.peak,
+        dtype_roofs=envelope.gemm_peaks(),
+        source=envelope.source,
+        ceilings=ceilings,
+        lifted=[lift.roof for lift in roofs.lifts],
+    )
 
 
 def _floats(table: pa.Table, column: str) -> np.ndarray:

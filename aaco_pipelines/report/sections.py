@@ -218,9 +218,26 @@ def _roofline(roofline: dict) -> Section:
     text.append(
         f"GEMM peaks per data type (FLOP/s): {peaks}; bandwidth "
         f"{envelope['bandwidth_bytes_per_s']:.4g} B/s; fp32 ridge point "
-        f"{envelope['ridge_point']:.3g} FLOP/B. Each op sits under the roof of its data type "
-        "(roof: fp32 when its type has no peak)."
+        f"{envelope['ridge_point']:.3g} FLOP/B. Each op is judged under the GEMM roof of its data "
+        "type (fp32 when its type has no peak) and the bandwidth of the smallest memory level "
+        "its bytes fit (ceiling); a roof an op beat is lifted to it (lifted)."
     )
+    ceilings = envelope.get("memory_ceilings") or []
+    if len(ceilings) > 1:
+        text.append(
+            "Memory ceilings: "
+            + ", ".join(
+                f"{c['level']} {c['bytes_per_s']:.3g} B/s"
+                + (f" (up to {c['capacity_bytes'] / 2**20:.3g} MiB)" if c["capacity_bytes"] else "")
+                for c in ceilings
+            )
+            + "."
+        )
+    if envelope.get("theoretical_share"):
+        text.append(
+            f"The measured fp32 GEMM peak is {envelope['theoretical_share']:.0%} of the host's "
+            "theoretical peak (cores x clock x SIMD lanes x 2 FMA units x 2)."
+        )
     if note:
         text.append(f"Chosen: {note}.")
     return Section(
@@ -241,7 +258,9 @@ ROOFLINE_COLUMNS = [
     ("arithmetic_intensity", "FLOP/B", num),
     ("achieved_flops_per_s", "FLOP/s", num),
     ("bound", "bound", None),
+    ("roof_level", "ceiling", None),
     ("utilization", "of roof", pct),
+    ("roof_lifted", "lifted", None),
 ]
 
 

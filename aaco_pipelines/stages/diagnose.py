@@ -19,6 +19,7 @@ from aaco_pipelines.analysis.envelope_choice import EnvelopeChoice, session_enve
 from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
 from aaco_pipelines.analysis.roofline import (
     EnvelopeUtilization,
+    JudgedRoofline,
     dominant_dtype,
     judge_roofline,
     node_dtypes,
@@ -36,6 +37,7 @@ class Diagnosis:
     utilization: EnvelopeUtilization | None  # None without an envelope
     top_points: list[dict]  # the slowest roofline points, slowest first
     roofline_points: pa.Table | None  # every point, when there is a roof to draw them under
+    roofs: JudgedRoofline  # the roofs the points were judged under, lifted where an op beat one
 
 
 def diagnose(
@@ -44,12 +46,12 @@ def diagnose(
     """Choose the envelope, place the ops on its roofline and classify; stored."""
     with lake.reading():  # the reads after explain's write share one open of the lake
         choice = session_envelope(lake, session_id, target)
-        report, utilization = explain(
+        report, utilization, roofs = explain(
             lake, session_id, metrics, choice.envelope_id, choice.envelope, note=choice.note
         )
         top = top_roofline_points(lake, session_id).to_pylist()
         points = roofline_points(lake, session_id) if choice.envelope is not None else None
-    return Diagnosis(session_id, choice, report, utilization, top, points)
+    return Diagnosis(session_id, choice, report, utilization, top, points, roofs)
 
 
 @reads_together
@@ -61,7 +63,7 @@ def explain(
     envelope: HardwareEnvelope | None,
     *,
     note: str | None = None,
-) -> tuple[BottleneckReport, EnvelopeUtilization | None]:
+) -> tuple[BottleneckReport, EnvelopeUtilization | None, JudgedRoofline]:
     """Place the session's ops on the roofline, each under its data type's roof and its memory
     level's ceiling, gather the evidence and classify; stored. A roof an op beat is lifted to
     that op's rate, for the points, the utilization and the class alike, and the note says so.
@@ -72,7 +74,7 @@ def explain(
     nodes = nodes.drop_columns(["graph_op_type", "dtypes", "runtime_ops"])
     judged = judge_roofline(nodes, envelope)
     roofline, envelope = judged.points, judged.envelope
-    note = " ".join(part for part in (note, judged.note()) if part) or None
+    note = ". ".join(part.rstrip(".") for part in (note, judged.note()) if part) or None
     roofline = roofline.append_column(
         "session_id", pa.array([session_id] * roofline.num_rows, pa.string())
     )
@@ -109,4 +111,4 @@ def explain(
         session_id,
         {"roofline_points": roofline, "bottleneck_reports": pa.Table.from_pylist([row])},
     )
-    return report, utilization
+    return report, utilization, judged

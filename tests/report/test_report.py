@@ -221,6 +221,9 @@ def test_plots_render_synthetic_inputs_as_svg_with_every_text_inside(monkeypatch
         plots.iteration_latency(iterations),
         plots.op_breakdown(ops),
         plots.roofline(points, 5e10, 1e10),
+        plots.roofline(  # a hierarchical roofline with a lifted roof
+            points, 5e10, 1e10, ceilings=[("L2", 8e10), ("L3", 3e10)], lifted=["fp32 GEMM"]
+        ),
         plots.telemetry(samples, passes),
         plots.drift_row_plot(_drift_row(shifted, markers, baseline)),
         plots.drift_row_plot(_drift_row([100.0, None, 101.0])),  # no baseline yet, a gap
