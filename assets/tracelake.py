@@ -37,6 +37,13 @@ CHECKS = [
         description=f"Host telemetry was sampled at {MIN_TELEMETRY_HZ:.0f} Hz or more.",
     ),
     dg.AssetCheckSpec(
+        "measurement_trusted",
+        asset="tracelake_session",
+        description="Nothing disturbed the measured pass: other processes took at most 20 % of "
+        "the host's CPU, p99 within 3x p50, the mean within 1.5x, few far outliers "
+        "(analysis/measurement_quality.py). A suspect session is left out of new baselines.",
+    ),
+    dg.AssetCheckSpec(
         "generation_complete",
         asset="tracelake_session",
         blocking=True,
@@ -82,10 +89,12 @@ def tracelake_session(
             "tracelake": dg.MetadataValue.path(tracelake.database),
             "schema_version": SCHEMA_VERSION,
             **{f"rows_{name}": n for name, n in loaded.row_counts.items()},
+            "measurement": loaded.measurement.line(),
             **generation,
         },
     )
     yield from quality_checks(loaded.quality)
+    yield measurement_check(loaded)
     yield generation_check(loaded)
 
 
@@ -121,6 +130,29 @@ def generation_metadata(lake, session_id: str) -> dict:
 
 def _cell(value: float | None, scale: float) -> str:
     return "-" if value is None else f"{value * scale:.4g}"
+
+
+def measurement_check(loaded: LoadedSession) -> dg.AssetCheckResult:
+    """measurement_trusted: a warning with the reasons and the figures they rest on."""
+    q = loaded.measurement
+    figures = {
+        "verdict": q.verdict,
+        "iterations": q.iterations,
+        "host_contention": q.host_contention,
+        "p99_over_p50": q.p99_over_p50,
+        "mean_over_p50": q.mean_over_p50,
+        "outlier_share": q.outlier_share,
+        "cv": q.cv,
+    }
+    return dg.AssetCheckResult(
+        check_name="measurement_trusted",
+        passed=not q.suspect,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={
+            **{k: v for k, v in figures.items() if v is not None},
+            "reasons": "; ".join(q.reasons + q.cautions) or "none",
+        },
+    )
 
 
 def generation_check(loaded: LoadedSession) -> dg.AssetCheckResult:

@@ -64,6 +64,7 @@ def cmd_baseline_create(args, paths: AacoPaths) -> int:
         pin=args.pin,
         note=args.note,
         replace=args.replace,
+        include_suspect=args.include_suspect,
     )
     print(f"{'replaced' if args.replace else 'created'} baseline {baseline.name}")
     print(baseline_text(baseline))
@@ -136,6 +137,11 @@ def add_baseline_parser(sub) -> None:
     create.add_argument("--pin", action="store_true", help="make it the model+target's baseline")
     create.add_argument("--note", help="e.g. release v1.2")
     create.add_argument("--replace", action="store_true", help="overwrite a baseline of this name")
+    create.add_argument(
+        "--include-suspect",
+        action="store_true",
+        help="with --model: keep sessions whose measurement was judged suspect (left out)",
+    )
     create.set_defaults(func=cmd_baseline_create)
     listing = baseline.add_parser("list", help="stored baselines")
     listing.add_argument("--model", help="only this model's")

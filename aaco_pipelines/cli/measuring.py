@@ -36,7 +36,9 @@ def run_providers(name: str | None) -> tuple[str, ...] | None:
 
 
 def run_summary(lake_path: Path, session_id: str) -> str:
-    """The session's headline numbers as an aligned two-column table."""
+    """The session's headline numbers as an aligned two-column table, whether they can be
+    trusted first."""
+    from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -46,10 +48,12 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         figures = (
             queries.generation_summary(lake, session_id) if row["workload"] == "generation" else {}
         )
+        quality = queries.measurement_quality_row(lake, session_id)
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
     cells = [
+        ("measurement", MeasurementQuality.from_row(quality).line() if quality else "not judged"),
         ("session", row["session_id"]),
         ("model", row["model_slug"]),
         ("provider", ", ".join(row["providers_used"] or []) or "-"),
@@ -61,7 +65,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         ("bottleneck", bottleneck),
     ]
     if row["workload"] == "generation":
-        cells[3] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
+        cells[4] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
         cells += generation_summary(figures)
     return "\n".join(f"  {name:13} {value}" for name, value in cells)
 

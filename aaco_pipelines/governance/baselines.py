@@ -45,11 +45,20 @@ SELECT list(session_id ORDER BY started_at, session_id) AS session_ids,
 FROM sessions WHERE session_id IN (SELECT unnest($ids))
 """
 
+# A window's sessions; those whose measurement was judged suspect (measurement_quality) left out
+# unless asked for: a baseline built from a preempted run would make every later one look fast.
 WINDOW_SQL = """
 SELECT session_id FROM sessions
 WHERE model_slug = $slug AND target = $target
   AND ($since IS NULL OR started_at >= $since) AND ($until IS NULL OR started_at <= $until)
+  AND ($include_suspect OR session_id NOT IN (
+      SELECT session_id FROM measurement_quality WHERE verdict = 'suspect'))
 ORDER BY started_at DESC, session_id DESC LIMIT $last
+"""
+SUSPECT_IN_WINDOW_SQL = """
+SELECT count(*) AS n FROM sessions JOIN measurement_quality USING (session_id)
+WHERE model_slug = $slug AND target = $target AND verdict = 'suspect'
+  AND ($since IS NULL OR started_at >= $since) AND ($until IS NULL OR started_at <= $until)
 """
 
 
@@ -79,7 +88,11 @@ class Baseline:
         asked = self.window.get("last")
         if asked is None or self.n_sessions >= asked:
             return None
-        return f"{self.n_sessions} session{'s' * (self.n_sessions != 1)} where the last {asked} were asked for"
+        left_out = self.window.get("suspect_left_out")
+        return (
+            f"{self.n_sessions} session{'s' * (self.n_sessions != 1)} where the last {asked} were "
+            "asked for" + (f" ({left_out} with a suspect measurement left out)" if left_out else "")
+        )
 
     @classmethod
     def from_row(cls, row: dict) -> Baseline:
@@ -145,16 +158,18 @@ def create_baseline(
     pin: bool = False,
     note: str | None = None,
     replace: bool = False,
+    include_suspect: bool = False,
 ) -> Baseline:
     """Store a baseline of explicit `session_ids`, or of a model's sessions on a target in a
-    window (the `last` N, and/or `since` / `until`; the last DEFAULT_LAST when none is given).
+    window (the `last` N, and/or `since` / `until`; the last DEFAULT_LAST when none is given),
+    leaving out sessions whose measurement was judged suspect unless `include_suspect`.
     An existing name is an error unless `replace` (a replaced pinned baseline stays pinned)."""
     if not name or not name.strip():
         raise AacoInputError("a baseline needs a name", fix="pass a non-empty name")
     if session_ids is not None:
         ids, window = _explicit_ids(lake, session_ids, model_slug, target), {"session_ids": True}
     else:
-        ids, window = _window_ids(lake, model_slug, target, last, since, until)
+        ids, window = _window_ids(lake, model_slug, target, last, since, until, include_suspect)
     summary = lake.query(SUMMARY_SQL, {"ids": ids}).to_pylist()[0]
     if summary["models"] > 1 or summary["targets"] > 1:
         raise AacoInputError(
@@ -418,6 +433,7 @@ def _window_ids(
     last: int | None,
     since: dt.datetime | None,
     until: dt.datetime | None,
+    include_suspect: bool = False,
 ) -> tuple[list[str], dict]:
     if model_slug is None:
         raise AacoInputError(
@@ -431,7 +447,17 @@ def _window_ids(
     window = {"model_slug": model_slug, "target": target, "last": last}
     window |= {"since": _iso(since), "until": _iso(until)}
     params = {"slug": model_slug, "target": target, "since": since, "until": until}
-    ids = lake.query(WINDOW_SQL, params | {"last": last or 2**62})["session_id"].to_pylist()
+    ids = lake.query(
+        WINDOW_SQL, params | {"last": last or 2**62, "include_suspect": include_suspect}
+    )["session_id"].to_pylist()
+    if not include_suspect:
+        window["suspect_left_out"] = lake.query(SUSPECT_IN_WINDOW_SQL, params)["n"][0].as_py()
+    if not ids and window.get("suspect_left_out"):
+        raise AacoInputError(
+            f"every session of {model_slug!r} on {target!r} in the window was judged suspect "
+            f"({window['suspect_left_out']}: see measurement_quality)",
+            fix="measure again on a quieter host, or keep them with --include-suspect",
+        )
     if not ids:
         raise AacoInputError(
             f"no sessions of {model_slug!r} on {target!r} in the window {window}",

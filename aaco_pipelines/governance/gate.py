@@ -19,8 +19,9 @@ PREVIOUS_SESSIONS measured sessions of the model+target started before the curre
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -94,6 +95,8 @@ class GateVerdict:
     recommendation: str
     # a generation session's TTFT/TPOT/ITL/tokens-per-s changes and where its TTFT change went
     generation: dict | None = None
+    # sessions on either side whose measurement was judged suspect: session id -> its reasons
+    suspect_measurements: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -157,7 +160,18 @@ def gate_verdict(
         | {"noise_sd_pct": _noise_pct(suspects[0], latency["baseline_ms"])},
         recommendation=recommendation(regression, suspects[0], low, high, effect, threshold_pct),
         generation=generation_effects(lake, list(reference.session_ids), current),
+        suspect_measurements=suspect_measurements(lake, [current, *reference.session_ids]),
     )
+
+
+def suspect_measurements(lake: TraceLake, session_ids: list[str]) -> dict[str, list[str]]:
+    """Of these sessions, those whose measurement was judged suspect, with the reasons."""
+    rows = lake.query(
+        "SELECT session_id, reasons_json FROM measurement_quality "
+        "WHERE verdict = 'suspect' AND list_contains($ids, session_id)",
+        {"ids": session_ids},
+    ).to_pylist()
+    return {r["session_id"]: json.loads(r["reasons_json"] or "[]") for r in rows}
 
 
 def severity(effect_pct: float, threshold_pct: float) -> str:

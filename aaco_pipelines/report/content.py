@@ -7,6 +7,7 @@ Meanings are not rewritten here: derived metrics are explained by the definition
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -56,6 +57,7 @@ def report_content(data: ReportData) -> dict:
     return {
         "session": _plain(data.session),
         "summary": latency_with_intervals(data.session, measured),
+        "measurement": dataclasses.asdict(data.measurement) if data.measurement else None,
         "environment": data.environment,
         "bottleneck": _bottleneck(data.bottleneck),
         "derived_metrics": _derived(data.derived_metrics),

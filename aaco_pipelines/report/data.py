@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.queries import resolve_session
@@ -85,6 +86,7 @@ class ReportData:
     roofline_points: pa.Table
     envelope: dict | None  # with its memory ceilings and theoretical share
     roofs: JudgedRoofline | None  # the roofs the points were judged by, lifted where beaten
+    measurement: MeasurementQuality | None  # can its latencies be trusted (None before v11)
     bottleneck: dict | None  # with posterior, evidence and recommendations parsed
     drift: list[dict]  # drift_verdicts rows, JSON columns still as text
     # a generation session's figures (aaco's and LoadGen's), request latencies, phase breakdown
@@ -149,6 +151,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         roofline_points=points,
         envelope=_envelope(envelope[0], measured) if envelope else None,
         roofs=judged_again(points, measured) if measured else None,
+        measurement=_measurement(rows("SELECT * FROM measurement_quality WHERE session_id = $sid")),
         bottleneck=bottleneck,
         drift=rows(
             "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
@@ -177,6 +180,10 @@ def _envelope(row: dict, envelope: HardwareEnvelope) -> dict:
     ]
     row["theoretical_share"] = envelope.theoretical_share()
     return row
+
+
+def _measurement(table: pa.Table) -> MeasurementQuality | None:
+    return MeasurementQuality.from_row(table.to_pylist()[0]) if table.num_rows else None
 
 
 def judged_again(points: pa.Table, envelope: HardwareEnvelope) -> JudgedRoofline:

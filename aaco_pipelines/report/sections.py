@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.units import by_unit, duration
@@ -58,6 +59,14 @@ def _maybe(value: float | None, pattern: str) -> str:
     return "—" if value is None else pattern.format(value)
 
 
+def _measurement_line(measurement: dict | None) -> str:
+    """Whether the numbers below can be trusted, first (measurement_quality)."""
+    if measurement is None:
+        return "Measurement quality: not judged (a session loaded before it was)."
+    line = MeasurementQuality(**measurement).line()
+    return line[0].upper() + line[1:] + "."
+
+
 def _summary(content: dict) -> Section:
     s, session = content["summary"], content["session"]
     level = f"{s['confidence']:.0%}"
@@ -78,6 +87,7 @@ def _summary(content: dict) -> Section:
         {"stat": "profiling overhead", "value": _maybe(s["profiling_overhead_pct"], "{:.1f}%")},
     ]
     text = [
+        _measurement_line(content.get("measurement")),
         f"Model {session['model_name']} ({(session['model_sha256'] or '—')[:12]}), session "
         f"{session['session_id']}, started {session['started_at']} on target {session['target']} "
         f"with {', '.join(session['providers_used'] or []) or '—'} (trace: {session['trace_source']}).",

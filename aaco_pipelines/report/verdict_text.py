@@ -11,6 +11,9 @@ def diff_text(v) -> str:
     head = f"REGRESSION ({v.severity})" if v.regression else "no regression"
     if undecided and not v.regression:
         head = "no p50 regression, but a change the gate does not decide on"
+    suspect = v.suspect_measurements
+    if v.session_id in suspect:
+        head += ", on a suspect measurement (measure again)"
     others = ", ".join(f"{s['kind']} ({s['posterior']:.2f})" for s in v.suspects[1:]) or "-"
     noise = v.evidence.get("noise_sd_pct")
     sessions = f"{b['n_sessions']} session{'s' * (b['n_sessions'] != 1)}"
@@ -30,11 +33,24 @@ def diff_text(v) -> str:
     ]  # fmt: skip
     if undecided:
         cells[4:4] = [("not decided", "; ".join(undecided))]
+    if suspect:
+        cells[2:2] = [("measurement", measurement_text(v.session_id, suspect, b["n_sessions"]))]
     if v.generation is not None:
         cells[4:4] = generation_cells(v.generation)
     title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % vs {b['name']} "
     title += f"(threshold {v.threshold_pct:g} %)"
     return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
+
+
+def measurement_text(session_id: str, suspect: dict[str, list[str]], baseline_n: int) -> str:
+    """Which side of the comparison rests on measurements judged suspect, and why."""
+    parts = []
+    if session_id in suspect:
+        parts.append("this session SUSPECT: " + "; ".join(suspect[session_id]))
+    others = len(suspect) - (session_id in suspect)
+    if others:
+        parts.append(f"{others} of the baseline's {baseline_n} sessions suspect")
+    return "; ".join(parts)
 
 
 def generation_cells(g: dict) -> list[tuple[str, str]]:

@@ -17,6 +17,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aaco_pipelines.analysis.measurement_quality import (
+    MeasurementQuality,
+    measurement_quality,
+)
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
@@ -55,6 +59,7 @@ class LoadedSession:
     row_counts: dict[str, int]  # rows of the session (and its graph) per table
     quality: dict  # tracelake.queries.session_quality: did every iteration land, once
     generation_quality: dict  # tracelake.queries.generation_quality (batches 0: forward)
+    measurement: MeasurementQuality  # can its latencies be trusted (stored)
 
     @property
     def broken_generation_rules(self) -> list[str]:
@@ -68,13 +73,18 @@ class LoadedSession:
 
 
 def load(lake: TraceLake, bundle: SessionBundle, *, complete: bool = False) -> LoadedSession:
-    """Load the session, then read back whether it landed whole."""
+    """Load the session, then read back whether it landed whole and judge whether its
+    latencies can be trusted (measurement_quality, stored)."""
     with session_folder_held(bundle.path, bundle.session_id):
         counts = load_session(lake, bundle, complete=complete)
-    with lake.reading():  # one open of the lake for both
+    with lake.reading():  # one open of the lake for all three
         quality = session_quality(lake, bundle.session_id)
         generation = generation_quality(lake, bundle.session_id)
-    return LoadedSession(bundle.session_id, counts, quality, generation)
+        measurement = measurement_quality(lake, bundle.session_id)
+        lake.replace_session_rows(
+            bundle.session_id, {"measurement_quality": pa.Table.from_pylist([measurement.row()])}
+        )
+    return LoadedSession(bundle.session_id, counts, quality, generation, measurement)
 
 
 def load_session(

@@ -202,6 +202,14 @@ FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.sessio
 """
 
 
+def measurement_quality_row(lake: TraceLake, session_id: str) -> dict | None:
+    """The session's stored measurement-quality verdict (None for one loaded before v11)."""
+    rows = lake.query(
+        "SELECT * FROM measurement_quality WHERE session_id = ?", [session_id]
+    ).to_pylist()
+    return rows[0] if rows else None
+
+
 def run_summary(lake: TraceLake, session_id: str) -> dict:
     """A session's headline figures and its bottleneck (what `aaco run` prints)."""
     return lake.query(RUN_SUMMARY_SQL, [session_id]).to_pylist()[0]

@@ -364,6 +364,23 @@ ROOFLINE_POINTS = pa.schema(
     ]
 )
 
+# v11: whether a session's latencies can be trusted (analysis/measurement_quality.py)
+MEASUREMENT_QUALITY = pa.schema(
+    [
+        ("session_id", _str),
+        ("verdict", _str),  # ok | suspect | unknown
+        ("iterations", _i64),
+        ("host_contention", _f64),  # other processes' share of the host's CPU, measured pass
+        ("cv", _f64),
+        ("p99_over_p50", _f64),
+        ("mean_over_p50", _f64),
+        ("outlier_share", _f64),  # beyond Q3 + 3 IQR
+        ("profiling_overhead_pct", _f64),
+        ("reasons_json", _str),  # why suspect
+        ("cautions_json", _str),  # read with it (a profiled pass distorted by the profiler)
+    ]
+)
+
 BOTTLENECK_REPORTS = pa.schema(
     [
         ("session_id", _str),
@@ -463,6 +480,7 @@ TABLES: dict[str, pa.Schema] = {
     "hardware_envelopes": HARDWARE_ENVELOPES,
     "roofline_points": ROOFLINE_POINTS,
     "bottleneck_reports": BOTTLENECK_REPORTS,
+    "measurement_quality": MEASUREMENT_QUALITY,
     "drift_verdicts": DRIFT_VERDICTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,

@@ -89,3 +89,11 @@ def test_competing_host_work_makes_a_model_cpu_bound(zoo):
     actions = [rec["action"] for rec in json.loads(report["recommendations_json"])]
     assert "Remove competing host work while measuring" in actions
     assert report["hardware_envelope_utilization"] is not None
+    # and its latencies are labelled: other processes held the cores while they were measured
+    [quality] = (
+        TraceLake(paths.tracelake)
+        .query("SELECT * FROM measurement_quality WHERE session_id = ?", [bundle.session_id])
+        .to_pylist()
+    )
+    assert quality["verdict"] == "suspect" and quality["host_contention"] > 0.2, quality
+    assert "of the host's CPU time meanwhile" in quality["reasons_json"]

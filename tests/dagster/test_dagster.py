@@ -115,8 +115,13 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
         result = _materialize(instance, aaco_paths, slug)
         assert result.success, slug
         asset_opens = list(opens)
-        checks = result.get_asset_check_evaluations()
-        assert {c.check_name: c.passed for c in checks} == {
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        # whether this host let the session be measured cleanly is its own business: the
+        # warning says what the stored verdict says, with its reasons
+        trusted = checks.pop("measurement_trusted")
+        verdict = trusted.metadata["verdict"].value
+        assert trusted.passed == (verdict != "suspect") and trusted.metadata["reasons"].value
+        assert {name: c.passed for name, c in checks.items()} == {
             "iterations_complete": True,
             "kernel_trace_present": True,
             "telemetry_rate": True,

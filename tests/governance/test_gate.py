@@ -122,6 +122,31 @@ def test_a_throughput_drop_the_p50_cannot_see_is_named_not_passed_over(mlp_swap_
     assert any(line.split()[:2] == ["not", "decided"] and "throughput -" in line for line in lines)
 
 
+def test_the_gate_names_a_suspect_measurement_on_either_side(mlp_swap_and_back, replayed):
+    """A session judged suspect (measurement_quality) is named by `aaco diff` with its reasons:
+    in the headline when it is the one judged, as a count when it is in the baseline."""
+    lake, (t0, t1, t2, _, _) = mlp_swap_and_back
+    with lake.connect(write=True) as con:
+        con.execute("UPDATE measurement_quality SET verdict = 'ok'")  # whatever this host did
+        con.execute("DELETE FROM measurement_quality WHERE session_id IN ('replay', ?)", [t1])
+        con.execute(
+            "INSERT INTO measurement_quality (session_id, verdict, reasons_json) VALUES "
+            "('replay', 'suspect', '[\"p99 is 40.0x p50\"]'), "
+            "(?, 'suspect', '[\"other processes took 82% of the host''s CPU time meanwhile\"]')",
+            [t1],
+        )
+    verdict = gate_verdict(lake, replayed, baseline=[t0, t1, t2], resamples=500)
+    assert set(verdict.suspect_measurements) == {"replay", t1}
+    lines = diff_text(verdict).splitlines()
+    assert lines[0].split(":")[0].endswith(", on a suspect measurement (measure again)")
+    (cell,) = [line for line in lines if line.split()[:1] == ["measurement"]]
+    assert "this session SUSPECT: p99 is 40.0x p50" in cell
+    assert "1 of the baseline's 3 sessions suspect" in cell
+    clean = gate_verdict(lake, t2, baseline=[t0], resamples=500)
+    assert clean.suspect_measurements == {}
+    assert not any(line.split()[:1] == ["measurement"] for line in diff_text(clean).splitlines())
+
+
 def test_the_threshold_is_respected(mlp_swap_and_back):
     lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
     verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], threshold_pct=1e4, resamples=500)

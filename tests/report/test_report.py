@@ -112,6 +112,8 @@ def test_html_report_is_one_offline_file_with_every_section_and_plot(analysed_co
         _assert_svg(base64.b64decode(encoded, validate=True))
     assert len(page.encode()) < 1_000_000
     assert session_id in page and "launch_tax" in page
+    summary = page.split('<section id="summary">')[1]  # whether to trust it comes first
+    assert re.search(r"<p>Measurement (ok \(\d+ iterations|SUSPECT: )", summary), summary[:300]
 
 
 def test_json_report_matches_the_sessions_table(analysed_conv_session):
@@ -137,6 +139,17 @@ def test_json_report_matches_the_sessions_table(analysed_conv_session):
     assert content["top_ops"] and content["top_kernels"] and content["roofline"]["envelope"]
     assert {d["metric"] for d in content["drift"]} >= {"latency_p50_ns", "throughput_per_s"}
     assert content["environment"]["onnxruntime_version"]
+    stored = (
+        TraceLake(paths.tracelake)
+        .query(
+            "SELECT verdict, iterations FROM measurement_quality WHERE session_id = ?", [session_id]
+        )
+        .to_pylist()
+    )
+    assert (
+        stored == [{k: content["measurement"][k] for k in ("verdict", "iterations")}]
+        and stored[0]["iterations"] == row["measured_iterations"]
+    )
 
 
 def test_markdown_report_has_the_same_sections(analysed_conv_session):
