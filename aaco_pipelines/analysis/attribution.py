@@ -502,19 +502,34 @@ node_grid AS (
     LEFT JOIN per_node p ON p.name = names.name AND p.iteration = it.iteration
 ),
 op_grid AS (SELECT op_type, iteration, sum(ns) AS ns, sum(n) AS n FROM node_grid GROUP BY ALL),
-total AS (SELECT nullif(sum(ns), 0) AS ns FROM node_grid)
-SELECT $sid AS session_id, 'node' AS level, g.name, g.op_type, avg(g.ns) AS mean_ns,
-       median(g.ns) AS p50_ns, sum(g.ns) / any_value(total.ns) AS share,
-       avg(g.n) AS kernels_per_iteration, any_value(gn.flops) AS flops,
-       any_value(gn.bytes_moved) AS bytes_moved
-FROM node_grid g CROSS JOIN total
-LEFT JOIN graph_nodes gn ON gn.model_sha256 = $sha AND gn.node_name = g.name
-GROUP BY g.name, g.op_type
+total AS (SELECT nullif(sum(ns), 0) AS ns FROM node_grid),
+nodes AS (
+    SELECT name, op_type, avg(ns) AS mean_ns, median(ns) AS p50_ns, sum(ns) AS sum_ns,
+           avg(n) AS kernels_per_iteration
+    FROM node_grid GROUP BY name, op_type
+),
+ops AS (
+    SELECT op_type, avg(ns) AS mean_ns, median(ns) AS p50_ns, sum(ns) AS sum_ns,
+           avg(n) AS kernels_per_iteration
+    FROM op_grid GROUP BY op_type
+),
+medians AS (
+    SELECT (SELECT nullif(sum(p50_ns), 0) FROM nodes) AS nodes,
+           (SELECT nullif(sum(p50_ns), 0) FROM ops) AS ops
+)
+SELECT $sid AS session_id, 'node' AS level, g.name, g.op_type, g.mean_ns, g.p50_ns,
+       g.p50_ns / medians.nodes AS share, g.kernels_per_iteration,
+       gn.flops, gn.bytes_moved, g.sum_ns / total.ns AS mean_share
+FROM nodes g CROSS JOIN total CROSS JOIN medians
+LEFT JOIN (
+    SELECT node_name, any_value(flops) AS flops, any_value(bytes_moved) AS bytes_moved
+    FROM graph_nodes WHERE model_sha256 = $sha GROUP BY node_name
+) gn ON gn.node_name = g.name
 UNION ALL
-SELECT $sid, 'op_type', g.op_type, g.op_type, avg(g.ns), median(g.ns), sum(g.ns) / any_value(total.ns),
-       avg(g.n), NULL, NULL
-FROM op_grid g CROSS JOIN total GROUP BY g.op_type
-ORDER BY level, mean_ns DESC
+SELECT $sid, 'op_type', g.op_type, g.op_type, g.mean_ns, g.p50_ns, g.p50_ns / medians.ops,
+       g.kernels_per_iteration, NULL, NULL, g.sum_ns / total.ns
+FROM ops g CROSS JOIN total CROSS JOIN medians
+ORDER BY level, p50_ns DESC, mean_ns DESC
 """
 
 

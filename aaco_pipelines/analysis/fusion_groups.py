@@ -136,15 +136,20 @@ tensor_readers AS (
 ),
 internal_writes AS (  -- written and read only inside the group: never written out
     SELECT name, sum(bytes) AS bytes FROM tensor_readers WHERE inside GROUP BY 1
-)
-SELECT $sid AS session_id, 'fused' AS level, g.name, g.op_type, avg(g.ns) AS mean_ns,
-       median(g.ns) AS p50_ns, sum(g.ns) / any_value(total.ns) AS share,
-       avg(g.n) AS kernels_per_iteration, any_value(c.flops) AS flops,
-       any_value(c.bytes_moved - coalesce(r.bytes, 0) - coalesce(w.bytes, 0))::BIGINT AS bytes_moved
-FROM grid g CROSS JOIN total
+),
+per_name AS (
+    SELECT name, op_type, avg(ns) AS mean_ns, median(ns) AS p50_ns, sum(ns) AS sum_ns,
+           avg(n) AS kernels_per_iteration
+    FROM grid GROUP BY name, op_type
+),
+medians AS (SELECT nullif(sum(p50_ns), 0) AS ns FROM per_name)
+SELECT $sid AS session_id, 'fused' AS level, g.name, g.op_type, g.mean_ns, g.p50_ns,
+       g.p50_ns / medians.ns AS share, g.kernels_per_iteration, c.flops,
+       (c.bytes_moved - coalesce(r.bytes, 0) - coalesce(w.bytes, 0))::BIGINT AS bytes_moved,
+       g.sum_ns / total.ns AS mean_share
+FROM per_name g CROSS JOIN total CROSS JOIN medians
 LEFT JOIN cost c ON c.name = g.name
 LEFT JOIN internal_reads r ON r.name = g.name
 LEFT JOIN internal_writes w ON w.name = g.name
-GROUP BY g.name, g.op_type
-ORDER BY mean_ns DESC
+ORDER BY p50_ns DESC, mean_ns DESC
 """

@@ -141,8 +141,9 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         passes=rows(PASSES_SQL),
         telemetry=rows(TELEMETRY_SQL),
         op_breakdown=rows(
-            "SELECT level, name, op_type, mean_ns, p50_ns, share, kernels_per_iteration, flops, "
-            "bytes_moved FROM op_breakdown WHERE session_id = $sid ORDER BY level, mean_ns DESC"
+            "SELECT level, name, op_type, mean_ns, p50_ns, share, mean_share, "
+            "kernels_per_iteration, flops, bytes_moved FROM op_breakdown WHERE session_id = $sid "
+            "ORDER BY level, p50_ns DESC, mean_ns DESC"
         ),
         top_kernels=rows(TOP_KERNELS_SQL, n=TOP_KERNELS),
         derived_metrics=rows(

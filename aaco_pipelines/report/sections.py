@@ -171,6 +171,7 @@ OP_COLUMNS = [
     ("mean_ns", "mean / iter", duration),
     ("p50_ns", "p50 / iter", duration),
     ("share", "share", pct),
+    ("mean_share", "mean share", pct),
     ("kernels_per_iteration", "kernels / iter", num),
 ]
 
@@ -187,7 +188,11 @@ def _time(content: dict) -> Section:
     return Section(
         "time",
         "Where the time went",
-        ["Per profiled iteration; shares are of all attributed kernel time."],
+        [
+            "Per profiled iteration, ranked by median. Shares are of all attributed kernel time, "
+            "from each op's median time per iteration (one preempted iteration reorders "
+            "nothing); the mean-based share is beside it. Kernels: mean per iteration."
+        ],
         [
             Table("Top ops (ONNX nodes)", content["top_ops"], OP_COLUMNS),
             Table("Top op types", content["top_op_types"], OP_COLUMNS),

@@ -302,10 +302,13 @@ OP_BREAKDOWN = pa.schema(
         ("op_type", _str),
         ("mean_ns", _f64),  # per profiled iteration
         ("p50_ns", _f64),
-        ("share", _f64),  # of all attributed kernel time
+        # v11: robust: its median time per iteration over the sum of its level's medians, so one
+        # preempted iteration reorders nothing (before: the mean-based mean_share)
+        ("share", _f64),
         ("kernels_per_iteration", _f64),
         ("flops", _i64),
         ("bytes_moved", _i64),
+        ("mean_share", _f64),  # v11: of all attributed kernel time, over every iteration
     ]
 )
 

@@ -102,13 +102,19 @@ MIGRATIONS: dict[int, list[str]] = {
     # kernel_events becomes a view over kernel_events_profile (every row stored so far) and
     # kernel_events_trace (device traces' kernels from now on), created with the schema.
     10: ["ALTER TABLE kernel_events RENAME TO kernel_events_profile"],
-    # Roofline points say which ceiling judges them and whether it was lifted to the observed;
-    # earlier points were all judged against the GEMM peak or DRAM, never lifted.
+    # Roofline points say which ceiling judges them and whether it was lifted to the observed
+    # (earlier points were all judged against the GEMM peak or DRAM, never lifted); op shares
+    # become median-based beside the mean-based one.
     11: [
         "ALTER TABLE roofline_points ADD COLUMN IF NOT EXISTS roof_level VARCHAR",
         "ALTER TABLE roofline_points ADD COLUMN IF NOT EXISTS roof_lifted BOOLEAN",
         "UPDATE roofline_points SET roof_level = CASE bound WHEN 'compute' THEN 'GEMM' "
         "ELSE 'DRAM' END WHERE bound IS NOT NULL",
+        # Shares become median-based; the mean-based share stored so far is kept as mean_share.
+        "ALTER TABLE op_breakdown ADD COLUMN IF NOT EXISTS mean_share DOUBLE",
+        "UPDATE op_breakdown SET mean_share = share",
+        # (made with every missing table after the migrations when the lake predates v9)
+        "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS mean_share DOUBLE",
     ],
 }
 

@@ -42,8 +42,10 @@ def test_run_measures_a_model_file_into_the_tracelake(aaco_paths, capsys):
     assert summary["iterations"] == "7" and summary["provider"] == "CPUExecutionProvider"
     assert summary["latency p50"].endswith(" ms") and summary["bottleneck"] != "-"
     first = captured.out.splitlines()[1].strip()  # whether the numbers can be trusted, first
-    assert first.startswith("measurement") and "7 iterations" in summary["measurement"] or (
-        "SUSPECT" in summary["measurement"]
+    assert (
+        first.startswith("measurement")
+        and "7 iterations" in summary["measurement"]
+        or ("SUSPECT" in summary["measurement"])
     ), first
     rows = TraceLake(aaco_paths.tracelake).query(
         "SELECT model_slug, measured_iterations, profiled_iterations FROM sessions"
