@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from pathlib import Path
 from typing import NamedTuple
 
+import pyarrow as pa
+
+from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from tests import models
 
@@ -156,3 +161,42 @@ def trust_every_measurement(lake_path: Path) -> None:
 
     with TraceLake(lake_path).connect(write=True) as con:
         con.execute("UPDATE measurement_quality SET verdict = 'ok', reasons_json = '[]'")
+
+
+# The columns of a session's kernels as attribution's SQL reads them (iteration, runtime node,
+# kernel, family, duration), for tests that hand it kernels of their own.
+KERNELS_SCHEMA = pa.schema(
+    [
+        ("iteration", pa.int64()),
+        ("node_name", pa.string()),
+        ("kernel_name", pa.string()),
+        ("kernel_family", pa.string()),
+        ("duration_ns", pa.int64()),
+    ]
+)
+
+
+def synthetic_envelope(
+    gemm: float, dram: float, caches: dict[str, tuple[float, int]] | None = None
+) -> HardwareEnvelope:
+    """A CPU envelope of this host's runtime with these peaks (FLOP/s, B/s) and cache ceilings
+    ({level: (B/s, capacity bytes)}): spares a test the envelope sweep, and fixes its roofs."""
+
+    def peak(resource: str, value: float, unit: str, capacity: int | None = None):
+        entry = {"kernel": "synthetic", "size": 1, "median": value, "low": value, "high": value}
+        if capacity:
+            entry |= {"working_set_bytes": capacity // 2, "capacity_bytes": capacity}
+        return ResourcePeak(resource, value, 0.9 * value, 1.1 * value, unit, [entry])
+
+    return HardwareEnvelope(
+        target="cpu",
+        providers=["CPUExecutionProvider"],
+        runtime_fingerprint=runtime_fingerprint(capture_environment()),
+        measured_at_ns=time.time_ns(),
+        gemm=peak("gemm_flops", gemm, "FLOP/s"),
+        bandwidth=peak("memory_bandwidth", dram, "B/s"),
+        cache_bandwidth={
+            level: peak("cache_bandwidth", value, "B/s", capacity)
+            for level, (value, capacity) in (caches or {}).items()
+        },
+    )

@@ -51,6 +51,8 @@ RECOMMENDATIONS = {
     "provider that fails to load falls back to a slower one",
     "clocks": "check throttling and the power cap ({name}: {before} -> {after}), then re-run on "
     "an idle, cool device",
+    "host_contention": "measure again with the host to itself: other processes took {before} "
+    "of its CPU while the baseline was measured and {after} while this session was",
     "op_time": "profile op type {name} ({before} -> {after} per iteration): its kernels or "
     "their selection changed",
     "kernel_count": "find why {name} launches more kernels ({before} -> {after}): a fusion or "

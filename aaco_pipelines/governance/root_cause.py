@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 import pyarrow as pa
 
+from aaco_pipelines.analysis.envelope import CONTENDED_SHARE
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -36,6 +37,8 @@ PRIORS: dict[str, float] = {
     "runtime": 0.20,  # ONNX Runtime / ROCm / driver (runtime_fingerprint)
     "execution_provider": 0.10,  # the providers that actually ran (providers_used)
     "clocks": 0.10,  # lower CPU / GPU clocks, power or thermal throttling (telemetry)
+    # other processes held the host's CPUs on one side only (measurement_quality)
+    "host_contention": 0.10,
     "op_time": 0.08,  # one op type's time per iteration (op_breakdown)
     "kernel_count": 0.05,  # kernels per iteration of a family (kernel_events)
     "new_kernels": 0.04,  # kernels the baseline never ran
@@ -63,6 +66,7 @@ class RootCauseParams:
     min_latency_share: float = 0.01  # ... and at least this fraction of the baseline latency
     min_kernel_count_change: float = 0.5  # kernels per iteration
     min_violation_change: float = 5.0  # percent of time in power / thermal violation
+    min_contention_change: float = 0.10  # other processes' share of the host's CPU
     min_fit: float = 0.02  # fit of a suspect that explains nothing, or the wrong direction
     unknown_fit: float = 0.5  # fit of a suspect whose size cannot be measured
 
@@ -114,6 +118,7 @@ def explain_change(
         *_op_suspects(lake, ids, delta, params),
         *_kernel_suspects(lake, ids, delta, params),
         *_clock_suspects(lake, ids, delta, params),
+        *_contention_suspects(lake, ids, params),
     ]
     return _score(suspects, delta, params)
 
@@ -493,3 +498,34 @@ def _clock_suspects(
                 )
             )
     return suspects
+
+
+CONTENTION_SQL = """
+SELECT (SELECT median(host_contention) FROM measurement_quality
+        WHERE list_contains($base, session_id)) AS base,
+       (SELECT any_value(host_contention) FROM measurement_quality
+        WHERE session_id = $cur) AS cur
+"""
+
+
+def _contention_suspects(lake: TraceLake, ids: dict, params: RootCauseParams) -> list[Suspect]:
+    """Other processes' share of the host's CPU while measuring, when it differs between the
+    sides by min_contention_change and one side was contended (of unknown size: it slows what
+    it preempts). A contended baseline makes an unchanged session look faster, too."""
+    [row] = lake.query(CONTENTION_SQL, ids).to_pylist()
+    base, cur = row["base"], row["cur"]
+    if base is None or cur is None or abs(cur - base) < params.min_contention_change:
+        return []
+    if max(base, cur) <= CONTENDED_SHARE:
+        return []
+    return [
+        Suspect(
+            "host_contention",
+            "other processes' share of the host's CPU",
+            f"{base:.0%}",
+            f"{cur:.0%}",
+            None,
+            None,
+            detail={"measured_pass_contention": {"baseline_median": base, "current": cur}},
+        )
+    ]

@@ -15,6 +15,7 @@ from aaco_pipelines.analysis.metrics import KernelStream, busy_time_per_iteratio
 from aaco_pipelines.graph.extract import extract_graph
 from aaco_pipelines.registry.sidecar import InputSpec
 from tests import models
+from tests.helpers import KERNELS_SCHEMA
 
 
 def _mapping(tmp_path, model: onnx.ModelProto, input_shape: tuple[int, ...]):
@@ -267,15 +268,7 @@ def test_one_preempted_iteration_reorders_no_share_or_ranking():
     ]  # fmt: skip
     kernels = pa.Table.from_pylist(
         rows,
-        schema=pa.schema(
-            [
-                ("iteration", pa.int64()),
-                ("node_name", pa.string()),
-                ("kernel_name", pa.string()),
-                ("kernel_family", pa.string()),
-                ("duration_ns", pa.int64()),
-            ]
-        ),  # fmt: skip
+        schema=KERNELS_SCHEMA,
     )
     mapping = pa.Table.from_pylist(
         [

@@ -3,17 +3,13 @@ FLOPs, the bytes crossing its boundary and the whole time of the runtime nodes s
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.envelope_choice import save_envelope
 from aaco_pipelines.analysis.fusion_groups import FUSED_SQL, fusion_groups
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake import engine
@@ -21,7 +17,7 @@ from aaco_pipelines.tracelake.schema import GRAPH_EDGES, GRAPH_NODES, conform
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.analysis.test_attribution import _mapping
-from tests.helpers import FAST_SIDECAR
+from tests.helpers import FAST_SIDECAR, KERNELS_SCHEMA, synthetic_envelope
 
 
 def test_a_conv_block_is_one_group_per_fused_kernel_with_its_layout_helpers(tmp_path):
@@ -96,15 +92,7 @@ def test_a_groups_bytes_are_those_crossing_its_boundary(side_reader, expected_by
             "kernel_family": [None, None],
             "duration_ns": [1000, 1200],
         },
-        schema=pa.schema(
-            [
-                ("iteration", pa.int64()),
-                ("node_name", pa.string()),
-                ("kernel_name", pa.string()),
-                ("kernel_family", pa.string()),
-                ("duration_ns", pa.int64()),
-            ]
-        ),
+        schema=KERNELS_SCHEMA,
     )
     with engine.connect() as con:
         for name, table in {
@@ -155,7 +143,7 @@ def test_a_measured_sessions_roofline_places_each_fusion_group_once(tmp_path):
     path = models.save(models.conv_block_model(), paths.registry / "conv.onnx")
     FAST_SIDECAR.save(paths.registry / "conv.yaml")
     lake = TraceLake(paths.tracelake)
-    save_envelope(lake, _synthetic_envelope())  # spares the envelope sweep
+    save_envelope(lake, synthetic_envelope(5e10, 1e10))  # spares the envelope sweep
     session_id = measure_model(registered_model(path), paths, analyze=True).session_id
     breakdown = lake.query("SELECT * FROM op_breakdown WHERE session_id = ?", [session_id])
     node = breakdown.filter(pc.equal(breakdown["level"], "node")).to_pylist()
@@ -179,18 +167,3 @@ def test_a_measured_sessions_roofline_places_each_fusion_group_once(tmp_path):
     assert sorted(p["onnx_node"] for p in points) == sorted(r["name"] for r in fused)
     assert not {"bn1", "relu1", "residual_add"} & {p["onnx_node"] for p in points}
     assert members["relu1"] == members["conv1"]
-
-
-def _synthetic_envelope() -> HardwareEnvelope:
-    def peak(resource: str, value: float, unit: str) -> ResourcePeak:
-        entry = {"kernel": "synthetic", "size": 1, "median": value, "low": value, "high": value}
-        return ResourcePeak(resource, value, value, value, unit, [entry])
-
-    return HardwareEnvelope(
-        target="cpu",
-        providers=["CPUExecutionProvider"],
-        runtime_fingerprint=runtime_fingerprint(capture_environment()),
-        measured_at_ns=time.time_ns(),
-        gemm=peak("gemm_flops", 5e10, "FLOP/s"),
-        bandwidth=peak("memory_bandwidth", 1e10, "B/s"),
-    )

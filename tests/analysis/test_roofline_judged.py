@@ -3,43 +3,24 @@ bytes fit, and no op ever above its roof (a roof an op beat is lifted to it, and
 
 from __future__ import annotations
 
-import time
-
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
+from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.envelope_choice import save_envelope
 from aaco_pipelines.analysis.roofline import judge_roofline, roofline_utilization
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import FAST_SIDECAR
+from tests.helpers import FAST_SIDECAR, synthetic_envelope
 
 GFLOP, GB, MIB = 1e9, 1e9, 1 << 20
 
 
-def _peak(resource: str, value: float, unit: str, capacity: int | None = None) -> ResourcePeak:
-    entry = {"size": 1, "median": value, "low": value, "high": value, "repeats": 1}
-    if capacity:
-        entry |= {"working_set_bytes": capacity // 2, "capacity_bytes": capacity}
-    return ResourcePeak(resource, value, value, value, unit, [entry])
-
-
-def _envelope(gemm: float, dram: float, l2: float | None = None, **kw) -> HardwareEnvelope:
-    return HardwareEnvelope(
-        target="cpu",
-        providers=["CPUExecutionProvider"],
-        runtime_fingerprint=runtime_fingerprint(capture_environment()),
-        measured_at_ns=time.time_ns(),
-        gemm=_peak("gemm_flops", gemm, "FLOP/s"),
-        bandwidth=_peak("memory_bandwidth", dram, "B/s"),
-        cache_bandwidth={"L2": _peak("cache_bandwidth", l2, "B/s", MIB)} if l2 else {},
-        **kw,
-    )
+def _envelope(gemm: float, dram: float, l2: float | None = None) -> HardwareEnvelope:
+    return synthetic_envelope(gemm, dram, {"L2": (l2, MIB)} if l2 else None)
 
 
 def _nodes(rows: list[tuple[str, float, float, float]]) -> pa.Table:

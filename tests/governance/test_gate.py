@@ -10,7 +10,8 @@ import pytest
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.baselines import create_baseline
-from aaco_pipelines.governance.gate import gate_verdict, severity
+from aaco_pipelines.governance.gate import RECOMMENDATIONS, gate_verdict, severity
+from aaco_pipelines.governance.root_cause import explain_change
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.stages.pipeline import measure_model
@@ -201,3 +202,30 @@ def test_bad_input_is_one_clear_error(mlp_swap_and_back):
         with pytest.raises(AacoInputError, match=message) as error:
             gate_verdict(lake, kwargs.pop("current"), resamples=50, **kwargs)
         assert error.value.fix
+
+
+def test_host_contention_on_one_side_is_a_root_cause_suspect(mlp_swap_and_back, replayed):
+    """The current session measured while other processes held 80 % of the host's CPU, the
+    baseline's at 2 %: host contention is a suspect with both numbers, and the gate's advice
+    when it leads is to measure again on a quiet host."""
+    lake, (t0, t1, t2, _, _) = mlp_swap_and_back
+    with lake.connect(write=True) as con:
+        con.execute("UPDATE measurement_quality SET host_contention = 0.02")
+        con.execute("DELETE FROM measurement_quality WHERE session_id = 'replay'")
+        con.execute(
+            "INSERT INTO measurement_quality (session_id, verdict, host_contention) "
+            "VALUES ('replay', 'suspect', 0.8)"
+        )
+    suspects = explain_change(lake, [t0, t1, t2], replayed)
+    [contention] = [s for s in suspects if s.kind == "host_contention"]
+    assert (contention.before, contention.after) == ("2%", "80%") and contention.posterior > 0
+    assert (
+        RECOMMENDATIONS["host_contention"].format(**contention.to_dict())
+        == "measure again with the host to itself: other processes took 2% of its CPU while "
+        "the baseline was measured and 80% while this session was"
+    )
+    with lake.connect(write=True) as con:  # both sides quiet: no such suspect
+        con.execute("UPDATE measurement_quality SET host_contention = 0.03")
+    assert not [
+        s for s in explain_change(lake, [t0, t1, t2], replayed) if s.kind == "host_contention"
+    ]

@@ -6,20 +6,17 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from xml.etree import ElementTree
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.envelope_choice import save_envelope
 from aaco_pipelines.analysis.metrics import UNITS
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.governance.changepoint import change_points_of
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import plots
@@ -30,7 +27,7 @@ from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import FAST_SIDECAR, assert_plot_texts_inside
+from tests.helpers import FAST_SIDECAR, assert_plot_texts_inside, synthetic_envelope
 
 SVG = "http://www.w3.org/2000/svg"
 SECTIONS = (
@@ -54,11 +51,6 @@ PLOTS = {
 }
 
 
-def _peak(resource: str, value: float, unit: str) -> ResourcePeak:
-    entry = {"kernel": "synthetic", "size": 1, "median": value, "low": value, "high": value}
-    return ResourcePeak(resource, value, 0.9 * value, 1.1 * value, unit, [entry])
-
-
 @pytest.fixture(scope="module")
 def analysed_conv_session(tmp_path_factory) -> tuple[AacoPaths, str]:
     """One analysed session of a tiny conv model; a synthetic envelope for today's runtime
@@ -67,15 +59,7 @@ def analysed_conv_session(tmp_path_factory) -> tuple[AacoPaths, str]:
     paths = AacoPaths(home=home, registry=home / "registry", tracelake=home / "lake.duckdb")
     path = models.save(models.conv_block_model(), paths.registry / "conv.onnx")
     FAST_SIDECAR.save(paths.registry / "conv.yaml")
-    envelope = HardwareEnvelope(
-        target="cpu",
-        providers=["CPUExecutionProvider"],
-        runtime_fingerprint=runtime_fingerprint(capture_environment()),
-        measured_at_ns=time.time_ns(),
-        gemm=_peak("gemm_flops", 5e10, "FLOP/s"),
-        bandwidth=_peak("memory_bandwidth", 1e10, "B/s"),
-    )
-    save_envelope(TraceLake(paths.tracelake), envelope)
+    save_envelope(TraceLake(paths.tracelake), synthetic_envelope(5e10, 1e10))
     bundle = measure_model(registered_model(path), paths, analyze=True)
     return paths, bundle.session_id
 
