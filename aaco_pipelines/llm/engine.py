@@ -71,7 +71,10 @@ class Generated:
 
 
 class Generator:
-    """Greedy generation with one ONNX Runtime session and its KV cache bound on the device."""
+    """Greedy generation with one ONNX Runtime session: on a GPU its KV cache stays bound on
+    the device (one IOBinding a batch); on the CPU, where the host is the device, plain
+    session.run, as a plain ONNX Runtime loop does (binding cost a third of a small decoder's
+    decode step there)."""
 
     def __init__(self, session, io: DecoderIO, steps: StepLog | None = None):
         self.session = session
@@ -80,6 +83,12 @@ class Generator:
         provider = session.get_providers()[0]
         self.device = PROVIDER_DEVICES.get(provider, "cpu")
         self.output_names = [o.name for o in session.get_outputs()]
+        # (past input, present output) of every layer, named once: not again at every step
+        self.cache_names = [
+            pair
+            for layer in range(io.layers)
+            for pair in zip(io.past_names(layer), io.present_names(layer), strict=True)
+        ]
         self.batches_run = 0  # the next batch's id
 
     def generate(
@@ -100,9 +109,12 @@ class Generator:
             name: empty for layer in range(self.io.layers) for name in self.io.past_names(layer)
         }
         ids, length = prompts.astype(np.int64), 0
+        # On a device, one binding a batch keeps the KV cache there; on the host, binding cost
+        # a third of a small decoder's step (0.1-0.15 ms a token) that a plain loop never pays.
+        binding = None if self.device == "cpu" else self.session.io_binding()
         for step in range(output_tokens):
             start = now_ns()
-            logits, past = self._run(ids, length, past)
+            logits, past = self._run(binding, ids, length, past)
             tokens[:, step] = logits[:, -1, :].argmax(axis=-1)
             end = now_ns()
             length += ids.shape[1]
@@ -118,34 +130,42 @@ class Generator:
             ids = tokens[:, step : step + 1]
         return Generated(tokens, first_start, first_end, end)
 
-    def _run(self, ids: np.ndarray, past_length: int, past: dict) -> tuple[np.ndarray, dict]:
-        """One step: the inputs bound (past as the previous OrtValues), the outputs left on the
-        device except the logits."""
+    def _run(self, binding, ids: np.ndarray, past_length: int, past: dict):
+        """One step: (logits as numpy, the presents as the next step's past). On the host a
+        plain session.run; on a device the batch's binding, the past bound as the previous
+        step's OrtValues (kept alive by `past`), the outputs left there but the logits."""
+        feeds = self._feeds(ids, past_length, past)
+        if binding is None:
+            values = dict(zip(self.output_names, self.session.run(None, feeds), strict=True))
+            logits = values["logits"]
+        else:
+            for name, value in feeds.items():
+                if isinstance(
+                    value, np.ndarray
+                ):  # the step's ids, mask, positions; a prefill's past
+                    binding.bind_cpu_input(name, value)
+                else:
+                    binding.bind_ortvalue_input(name, value)
+            # Bound again each step: a bound output keeps the last run's tensor, which ONNX
+            # Runtime would write into, and the KV cache grows a position a step.
+            binding.clear_binding_outputs()
+            for name in self.output_names:
+                binding.bind_output(name, "cpu" if name == "logits" else self.device)
+            self.session.run_with_iobinding(binding)
+            values = dict(zip(self.output_names, binding.get_outputs(), strict=True))
+            logits = values["logits"].numpy()
+        return logits, {past: values[present] for past, present in self.cache_names}
+
+    def _feeds(self, ids: np.ndarray, past_length: int, past: dict) -> dict:
         batch, new = ids.shape
-        binding = self.session.io_binding()
-        binding.bind_cpu_input("input_ids", ids)
+        feeds = {"input_ids": ids, **past}
         if self.io.has_attention_mask:
-            binding.bind_cpu_input("attention_mask", np.ones((batch, past_length + new), np.int64))
+            feeds["attention_mask"] = np.ones((batch, past_length + new), np.int64)
         if self.io.has_position_ids:
             positions = np.arange(past_length, past_length + new, dtype=np.int64)
-            binding.bind_cpu_input("position_ids", np.broadcast_to(positions, (batch, new)).copy())
-        for name, value in past.items():
-            if isinstance(value, np.ndarray):  # the empty past of a prefill
-                binding.bind_cpu_input(name, value)
-            else:
-                binding.bind_ortvalue_input(name, value)
-        for name in self.output_names:
-            binding.bind_output(name, "cpu" if name == "logits" else self.device)
-        self.session.run_with_iobinding(binding)
-        values = dict(zip(self.output_names, binding.get_outputs(), strict=True))
-        present = {
-            past_name: values[present_name]
-            for layer in range(self.io.layers)
-            for past_name, present_name in zip(
-                self.io.past_names(layer), self.io.present_names(layer), strict=True
-            )
-        }
-        return values["logits"].numpy(), present
+            feeds["position_ids"] = np.tile(positions, (batch, 1))  # 4x cheaper than broadcast
+        return feeds
 
     def _kv_length(self, past: dict) -> int:
-        return past[self.io.past_names(0)[0]].shape()[2]
+        value = past[self.io.past_names(0)[0]]
+        return (value.shape if isinstance(value, np.ndarray) else value.shape())[2]
