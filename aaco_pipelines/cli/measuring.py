@@ -52,6 +52,8 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
+    if quality and quality["verdict"] == "suspect" and row["bottleneck"]:
+        bottleneck += ", uncertain: on a suspect measurement"
     cells = [
         ("measurement", MeasurementQuality.from_row(quality).line() if quality else "not judged"),
         ("session", row["session_id"]),

@@ -40,7 +40,7 @@ def drift_plot_id(metric: str) -> str:
 def report_sections(content: dict) -> list[Section]:
     return [
         _summary(content),
-        _bottleneck(content["bottleneck"]),
+        _bottleneck(content["bottleneck"], content.get("measurement")),
         _derived(content["derived_metrics"]),
         _time(content),
         _roofline(content["roofline"]),
@@ -105,7 +105,7 @@ def _summary(content: dict) -> Section:
     )
 
 
-def _bottleneck(report: dict | None) -> Section:
+def _bottleneck(report: dict | None, measurement: dict | None = None) -> Section:
     if report is None:
         return Section("bottleneck", "Bottleneck", ["Not classified: the analysis did not run."])
     heu = report["hardware_envelope_utilization"]
@@ -116,6 +116,12 @@ def _bottleneck(report: dict | None) -> Section:
         f"{pct(heu) if heu is not None else '—'}"
         + (f" (against the {source.upper()} envelope)." if source == "datasheet" else ".")
     ]
+    if measurement and measurement["verdict"] == "suspect":
+        text.append(
+            "This diagnosis is uncertain: it rests on a measurement judged suspect ("
+            + "; ".join(measurement["reasons"])
+            + "). Measure again on a quiet host before acting on it."
+        )
     if source == "none":
         text.append(
             "No hardware envelope: utilization and roofline signals are not judged (see Roofline)."

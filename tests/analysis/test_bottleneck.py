@@ -14,6 +14,7 @@ from aaco_pipelines.analysis.envelope_choice import current_envelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import build_zoo
+from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -97,3 +98,17 @@ def test_competing_host_work_makes_a_model_cpu_bound(zoo):
     )
     assert quality["verdict"] == "suspect" and quality["host_contention"] > 0.2, quality
     assert "of the host's CPU time meanwhile" in quality["reasons_json"]
+    # so its diagnosis is said to be uncertain where it is shown
+    assert "This diagnosis is uncertain: it rests on a measurement judged suspect (other " in (
+        render_markdown(paths.tracelake, bundle.session_id)
+    )
+    assert "cpu-bound" in (line := _summary_line(paths, bundle.session_id, "bottleneck"))
+    assert line.endswith(", uncertain: on a suspect measurement")
+
+
+def _summary_line(paths, session_id: str, name: str) -> str:
+    """One row of `aaco run`'s summary."""
+    from aaco_pipelines.cli.measuring import run_summary
+
+    rows = [line.strip() for line in run_summary(paths.tracelake, session_id).splitlines()]
+    return next(row for row in rows if row.split()[0] == name)
