@@ -15,7 +15,7 @@ from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import add_model
+from tests.helpers import add_model, trust_every_measurement
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +27,7 @@ def mlp_swap_home(tmp_path_factory):
         measure_model(registered_model(add_model(paths, "mlp", model)), paths).session_id
         for model in (models.tiny_mlp(), models.tiny_mlp(), models.slower_mlp())
     ]
+    trust_every_measurement(paths.tracelake)  # these tests are about windows, not this host
     return paths, ids
 
 
