@@ -269,14 +269,13 @@ def roofline(
     span = np.r_[ai[shown], ridge, [gemm_flops_per_s / c for _, c in ceilings]]
     x = np.logspace(np.log10(span.min()) - 1, np.log10(span.max()) + 1, 200)
     axis.loglog(x, np.minimum(gemm_flops_per_s, x * bandwidth_bytes_per_s), color="black", lw=1.5)
-    _plain_log_axes(axis)
     axis.axvline(ridge, color="grey", lw=0.8, ls=":")
     levels_at: dict[float, list[str]] = {}  # levels raised to one ceiling share its line
     for level, ceiling in ceilings:
         if ceiling > bandwidth_bytes_per_s:
             levels_at.setdefault(ceiling, []).append(level)
     for ceiling, levels in levels_at.items():
-        axis.loglog(x, np.minimum(gemm_flops_per_s, x * ceiling), color="grey", lw=0.8, ls=":")
+        axis.plot(x, np.minimum(gemm_flops_per_s, x * ceiling), color="grey", lw=0.8, ls=":")
         knee = gemm_flops_per_s / ceiling
         axis.text(
             knee, gemm_flops_per_s / 3, "/".join(levels) + " ", ha="right", fontsize="x-small"
@@ -284,7 +283,7 @@ def roofline(
     used = set(points["roof_dtype"].to_pylist()) if "roof_dtype" in points.column_names else set()
     for dtype, peak in (dtype_roofs or {}).items():
         if dtype in used and peak != gemm_flops_per_s:
-            axis.loglog(x, np.minimum(peak, x * bandwidth_bytes_per_s), color="grey", lw=1, ls="--")
+            axis.plot(x, np.minimum(peak, x * bandwidth_bytes_per_s), color="grey", lw=1, ls="--")
             axis.text(x[-1], peak, f"{dtype} ", ha="right", va="bottom", fontsize="x-small")
     axis.text(  # over the flat roof, ending at the right edge: from the ridge it ran off the image
         x[-1],
@@ -337,6 +336,7 @@ def roofline(
     note = f"\n{hidden} op{'s' * (hidden > 1)} without known cost not shown" if hidden else ""
     if lifted:
         note += f"\nroofs lifted to the ops that beat them: {', '.join(lifted)}"
+    _plain_log_axes(axis)  # last: every loglog() sets the log scale's mathtext labels again
     axis.set(  # the note on a line of its own: on one line the title ran off the image
         xlabel="arithmetic intensity (FLOP/byte)",
         ylabel="achieved FLOP/s",
