@@ -20,16 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.session_bootstrap import ITERATION_FIGURES, bootstrap_effects
 from aaco_pipelines.tracelake.schema import BASELINES
 from aaco_pipelines.tracelake.store import TraceLake
 
 DEFAULT_LAST = 10  # sessions in a baseline chosen by model+target without a window
-BOOTSTRAP_CHUNK_ELEMENTS = 4_000_000  # bounds each block of resampled latencies to ~32 MB
-METRICS = {  # metric -> higher is worse
-    "latency_p50_ns": True,
-    "latency_p99_ns": True,
-    "throughput_per_s": False,
-}
+METRICS = ITERATION_FIGURES  # metric -> higher is worse
 
 SUMMARY_SQL = """
 SELECT list(session_id ORDER BY started_at, session_id) AS session_ids,
@@ -278,107 +274,10 @@ def compare_to_baseline(
     return BaselineComparison(name, session_id, metrics, parameters)
 
 
-@dataclass(frozen=True)
-class EffectSamples:
-    """Current against baseline on (p50, p99, throughput): the pooled values of each and the
-    bootstrap distribution of the effect in %, one row per resample."""
-
-    baseline: np.ndarray
-    current: np.ndarray
-    effects: np.ndarray  # resamples x 3
-    sizes: dict  # baseline sessions and iterations, current iterations
-
-
-def bootstrap_effects(
-    lake: TraceLake, baseline, session_id: str, resamples: int, seed: int
-) -> EffectSamples:
-    """The hierarchical bootstrap of a session's effect against a baseline (anything with a
-    `name` and `session_ids`: a stored Baseline, or the gate's ad-hoc reference): baseline
-    sessions, then their iterations; the current session's iterations."""
-    base, offsets, counts = _baseline_latencies(lake, baseline)
-    current = _session_latencies(lake, [session_id])
-    if current.size == 0:
-        raise AacoInputError(
-            f"session {session_id!r} has no measured iterations",
-            fix="compare a session that was measured (an ingested trace alone has none)",
-        )
-    rng = np.random.default_rng(seed)
-    base_stats = _resampled_latency_stats(base, offsets, counts, resamples, rng)
-    cur_stats = _resampled_latency_stats(
-        current, np.array([0]), np.array([current.size]), resamples, rng
-    )
-    return EffectSamples(
-        baseline=_latency_stats(base[None, :])[0],
-        current=_latency_stats(current[None, :])[0],
-        effects=(cur_stats - base_stats) / base_stats * 100.0,
-        sizes={
-            "baseline_sessions": int(counts.size),
-            "baseline_iterations": int(base.size),
-            "current_iterations": int(current.size),
-        },
-    )
-
-
 def _verdict(low: float, high: float, higher_is_worse: bool) -> str:
     if low <= 0.0 <= high:
         return "no_change"
     return "regression" if (low > 0.0) == higher_is_worse else "improvement"
-
-
-def _latency_stats(samples: np.ndarray) -> np.ndarray:
-    """Per row: p50, p99 (as the sessions table computes them) and throughput (1e9 / mean)."""
-    p50, p99 = np.percentile(samples, [50, 99], axis=1)
-    return np.column_stack([p50, p99, 1e9 / samples.mean(axis=1)])
-
-
-def _resampled_latency_stats(
-    values: np.ndarray,
-    offsets: np.ndarray,
-    counts: np.ndarray,
-    resamples: int,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Stats of `resamples` hierarchical resamples of the same size as `values`: sessions (given
-    by offsets / counts into `values`) drawn with replacement, then iterations within them."""
-    sessions, size = counts.size, values.size
-    rows = max(1, BOOTSTRAP_CHUNK_ELEMENTS // size)
-    blocks = []
-    for start in range(0, resamples, rows):
-        n = min(rows, resamples - start)
-        chosen = rng.integers(0, sessions, size=(n, sessions))
-        pick = np.take_along_axis(chosen, rng.integers(0, sessions, size=(n, size)), axis=1)
-        within = (rng.random((n, size)) * counts[pick]).astype(np.int64)
-        blocks.append(_latency_stats(values[offsets[pick] + within]))
-    return np.concatenate(blocks)
-
-
-def _session_latencies(lake: TraceLake, session_ids: Sequence[str]) -> np.ndarray:
-    table = lake.query(
-        "SELECT latency_ns FROM iterations WHERE pass = 'measured' "
-        "AND session_id IN (SELECT unnest($ids)) ORDER BY session_id, iteration",
-        {"ids": list(session_ids)},
-    )
-    return table["latency_ns"].to_numpy().astype(np.float64)
-
-
-def _baseline_latencies(
-    lake: TraceLake, baseline: Baseline
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pooled measured latencies of the baseline, with each session's offset and count."""
-    table = lake.query(
-        "SELECT session_id, latency_ns FROM iterations WHERE pass = 'measured' "
-        "AND session_id IN (SELECT unnest($ids)) ORDER BY session_id, iteration",
-        {"ids": list(baseline.session_ids)},
-    )
-    if table.num_rows == 0:
-        raise AacoInputError(
-            f"the sessions of baseline {baseline.name!r} have no measured iterations left",
-            fix="recreate the baseline (replace=True) from sessions still in the TraceLake",
-        )
-    sid = table["session_id"].to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(np.r_[True, sid[1:] != sid[:-1]])
-    counts = np.diff(np.r_[starts, sid.size])
-    return table["latency_ns"].to_numpy().astype(np.float64), starts, counts
 
 
 def check_comparable(lake: TraceLake, session_id: str, baseline: Baseline) -> None:

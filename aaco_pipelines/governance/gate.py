@@ -1,16 +1,28 @@
 """The CI gate: one answer to "is this session a regression against its baseline?", shaped for a
-CI job (regression, severity, confidence, deltas with CIs, suspected cause, what to do next).
+CI job (regression, severity, confidence, each metric's change with its CI and decision, suspected
+cause, what to do next).
 
-Decision. The p50 latency effect of the current session against the baseline, with the
-hierarchical bootstrap CI of `governance.baselines` (baseline sessions, then their iterations;
-the current session's iterations). A regression needs both: the CI excludes 0 on the slower side
-(the slowdown is real) and the effect is at least `threshold_pct` (it is worth failing a build).
+Decision. The gate decides on the metrics the Dagster drift check gates (series.GATED_METRICS):
+latency p50 and p99 and throughput, and a generation session's TTFT and TPOT p50, each with the
+hierarchical bootstrap CI of `governance.session_bootstrap` (baseline sessions, then their
+iterations or requests; the current session's). A metric regressed when both hold: the CI
+excludes 0 on its worse side (the change is real) and the effect is at least its threshold (it
+is worth failing a build): the gate's threshold T, or the metric's own session-to-session noise
+floor where that is larger (p99 10 %, throughput 5 %: series.NOISE_FLOORS). The session is a
+regression when any metric regressed; every metric's decision is reported, so a significant
+change is never hidden under "no regression". On a session whose measurement was judged suspect
+(measurement_quality), a p99 or throughput regression is "uncertain", not a regression: a
+preempted iteration moves the tail and the mean, not the median, and the gate says to measure
+again (or to compare side by side: governance.paired) rather than fail a build on the host's
+neighbours.
 
-Severity is the p50 effect in multiples of the threshold T: minor [T, 2T), major [2T, 5T),
-critical >= 5T (with T = 3 %: 3-6 %, 6-15 %, 15 % and more); "none" when not a regression.
+Severity is the worst regressed metric's effect in multiples of its threshold: minor [T, 2T),
+major [2T, 5T), critical >= 5T (with T = 3 %: 3-6 %, 6-15 %, 15 % and more); "none" when not a
+regression.
 
-Confidence is the bootstrap probability of the verdict: the share of resampled p50 effects at or
-above the threshold for a regression, below it otherwise (0.5: a coin flip at the threshold).
+Confidence is the bootstrap probability of the verdict: for a regression, the share of resampled
+effects of its worst metric at or beyond the threshold; otherwise the least, over the metrics, of
+the share below it (0.5: a coin flip at the threshold).
 
 Baseline, the first that applies: `baseline` names a stored baseline; else it is a session id
 (a one-session baseline) or a list of ids; else the pinned baseline of the model+target; else the
@@ -26,21 +38,32 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.baselines import (
-    bootstrap_effects,
-    check_comparable,
-    list_baselines,
-    pinned_baseline,
-)
+from aaco_pipelines.governance.baselines import check_comparable, list_baselines, pinned_baseline
 from aaco_pipelines.governance.generation_effects import generation_effects
 from aaco_pipelines.governance.root_cause import Suspect, explain_change
+from aaco_pipelines.governance.series import GATED_METRICS, NOISE_FLOORS
+from aaco_pipelines.governance.session_bootstrap import (
+    ITERATION_FIGURES,
+    REQUEST_FIGURES,
+    EffectSamples,
+    bootstrap_effects,
+    bootstrap_request_effects,
+)
 from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 PREVIOUS_SESSIONS = 5  # the baseline when nothing names one and none is pinned
 SEVERITY_BANDS = ((5.0, "critical"), (2.0, "major"), (1.0, "minor"))  # multiples of threshold
 TOP_SUSPECTS = 3
-P50, THROUGHPUT = 0, 2  # columns of baselines.EffectSamples
+# Moved by a preempted iteration where the median is not: on a suspect measurement, "uncertain".
+TAIL_METRICS = ("latency_p99_ns", "throughput_per_s")
+METRIC_UNITS = {  # metric -> (name in the figures, scale from the stored unit)
+    "latency_p50_ns": ("ms", 1e-6),
+    "latency_p99_ns": ("ms", 1e-6),
+    "throughput_per_s": ("per_s", 1.0),
+    "ttft_p50_ns": ("ms", 1e-6),
+    "tpot_p50_ns": ("ms", 1e-6),
+}
 
 RECOMMENDATIONS = {
     "model_version": "bisect the model change ({before} -> {after}): compare the two versions' "
@@ -99,25 +122,40 @@ class GateVerdict:
     generation: dict | None = None
     # sessions on either side whose measurement was judged suspect: session id -> its reasons
     suspect_measurements: dict[str, list[str]] = field(default_factory=dict)
+    # every gated metric the session has: its change, CI, threshold and decision (MetricDecision)
+    metrics: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def changes_not_decided(self) -> list[str]:
-        """Changes the verdict does not decide on but that pass its own test (the CI clear of 0
-        and the effect beyond the threshold): a throughput drop the p50 cannot see is named,
-        never left under "no regression". One phrase each."""
-        t, threshold = self.throughput_delta_pct, self.threshold_pct
-        figure = f"throughput {t['effect_pct']:+.2f} % [{t['ci_low']:+.2f}, {t['ci_high']:+.2f}]"
-        if t["ci_high"] < 0.0 and t["effect_pct"] <= -threshold and not self.regression:
-            return [
-                f"{figure}: the mean latency rose (a heavier tail, or stalls) where the p50 "
-                "did not, and the gate decides on the p50"
-            ]
-        p50_faster = self.evidence.get("decided_by") == "faster"
-        if t["ci_low"] > 0.0 and t["effect_pct"] >= threshold and not p50_faster:
-            return [f"{figure}: the mean latency fell where the p50 did not"]
-        return []
+    @property
+    def regressed(self) -> list[str]:
+        """The metrics that regressed, worst first."""
+        return list(self.evidence.get("decided_on", []))
+
+    @property
+    def uncertain(self) -> list[str]:
+        """The metrics that would have regressed on a measurement not judged suspect."""
+        return [m for m, d in self.metrics.items() if d["decision"] == "uncertain"]
+
+
+@dataclass(frozen=True)
+class MetricDecision:
+    """One gated metric's change: the effect in % with its CI, the threshold it was held to
+    (the gate's, or the metric's noise floor), the bootstrap probability of a regression and
+    the decision: regression | uncertain | below_threshold | no_change | improvement."""
+
+    metric: str
+    higher_is_worse: bool
+    baseline: float
+    current: float
+    effect_pct: float
+    ci_low: float
+    ci_high: float
+    threshold_pct: float
+    p_regression: float
+    decision: str
+    severity: str
 
 
 def gate_verdict(
@@ -137,32 +175,35 @@ def gate_verdict(
         raise AacoInputError(f"confidence must be in (0, 1), got {confidence}", fix="e.g. 0.95")
     current = resolve_session(lake, current_session_id)
     reference = resolve_reference(lake, current, baseline)
-    tail = (1.0 - confidence) / 2.0
-    latency, throughput, p50_effects, sizes = _effects(
-        lake, reference, current, resamples, seed, tail
-    )
-    low, high, effect = latency["ci_low"], latency["ci_high"], latency["effect_pct"]
-    regression = low > 0.0 and effect >= threshold_pct
-    p_regression = float(np.mean(p50_effects >= threshold_pct))
+    suspect = suspect_measurements(lake, [current, *reference.session_ids])
+    samples = _bootstrapped(lake, reference, current, resamples, seed)
+    metrics = decide_metrics(samples, threshold_pct, confidence, current_suspect=current in suspect)
+    regressed = [m for m in metrics.values() if m.decision == "regression"]
+    worst = max(regressed, key=_badness, default=None)
+    p50 = metrics["latency_p50_ns"]
     suspects = explain_change(lake, reference.session_ids, current)
     return GateVerdict(
-        regression=regression,
-        severity=severity(effect, threshold_pct) if regression else "none",
-        confidence=p_regression if regression else 1.0 - p_regression,
+        regression=worst is not None,
+        severity=worst.severity if worst else "none",
+        confidence=worst.p_regression if worst else _confidence_of_none(metrics),
         session_id=current,
         model_slug=reference.model_slug,
         target=reference.target,
         threshold_pct=threshold_pct,
         baseline=asdict(reference) | {"n_sessions": len(reference.session_ids)},
-        latency_delta_pct=latency,
-        throughput_delta_pct=throughput,
+        latency_delta_pct=_figure(p50),
+        throughput_delta_pct=_figure(metrics["throughput_per_s"]),
         suspected_cause=_suspect(suspects[0]),
         suspects=[_suspect(s) for s in suspects[:TOP_SUSPECTS]],
-        evidence=_evidence(low, high, effect, threshold_pct, confidence, resamples, sizes)
-        | {"noise_sd_pct": _noise_pct(suspects[0], latency["baseline_ms"])},
-        recommendation=recommendation(regression, suspects[0], low, high, effect, threshold_pct),
+        evidence=_evidence(p50, confidence, resamples, samples)
+        | {
+            "decided_on": [m.metric for m in sorted(regressed, key=_badness, reverse=True)],
+            "noise_sd_pct": _noise_pct(suspects[0], p50.baseline * 1e-6),
+        },
+        recommendation=recommendation(worst, suspects[0], metrics),
         generation=generation_effects(lake, list(reference.session_ids), current),
-        suspect_measurements=suspect_measurements(lake, [current, *reference.session_ids]),
+        suspect_measurements=suspect,
+        metrics={name: asdict(m) for name, m in metrics.items()},
     )
 
 
@@ -184,18 +225,28 @@ def severity(effect_pct: float, threshold_pct: float) -> str:
     return "none"
 
 
-def recommendation(
-    regression: bool, top: Suspect, low: float, high: float, effect: float, threshold: float
-) -> str:
+def recommendation(worst: MetricDecision | None, top: Suspect, metrics: dict) -> str:
     """One sentence: what to do about the most probable cause, or why nothing needs doing."""
-    if regression:
+    if worst is not None:
         text = RECOMMENDATIONS.get(top.kind, RECOMMENDATIONS["unexplained"])
         return text.format(name=top.name, before=top.before or "-", after=top.after or "-")
+    uncertain = [m for m in metrics.values() if m.decision == "uncertain"]
+    if uncertain:
+        changes = ", ".join(f"{_label(m.metric)} {m.effect_pct:+.1f} %" for m in uncertain)
+        return (
+            f"measure again on a quiet host, or side by side (aaco diff --paired): {changes} "
+            "rests on a measurement judged suspect"
+        )
+    p50 = metrics["latency_p50_ns"]
+    effect, low, high = p50.effect_pct, p50.ci_low, p50.ci_high
     if high < 0.0:
         return f"no action: the session is faster ({effect:+.1f} % p50)"
     if low <= 0.0:
         return f"no action: the p50 change ({effect:+.1f} %) is within the confidence interval of 0"
-    return f"no action: the p50 slowdown ({effect:+.1f} %) is below the {threshold:g} % threshold"
+    return (
+        f"no action: the p50 slowdown ({effect:+.1f} %) is below the {p50.threshold_pct:g} % "
+        "threshold"
+    )
 
 
 # --- the baseline ----------------------------------------------------------------------------
@@ -291,55 +342,123 @@ def _session_row(lake: TraceLake, session_id: str) -> dict:
 # --- effects -------------------------------------------------------------------------------
 
 
-def _effects(
-    lake: TraceLake, reference: Reference, current: str, resamples: int, seed: int, tail: float
-) -> tuple[dict, dict, np.ndarray, dict]:
-    """p50 and throughput effects (%) with their CIs, from the bootstrap compare_to_baseline
-    also uses; the bootstrap distribution of the p50 effect; and the sizes the bootstrap saw."""
+def _bootstrapped(
+    lake: TraceLake, reference: Reference, current: str, resamples: int, seed: int
+) -> dict[str, tuple[EffectSamples, int]]:
+    """metric -> (its bootstrap, its column there), for every gated metric the session has."""
     sampled = bootstrap_effects(lake, reference, current, resamples, seed)
-    b, c, effects = sampled.baseline, sampled.current, sampled.effects
-    latency = _effect(b[P50], c[P50], effects[:, P50], tail, "ms", 1e-6)
-    throughput = _effect(b[THROUGHPUT], c[THROUGHPUT], effects[:, THROUGHPUT], tail, "per_s", 1.0)
-    return latency, throughput, effects[:, P50], sampled.sizes
+    out = {metric: (sampled, i) for i, metric in enumerate(ITERATION_FIGURES)}
+    scenario = lake.query(
+        "SELECT scenario FROM session_records WHERE session_id = $sid", {"sid": current}
+    )["scenario"][0].as_py()
+    if scenario is not None:
+        requests = bootstrap_request_effects(
+            lake, reference.session_ids, current, scenario, resamples, seed
+        )
+        for i, metric in enumerate(REQUEST_FIGURES if requests else ()):
+            if np.isfinite(requests.baseline[i]) and np.isfinite(requests.current[i]):
+                out[metric] = (requests, i)
+    return {metric: out[metric] for metric in GATED_METRICS if metric in out}
 
 
-def _effect(
-    before: float, after: float, samples: np.ndarray, tail: float, unit: str, scale: float
-) -> dict:
-    low, high = np.quantile(samples, [tail, 1.0 - tail])
+def decide_metrics(
+    samples: dict[str, tuple[EffectSamples, int]],
+    threshold_pct: float,
+    confidence: float,
+    current_suspect: bool = False,
+) -> dict[str, MetricDecision]:
+    """Each metric's decision (see the module docstring)."""
+    tail = (1.0 - confidence) / 2.0
+    decisions = {}
+    for metric, (sampled, column) in samples.items():
+        worse = ITERATION_FIGURES.get(metric, REQUEST_FIGURES.get(metric, True))
+        threshold = max(threshold_pct, NOISE_FLOORS.get(metric, 0.0) * 100.0)
+        effects = sampled.effects[:, column]
+        effects = effects[np.isfinite(effects)]
+        low, high = (float(v) for v in np.quantile(effects, [tail, 1.0 - tail]))
+        before, after = float(sampled.baseline[column]), float(sampled.current[column])
+        effect = (after - before) / before * 100.0
+        sign = 1.0 if worse else -1.0  # effects measured towards "worse"
+        p_regression = float(np.mean(sign * effects >= threshold))
+        decision = _decide(sign * effect, sorted((sign * low, sign * high)), threshold)
+        if decision == "regression" and current_suspect and metric in TAIL_METRICS:
+            decision = "uncertain"
+        decisions[metric] = MetricDecision(
+            metric, worse, before, after, effect, low, high, threshold, p_regression, decision,
+            severity(sign * effect, threshold) if decision == "regression" else "none",
+        )  # fmt: skip
+    return decisions
+
+
+def _decide(worse_effect: float, worse_ci: list[float], threshold: float) -> str:
+    low, high = worse_ci
+    if high < 0.0:
+        return "improvement"
+    if low <= 0.0:
+        return "no_change"
+    return "regression" if worse_effect >= threshold else "below_threshold"
+
+
+SEVERITY_RANK = {"none": 0, "minor": 1, "major": 2, "critical": 3}
+
+
+def _badness(m: MetricDecision) -> tuple[int, float]:
+    """Worse: a higher severity, then a larger effect in multiples of its threshold."""
+    worse_effect = m.effect_pct if m.higher_is_worse else -m.effect_pct
+    return SEVERITY_RANK[m.severity], worse_effect / m.threshold_pct
+
+
+def _confidence_of_none(metrics: dict[str, MetricDecision]) -> float:
+    """No regression: the least probability, over the metrics, that it did not regress."""
+    return min(1.0 - m.p_regression for m in metrics.values())
+
+
+def _figure(m: MetricDecision) -> dict:
+    """The effect as latency_delta_pct / throughput_delta_pct have always carried it."""
+    unit, scale = METRIC_UNITS[m.metric]
     return {
-        "effect_pct": float((after - before) / before * 100.0),
-        "ci_low": float(low),
-        "ci_high": float(high),
-        f"baseline_{unit}": float(before * scale),
-        f"current_{unit}": float(after * scale),
+        "effect_pct": m.effect_pct,
+        "ci_low": m.ci_low,
+        "ci_high": m.ci_high,
+        f"baseline_{unit}": m.baseline * scale,
+        f"current_{unit}": m.current * scale,
     }
+
+
+def _label(metric: str) -> str:
+    return {
+        "latency_p50_ns": "p50",
+        "latency_p99_ns": "p99",
+        "throughput_per_s": "throughput",
+        "ttft_p50_ns": "TTFT p50",
+        "tpot_p50_ns": "TPOT p50",
+    }[metric]
 
 
 # --- reporting --------------------------------------------------------------------------------
 
 
 def _evidence(
-    low: float,
-    high: float,
-    effect: float,
-    threshold: float,
+    p50: MetricDecision,
     confidence: float,
     resamples: int,
-    sizes: dict,
+    samples: dict[str, tuple[EffectSamples, int]],
 ) -> dict:
-    if high < 0.0:
-        decided_by = "faster"  # the CI excludes 0 on the faster side
-    elif low <= 0.0:
-        decided_by = "ci_includes_zero"
-    elif effect < threshold:
-        decided_by = "below_threshold"
-    else:
-        decided_by = "ci_and_threshold"  # a regression
+    """How the p50 was decided (decided_by), the test, and the sizes each bootstrap saw."""
+    decided_by = {
+        "improvement": "faster",  # the CI excludes 0 on the faster side
+        "no_change": "ci_includes_zero",
+        "below_threshold": "below_threshold",
+        "regression": "ci_and_threshold",
+    }[p50.decision]
+    sizes = {}
+    for sampled, _ in samples.values():
+        sizes |= sampled.sizes
     return {
         "decided_by": decided_by,
-        "test": f"hierarchical bootstrap {confidence:.0%} CI of the p50 effect, {resamples} "
-        "resamples (baseline sessions, then iterations; current iterations)",
+        "test": f"hierarchical bootstrap {confidence:.0%} CI of each metric's effect, "
+        f"{resamples} resamples (baseline sessions, then iterations or requests; the current "
+        "session's)",
         **sizes,
     }
 

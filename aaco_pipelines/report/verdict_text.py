@@ -3,14 +3,34 @@
 
 from __future__ import annotations
 
+METRIC_ROWS = {  # gated metric -> (row name, scale, unit)
+    "latency_p50_ns": ("p50 latency", 1e-6, "ms"),
+    "latency_p99_ns": ("p99 latency", 1e-6, "ms"),
+    "throughput_per_s": ("throughput", 1.0, "/s"),
+    "ttft_p50_ns": ("TTFT p50", 1e-6, "ms"),
+    "tpot_p50_ns": ("TPOT p50", 1e-6, "ms"),
+}
+HEADLINE_NAMES = {"latency_p50_ns": "p50", "latency_p99_ns": "p99"}  # else the row's name
+DECISION_TEXT = {
+    "regression": "REGRESSION",
+    "uncertain": "uncertain: a regression on a suspect measurement",
+    "below_threshold": "below its threshold",
+    "no_change": "no change",
+    "improvement": "improvement",
+}
+
 
 def diff_text(v) -> str:
-    """A GateVerdict as a headline and an aligned table."""
-    p50, tput, b = v.latency_delta_pct, v.throughput_delta_pct, v.baseline
-    undecided = v.changes_not_decided()
+    """A GateVerdict as a headline and an aligned table, one row per gated metric with its
+    decision."""
+    b = v.baseline
     head = f"REGRESSION ({v.severity})" if v.regression else "no regression"
-    if undecided and not v.regression:
-        head = "no p50 regression, but a change the gate does not decide on"
+    if v.uncertain and not v.regression:
+        head = (
+            "no regression decided, "
+            + ", ".join(_headline_name(m) for m in v.uncertain)
+            + " uncertain"
+        )
     suspect = v.suspect_measurements
     if v.session_id in suspect:
         head += ", on a suspect measurement (measure again)"
@@ -20,26 +40,40 @@ def diff_text(v) -> str:
     cells = [
         ("session", f"{v.session_id} ({v.model_slug} on {v.target})"),
         ("baseline", f"{b['name']} ({b['source']}, {sessions})"),
-        ("p50 latency", f"{p50['baseline_ms']:.4f} ms -> {p50['current_ms']:.4f} ms  "
-         f"{p50['effect_pct']:+.2f} % [{p50['ci_low']:+.2f}, {p50['ci_high']:+.2f}]"),
-        ("throughput", f"{tput['baseline_per_s']:.1f} /s -> {tput['current_per_s']:.1f} /s  "
-         f"{tput['effect_pct']:+.2f} % [{tput['ci_low']:+.2f}, {tput['ci_high']:+.2f}]"),
+        *(metric_cell(m) for m in v.metrics.values()),
         ("confidence", f"{v.confidence:.2f}"),
         ("suspected", suspect_text(v.suspected_cause)),
         ("also", others),
-        ("decided by", f"{v.evidence['decided_by']}: {v.evidence['test']}"),
+        ("decided by", v.evidence["test"]),
         ("noise", f"session-to-session sd {noise:.1f} % of p50" if noise is not None else "-"),
         ("recommendation", v.recommendation),
-    ]  # fmt: skip
-    if undecided:
-        cells[4:4] = [("not decided", "; ".join(undecided))]
+    ]
     if suspect:
         cells[2:2] = [("measurement", measurement_text(v.session_id, suspect, b["n_sessions"]))]
-    if v.generation is not None:
-        cells[4:4] = generation_cells(v.generation)
-    title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % vs {b['name']} "
-    title += f"(threshold {v.threshold_pct:g} %)"
+    if v.generation is not None:  # after the metrics' rows
+        after_metrics = 2 + bool(suspect) + len(v.metrics)
+        cells[after_metrics:after_metrics] = generation_cells(v.generation)
+    shown = v.metrics[(v.regressed or v.uncertain or ["latency_p50_ns"])[0]]
+    title = f"{head}: {v.model_slug} {_headline_name(shown['metric'])} "
+    title += f"{shown['effect_pct']:+.2f} % vs {b['name']} (threshold {shown['threshold_pct']:g} %)"
     return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
+
+
+def _headline_name(metric: str) -> str:
+    return HEADLINE_NAMES.get(metric, METRIC_ROWS[metric][0])
+
+
+def metric_cell(m: dict) -> tuple[str, str]:
+    """A gated metric's row: both values, the effect with its CI, and the decision."""
+    name, scale, unit = METRIC_ROWS[m["metric"]]
+    decision = DECISION_TEXT[m["decision"]]
+    if m["decision"] == "regression":
+        decision += f" ({m['severity']})"
+    return (
+        name,
+        f"{m['baseline'] * scale:.4g} {unit} -> {m['current'] * scale:.4g} {unit}  "
+        f"{m['effect_pct']:+.2f} % [{m['ci_low']:+.2f}, {m['ci_high']:+.2f}]  {decision}",
+    )
 
 
 def measurement_text(session_id: str, suspect: dict[str, list[str]], baseline_n: int) -> str:
@@ -56,9 +90,7 @@ def measurement_text(session_id: str, suspect: dict[str, list[str]], baseline_n:
 def generation_cells(g: dict) -> list[tuple[str, str]]:
     """A generation session's figures and where its TTFT change went, as diff table rows."""
     cells = []
-    for key, label, scale, unit in (
-        ("ttft_p50_ns", "TTFT p50", 1e-6, "ms"),
-        ("tpot_p50_ns", "TPOT p50", 1e-6, "ms"),
+    for key, label, scale, unit in (  # TTFT and TPOT p50 have their rows among the metrics
         ("itl_p99_ns", "ITL p99", 1e-6, "ms"),
         ("output_tokens_per_s", "tokens/s", 1.0, "/s"),
     ):

@@ -386,8 +386,15 @@ def _diff_explains_the_ttft_change(paths: AacoPaths, baseline: list[str], curren
     assert explained["ttft_mean_delta_ms"] > 0.0
     assert explained["prefill_kernel_ms"] > 0.0
     assert explained["dominant"] != "queueing"
+    # Decided on, as the Dagster check gates them: a request-level bootstrap of TTFT and TPOT.
+    tpot = verdict.metrics["tpot_p50_ns"]
+    assert tpot["decision"] == "regression" and tpot["ci_low"] > 0.0
+    assert "ttft_p50_ns" in verdict.metrics and verdict.regression
+    assert verdict.evidence["current_requests"] > 0
     text = diff_text(verdict)
-    assert "TTFT change" in text and "prefill kernel" in text and "TPOT p50" in text
+    assert "TTFT change" in text and "prefill kernel" in text
+    (row,) = [line for line in text.splitlines() if line.split()[:2] == ["TPOT", "p50"]]
+    assert "REGRESSION" in row
 
 
 # --- the convention, as real exporters write it ------------------------------------------------
