@@ -3,8 +3,12 @@ samples are, the fast sidecars, and functions that put models, sessions and byte
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -200,3 +204,24 @@ def synthetic_envelope(
             for level, (value, capacity) in (caches or {}).items()
         },
     )
+
+
+@contextlib.contextmanager
+def busy_loops(count: int | None = None, cores: list[int] | None = None):
+    """`count` processes spinning on the CPU (default: one per core this process may use), for
+    as long as the block runs: a test about contention makes its own, whatever the host does.
+    With `cores`, one spins pinned to each of them instead, so exactly those cores are busy."""
+    if cores is None:
+        cores = [None] * (len(os.sched_getaffinity(0)) if count is None else count)
+    hogs = []
+    try:
+        for core in cores:
+            hogs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
+            if core is not None:
+                os.sched_setaffinity(hogs[-1].pid, {core})
+        time.sleep(0.2)  # scheduled and spinning before the measurement starts
+        yield hogs
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

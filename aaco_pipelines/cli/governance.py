@@ -18,13 +18,25 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
 
+    lake = open_lake(paths.tracelake)
     verdict = gate_verdict(
-        open_lake(paths.tracelake),
+        lake,
         args.current,
         baseline=args.baseline,
         threshold_pct=args.threshold,
         confidence=args.confidence,
     )
+    if args.paired:
+        from aaco_pipelines.governance.paired import judge_side_by_side
+
+        print(
+            f"aaco: measuring {verdict.model_slug}'s baseline version and this session's side "
+            f"by side ({args.rounds} interleaved rounds)",
+            file=sys.stderr,
+        )
+        verdict = judge_side_by_side(
+            verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
+        )
     print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
     return 1 if args.fail_on_regression and verdict.regression else 0
 
@@ -41,6 +53,15 @@ def add_diff_parser(sub) -> None:
     diff.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
     diff.add_argument(
         "--fail-on-regression", action="store_true", help="exit 1 when it is a regression"
+    )
+    diff.add_argument(
+        "--paired",
+        action="store_true",
+        help="decide on the baseline's model version and this session's measured again side by "
+        "side, interleaved on this host now (a busy host hits both alike)",
+    )
+    diff.add_argument(
+        "--rounds", type=int, default=20, help="with --paired: interleaved rounds (20)"
     )
     diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
     diff.set_defaults(func=cmd_diff)

@@ -74,8 +74,9 @@ RECOMMENDATIONS = {
     "provider that fails to load falls back to a slower one",
     "clocks": "check throttling and the power cap ({name}: {before} -> {after}), then re-run on "
     "an idle, cool device",
-    "host_contention": "measure again with the host to itself: other processes took {before} "
-    "of its CPU while the baseline was measured and {after} while this session was",
+    "host_contention": "decide side by side (aaco diff --paired), or measure again with the host "
+    "to itself: other processes took {before} of its CPU while the baseline was measured and "
+    "{after} while this session was",
     "op_time": "profile op type {name} ({before} -> {after} per iteration): its kernels or "
     "their selection changed",
     "kernel_count": "find why {name} launches more kernels ({before} -> {after}): a fusion or "
@@ -84,8 +85,8 @@ RECOMMENDATIONS = {
     "choice or a fallback path",
     "vanished_kernels": "inspect the kernels this session no longer runs ({name}): a fast path "
     "may have been lost",
-    "noise": "re-run; the difference is within session-to-session noise (more iterations or "
-    "--laboratory make the next verdict sharper)",
+    "noise": "decide side by side (aaco diff --paired), or re-run; the difference is within "
+    "session-to-session noise (more iterations or --laboratory make the next verdict sharper)",
     "unexplained": "re-run with profiling in laboratory mode: none of the recorded changes "
     "(model, runtime, providers, clocks, ops, kernels) explains the slowdown",
 }
@@ -124,6 +125,8 @@ class GateVerdict:
     suspect_measurements: dict[str, list[str]] = field(default_factory=dict)
     # every gated metric the session has: its change, CI, threshold and decision (MetricDecision)
     metrics: dict[str, dict] = field(default_factory=dict)
+    # the side-by-side re-measurement that decided instead, when asked for (governance.paired)
+    paired: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -380,7 +383,7 @@ def decide_metrics(
         effect = (after - before) / before * 100.0
         sign = 1.0 if worse else -1.0  # effects measured towards "worse"
         p_regression = float(np.mean(sign * effects >= threshold))
-        decision = _decide(sign * effect, sorted((sign * low, sign * high)), threshold)
+        decision = decide(sign * effect, sorted((sign * low, sign * high)), threshold)
         if decision == "regression" and current_suspect and metric in TAIL_METRICS:
             decision = "uncertain"
         decisions[metric] = MetricDecision(
@@ -390,7 +393,8 @@ def decide_metrics(
     return decisions
 
 
-def _decide(worse_effect: float, worse_ci: list[float], threshold: float) -> str:
+def decide(worse_effect: float, worse_ci: list[float], threshold: float) -> str:
+    """A change towards worse (effect and CI in %, + is worse) against its threshold."""
     low, high = worse_ci
     if high < 0.0:
         return "improvement"

@@ -134,6 +134,18 @@ def remove_snapshot(snapshot: Path) -> None:
         snapshot.unlink(missing_ok=True)
 
 
+def stored_snapshot(store: Path, sha256: str) -> Path | None:
+    """The snapshot of a content hash in the store (one file, or a folder's model.onnx with its
+    external weights), None when the store has none. The hash is checked to be one, so a hash
+    read from a file cannot name a path outside the store."""
+    if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+        return None
+    for candidate in (store / f"{sha256}.onnx", store / sha256 / SNAPSHOT_MODEL_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def snapshot_model_file(source: Path, store: Path) -> tuple[Path, str]:
     """Copy `source` into the content-addressed store; returns (snapshot path, sha256).
 

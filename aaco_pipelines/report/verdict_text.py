@@ -53,10 +53,32 @@ def diff_text(v) -> str:
     if v.generation is not None:  # after the metrics' rows
         after_metrics = 2 + bool(suspect) + len(v.metrics)
         cells[after_metrics:after_metrics] = generation_cells(v.generation)
+    if v.paired is not None:
+        cells[2:2] = [("side by side", paired_text(v.paired))]
+        p50 = v.paired["latency_p50"]
+        title = f"{head}: {v.model_slug} p50 {p50['effect_pct']:+.2f} % side by side with "
+        title += f"{b['name']}'s version (threshold {v.threshold_pct:g} %)"
+        return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
     shown = v.metrics[(v.regressed or v.uncertain or ["latency_p50_ns"])[0]]
     title = f"{head}: {v.model_slug} {_headline_name(shown['metric'])} "
     title += f"{shown['effect_pct']:+.2f} % vs {b['name']} (threshold {shown['threshold_pct']:g} %)"
     return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
+
+
+def paired_text(p: dict) -> str:
+    """The side-by-side measurement that decided: its p50 change, CI, rounds and decision."""
+    p50, decision = p["latency_p50"], DECISION_TEXT[p["decision"]]
+    if p["decision"] == "regression":
+        decision += f" ({p['severity']})"
+    same = "the same version" if p["baseline_sha256"] == p["current_sha256"] else (
+        f"{p['baseline_sha256'][:12]} -> {p['current_sha256'][:12]}"
+    )  # fmt: skip
+    return (
+        f"p50 {p50['baseline_ms']:.4g} ms -> {p50['current_ms']:.4g} ms  "
+        f"{p50['effect_pct']:+.2f} % [{p50['ci_low']:+.2f}, {p50['ci_high']:+.2f}]  {decision}; "
+        f"{p['rounds']} interleaved rounds of {p['block_iterations']} iterations, {same} "
+        f"(this verdict's decision; the rows below are the stored sessions')"
+    )
 
 
 def _headline_name(metric: str) -> str:

@@ -78,6 +78,26 @@ def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
     assert code == 2 and "no TraceLake" in err and not (tmp_path / "missing.duckdb").exists()
 
 
+def test_diff_paired_decides_side_by_side(mlp_swap_session_ids, capsys):
+    """--paired measures the baseline's version and this session's again, interleaved, and
+    decides on that: the slower replacement fails the gate, one copy of the tiny MLP against
+    another passes it."""
+    t0, t1, slower = mlp_swap_session_ids
+    code, out, err = _run(
+        capsys, "diff", "--baseline", t0, "--current", slower, "--paired", "--rounds", "6",
+        "--fail-on-regression",
+    )  # fmt: skip
+    assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
+    assert "side by side with session" in out.splitlines()[0] and "6 interleaved rounds" in out
+    assert "side by side (6 interleaved rounds)" in err
+    code, out, _ = _run(
+        capsys, "diff", "--json", "--baseline", t0, "--current", t1, "--paired", "--rounds", "6"
+    )
+    verdict = json.loads(out)
+    assert code == 0 and verdict["paired"]["baseline_sha256"] == verdict["paired"]["current_sha256"]
+    assert verdict["paired"]["decision"] != "regression" and not verdict["regression"]
+
+
 def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
     t0, t1, slower = mlp_swap_session_ids
     code, out, _ = _run(

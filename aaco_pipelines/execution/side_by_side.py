@@ -1,0 +1,166 @@
+"""Two model versions measured side by side: one process, the same inputs, interleaved blocks.
+
+A comparison of two sessions measured an hour apart also compares the host at those two times:
+a neighbour that took the cores during one of them is a "regression". Measured side by side, A
+and B run in alternating blocks (A B B A, A B B A, ...: the mirrored order cancels a slow drift
+of the host within a pair of rounds), each block long enough to hold several iterations, so
+whatever the host does hits both versions alike and a paired statistic per round cancels it.
+This is how trace-based bisection tools compare two builds.
+
+Each version is opened exactly as its session's request opened it (providers, graph
+optimization level, disabled optimizers, laboratory threads) and fed the inputs its request
+names, from the same seed. The first iteration of every block is not kept: the other session's
+thread pool may still be spinning down from its block.
+
+Started as `python -m aaco_pipelines.execution.side_by_side JOB.json` by `measure_side_by_side`,
+in a process of its own like every measurement, so a crash cannot take the caller down. It
+writes RESULT.json beside the job: each version's latencies (ns) per round.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from aaco_pipelines.bundle import write_json
+from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
+from aaco_pipelines.execution.lifeline import watch_parent
+from aaco_pipelines.execution.measuring_process import progress
+from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
+from aaco_pipelines.graph.inputs import make_inputs
+from aaco_pipelines.registry.sidecar import InputSpec
+
+WARMUP_ITERATIONS = 5
+BLOCK_SECONDS = 0.05  # a block at least this long, so a round's median rests on many iterations
+MIN_BLOCK_ITERATIONS = 5
+DEFAULT_ROUNDS = 20
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Each version's kept latencies (ns), one array per round, and how they were taken."""
+
+    a: list[np.ndarray]
+    b: list[np.ndarray]
+    block_iterations: int
+    order: str  # e.g. "ABBA ABBA ..."
+
+
+def measure_side_by_side(
+    request_a: dict, request_b: dict, rounds: int = DEFAULT_ROUNDS, timeout_s: float = 900.0
+) -> SideBySide:
+    """Run the two session requests (as their bundles' request.json hold them) side by side in
+    a measuring process of their own."""
+    if rounds < 2:
+        raise AacoInputError(f"side by side needs 2 rounds or more, got {rounds}", fix="e.g. 20")
+    with tempfile.TemporaryDirectory(prefix="aaco-side-by-side-") as tmp:
+        job = Path(tmp) / "job.json"
+        write_json(job, {"a": request_a, "b": request_b, "rounds": rounds})
+        done = subprocess.run(
+            [sys.executable, "-m", "aaco_pipelines.execution.side_by_side", str(job)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        result = Path(tmp) / "result.json"
+        if done.returncode != 0 or not result.is_file():
+            error = _error(Path(tmp) / "error.json")
+            if error and error["type"] == "AacoInputError":
+                raise AacoInputError(error["problem"], path=error.get("path"), fix=error.get("fix"))
+            raise WorkerFailure(
+                "the side-by-side measurement failed: "
+                + (f"{error['type']}: {error['problem']}" if error else done.stderr[-2000:])
+            )
+        data = json.loads(result.read_text())
+    return SideBySide(
+        a=[np.asarray(r, dtype=np.float64) for r in data["a"]],
+        b=[np.asarray(r, dtype=np.float64) for r in data["b"]],
+        block_iterations=data["block_iterations"],
+        order=data["order"],
+    )
+
+
+def _error(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+# --- the measuring process ------------------------------------------------------------------
+
+
+def run_side_by_side(job: dict) -> dict:
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
+    sessions, feeds = {}, {}
+    for side in ("a", "b"):
+        request = {**job[side], "resolved_providers": resolve_providers(ort, job[side])}
+        sessions[side] = create_session(ort, request, session_options(ort, request))
+        feeds[side] = make_inputs(_specs(request), seed=request["seed"])
+        _block(sessions[side], feeds[side], WARMUP_ITERATIONS)
+    block = _block_iterations(sessions, feeds)
+    progress(f"side by side: {job['rounds']} rounds of {block} iterations each")
+    kept: dict[str, list[list[int]]] = {"a": [], "b": []}
+    order = []
+    for round_ in range(job["rounds"]):
+        sides = ("a", "b") if round_ % 2 == 0 else ("b", "a")  # A B, B A, A B, ...
+        for side in sides:
+            kept[side].append(_block(sessions[side], feeds[side], block + 1)[1:])
+        order.append("".join(sides).upper())
+    return {**kept, "block_iterations": block, "order": " ".join(order)}
+
+
+def _specs(request: dict) -> dict[str, InputSpec]:
+    return {
+        name: InputSpec(**{**s, "shape": tuple(s["shape"])})
+        for name, s in request["inputs"].items()
+    }
+
+
+def _block(session, feeds: dict, count: int) -> list[int]:
+    run, clock, latencies = session.run, time.perf_counter_ns, []
+    for _ in range(count):
+        t0 = clock()
+        run(None, feeds)
+        latencies.append(clock() - t0)
+    return latencies
+
+
+def _block_iterations(sessions: dict, feeds: dict) -> int:
+    """Iterations a block holds: BLOCK_SECONDS of the slower version, at least
+    MIN_BLOCK_ITERATIONS (the same count for both, so a round compares like with like)."""
+    slowest = max(float(np.median(_block(sessions[s], feeds[s], 3))) for s in sessions)
+    return max(MIN_BLOCK_ITERATIONS, int(BLOCK_SECONDS * 1e9 / max(slowest, 1.0)))
+
+
+def main(argv: list[str]) -> int:
+    watch_parent()
+    job_path = Path(argv[1])
+    out = job_path.parent
+    job = json.loads(job_path.read_text())
+    try:
+        lab = job["b"].get("laboratory")
+        if lab:  # the current session's cores, for both versions
+            pin_current_process(LaboratorySettings(tuple(lab["cores"]), lab["intra_op_threads"]))
+        write_json(out / "result.json", run_side_by_side(job))
+        return 0
+    except AacoInputError as exc:
+        write_json(
+            out / "error.json",
+            {"type": "AacoInputError", "problem": exc.problem, "path": exc.path, "fix": exc.fix},
+        )
+        return 2
+    except Exception as exc:  # noqa: BLE001 - reported to the caller with its type
+        write_json(out / "error.json", {"type": type(exc).__name__, "problem": str(exc)})
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

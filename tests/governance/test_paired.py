@@ -1,0 +1,93 @@
+"""The gate's side-by-side decision (aaco diff --paired): the baseline's model version and the
+current one measured again together, interleaved, decide instead of two sessions measured apart.
+A slower version is a regression side by side too; the same version is not, even with the host
+made busy by the test while it measures; a paired statistic cancels what hits both alike."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.execution.side_by_side import SideBySide
+from aaco_pipelines.governance.gate import gate_verdict
+from aaco_pipelines.governance.paired import judge_side_by_side, paired_comparison
+from aaco_pipelines.report.verdict_text import diff_text
+from aaco_pipelines.tracelake.store import TraceLake
+from tests.helpers import busy_loops, copy_home
+
+ROUNDS = 12
+
+
+@pytest.fixture(scope="module")
+def swap(mlp_swap_template, tmp_path_factory):
+    template, ids = mlp_swap_template
+    paths = copy_home(template, tmp_path_factory.mktemp("paired") / "aaco")
+    return paths, TraceLake(paths.tracelake), ids
+
+
+def test_a_slower_version_is_a_regression_side_by_side(swap):
+    paths, lake, (t0, _, _, slower) = swap
+    stored = gate_verdict(lake, slower, baseline=t0, resamples=200)
+    verdict = judge_side_by_side(stored, lake, paths, rounds=ROUNDS)
+    paired = verdict.paired
+    assert verdict.regression and verdict.severity == "critical"
+    assert paired["decision"] == "regression" and paired["rounds"] == ROUNDS
+    assert paired["latency_p50"]["ci_low"] > 50.0  # about 5x the tiny MLP
+    assert paired["baseline_session"] == t0
+    assert paired["baseline_sha256"] != paired["current_sha256"]
+    assert paired["order"].split()[:2] == ["AB", "BA"]
+    assert verdict.metrics == stored.metrics  # the stored sessions' figures stay beside it
+    lines = diff_text(verdict).splitlines()
+    assert lines[0].startswith("REGRESSION (critical): mlp p50 +")
+    assert "side by side with session" in lines[0]
+    (row,) = [line for line in lines if line.split()[:3] == ["side", "by", "side"]]
+    assert "interleaved rounds" in row and "REGRESSION (critical)" in row
+    assert json.loads(json.dumps(verdict.to_dict()))["paired"]["decision"] == "regression"
+
+
+def test_the_same_version_on_a_busy_host_is_no_regression_side_by_side(swap):
+    """The test makes the host busy (a spinning process per core) while the two copies of one
+    version are measured side by side: both are slowed alike, the paired effect stays small."""
+    paths, lake, (t0, t1, _, _) = swap
+    stored = gate_verdict(lake, t1, baseline=t0, resamples=200)
+    with busy_loops():
+        verdict = judge_side_by_side(stored, lake, paths, rounds=ROUNDS)
+    paired = verdict.paired
+    assert not verdict.regression and paired["decision"] != "regression", paired
+    assert paired["baseline_sha256"] == paired["current_sha256"]
+    assert abs(paired["latency_p50"]["effect_pct"]) < 25.0, paired
+    assert verdict.recommendation.startswith("no action: side by side")
+    assert "the same version" in diff_text(verdict)
+
+
+def test_a_host_slowdown_that_hits_both_cancels_in_the_paired_effect():
+    """Synthetic rounds: the host's speed changes 3x from round to round, hitting A and B
+    alike; B is 10 % slower. Pooled, the rounds' spread would swamp 10 %; paired, it is found
+    with a tight interval."""
+    rng = np.random.default_rng(1)
+    host = rng.choice([1.0, 3.0], size=16)
+    a = [h * 1e5 * (1 + 0.01 * rng.standard_normal(50)) for h in host]
+    b = [h * 1.1e5 * (1 + 0.01 * rng.standard_normal(50)) for h in host]
+    paired = paired_comparison(SideBySide(a, b, 50, ""), 3.0, 0.95, 0, "s", "x", "y")
+    assert paired.decision == "regression" and paired.severity == "major"
+    assert 9.0 < paired.latency_p50["ci_low"] <= paired.latency_p50["ci_high"] < 11.0
+    assert paired.throughput["effect_pct"] == pytest.approx(-100 / 11, abs=0.5)
+    same = paired_comparison(SideBySide(a, a, 50, ""), 3.0, 0.95, 0, "s", "x", "x")
+    assert same.decision == "no_change" and same.latency_p50["effect_pct"] == 0.0
+
+
+def test_a_baseline_without_its_session_folders_is_one_clear_error(swap, tmp_path):
+    paths, lake, (t0, _, _, slower) = swap
+    stored = gate_verdict(lake, slower, baseline=t0, resamples=50)
+    (folder,) = paths.sessions.glob(f"*/{t0}")
+    moved = tmp_path / "moved"
+    shutil.move(folder, moved)
+    try:
+        with pytest.raises(AacoInputError, match="has its session folder any more"):
+            judge_side_by_side(stored, lake, paths, rounds=2)
+    finally:
+        shutil.move(moved, folder)
