@@ -257,8 +257,9 @@ def test_host_contention_on_one_side_is_a_root_cause_suspect(mlp_swap_and_back, 
     assert (contention.before, contention.after) == ("2%", "80%") and contention.posterior > 0
     assert (
         RECOMMENDATIONS["host_contention"].format(**contention.to_dict())
-        == "measure again with the host to itself: other processes took 2% of its CPU while "
-        "the baseline was measured and 80% while this session was"
+        == "decide side by side (aaco diff --paired), or measure again with the host to itself: "
+        "other processes took 2% of its CPU while the baseline was measured and 80% while this "
+        "session was"
     )
     with lake.connect(write=True) as con:  # both sides quiet: no such suspect
         con.execute("UPDATE measurement_quality SET host_contention = 0.03")
