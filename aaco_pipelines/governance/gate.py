@@ -5,7 +5,10 @@ cause, what to do next).
 Decision. The gate decides on the metrics the Dagster drift check gates (series.GATED_METRICS):
 latency p50 and p99 and throughput, and a generation session's TTFT and TPOT p50, each with the
 hierarchical bootstrap CI of `governance.session_bootstrap` (baseline sessions, then their
-iterations or requests; the current session's). A metric regressed when both hold: the CI
+iterations or requests; the current session's, moved by the session-to-session spread: one
+session is one draw of it). The CIs hold together at the confidence asked for (Bonferroni over
+the metrics: any one of them fails the build, so each is held to 1 - (1 - confidence) / k). A
+metric regressed when both hold: the CI
 excludes 0 on its worse side (the change is real) and the effect is at least its threshold (it
 is worth failing a build): the gate's threshold T, or the metric's own session-to-session noise
 floor where that is larger (p99 10 %, throughput 5 %: series.NOISE_FLOORS). The session is a
@@ -349,14 +352,14 @@ def _bootstrapped(
     lake: TraceLake, reference: Reference, current: str, resamples: int, seed: int
 ) -> dict[str, tuple[EffectSamples, int]]:
     """metric -> (its bootstrap, its column there), for every gated metric the session has."""
-    sampled = bootstrap_effects(lake, reference, current, resamples, seed)
+    sampled = bootstrap_effects(lake, reference, current, resamples, seed, NOISE_FLOORS)
     out = {metric: (sampled, i) for i, metric in enumerate(ITERATION_FIGURES)}
     scenario = lake.query(
         "SELECT scenario FROM session_records WHERE session_id = $sid", {"sid": current}
     )["scenario"][0].as_py()
     if scenario is not None:
         requests = bootstrap_request_effects(
-            lake, reference.session_ids, current, scenario, resamples, seed
+            lake, reference.session_ids, current, scenario, resamples, seed, NOISE_FLOORS
         )
         for i, metric in enumerate(REQUEST_FIGURES if requests else ()):
             if np.isfinite(requests.baseline[i]) and np.isfinite(requests.current[i]):
@@ -371,7 +374,7 @@ def decide_metrics(
     current_suspect: bool = False,
 ) -> dict[str, MetricDecision]:
     """Each metric's decision (see the module docstring)."""
-    tail = (1.0 - confidence) / 2.0
+    tail = (1.0 - confidence) / 2.0 / len(samples)  # Bonferroni: any metric may fail the build
     decisions = {}
     for metric, (sampled, column) in samples.items():
         worse = ITERATION_FIGURES.get(metric, REQUEST_FIGURES.get(metric, True))
@@ -460,9 +463,9 @@ def _evidence(
         sizes |= sampled.sizes
     return {
         "decided_by": decided_by,
-        "test": f"hierarchical bootstrap {confidence:.0%} CI of each metric's effect, "
-        f"{resamples} resamples (baseline sessions, then iterations or requests; the current "
-        "session's)",
+        "test": f"hierarchical bootstrap CIs of each metric's effect, {confidence:.0%} together "
+        f"(Bonferroni over {len(samples)} metrics), {resamples} resamples (baseline sessions, then "
+        "iterations or requests; the current session's, with the session-to-session spread)",
         **sizes,
     }
 

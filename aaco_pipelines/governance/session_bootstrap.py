@@ -4,7 +4,11 @@ A session's figure (latency p50 and p99, throughput; a generation session's TTFT
 is compared with a baseline of one or more sessions. Resampling the baseline's sessions, then the
 samples within them (measured iterations, or requests), puts its session-to-session spread in
 the interval, not only its noise within a session; the current session's samples are resampled
-as one session's. Both the named-baseline comparison and the CI gate use it.
+as one session's, and each resample is moved by a draw of the session-to-session spread (log-
+normal, its sd the baseline sessions' own, at least the metric's floor where one is given): the
+current session is one session among many, and a figure that varies 5 % from session to session
+cannot show a 3 % change in a single one. Both the named-baseline comparison and the CI gate use
+it.
 """
 
 from __future__ import annotations
@@ -66,8 +70,9 @@ class _Pooled:
 
 
 def bootstrap_effects(
-    lake: TraceLake, baseline, session_id: str, resamples: int, seed: int
-) -> EffectSamples:
+    lake: TraceLake, baseline, session_id: str, resamples: int, seed: int,
+    floors: dict[str, float] | None = None,
+) -> EffectSamples:  # fmt: skip
     """The effect on ITERATION_FIGURES of a session against a baseline (anything with a `name`
     and `session_ids`: a stored Baseline, or the gate's ad-hoc reference), from the measured
     iterations."""
@@ -83,12 +88,13 @@ def bootstrap_effects(
             f"session {session_id!r} has no measured iterations",
             fix="compare a session that was measured (an ingested trace alone has none)",
         )
-    return _bootstrap(base, current, iteration_figures, resamples, seed, "iterations")
+    spread = _floors(ITERATION_FIGURES, floors)
+    return _bootstrap(base, current, iteration_figures, resamples, seed, "iterations", spread)
 
 
 def bootstrap_request_effects(
     lake: TraceLake, baseline_ids: Sequence[str], session_id: str, scenario: str,
-    resamples: int, seed: int,
+    resamples: int, seed: int, floors: dict[str, float] | None = None,
 ) -> EffectSamples | None:  # fmt: skip
     """The effect on REQUEST_FIGURES of a generation session against baseline sessions, from
     the requests of `scenario`; None when either side has none."""
@@ -96,7 +102,8 @@ def bootstrap_request_effects(
     current = _pooled(lake, REQUESTS_SQL, {"ids": [session_id], "scenario": scenario})
     if base.counts.size == 0 or current.counts.size == 0:
         return None
-    return _bootstrap(base, current, request_figures, resamples, seed, "requests")
+    spread = _floors(REQUEST_FIGURES, floors)
+    return _bootstrap(base, current, request_figures, resamples, seed, "requests", spread)
 
 
 def iteration_figures(latency: np.ndarray) -> np.ndarray:
@@ -114,13 +121,19 @@ def request_figures(requests: np.ndarray) -> np.ndarray:
         return np.nanmedian(requests, axis=1)
 
 
+def _floors(figures: dict[str, bool], floors: dict[str, float] | None) -> np.ndarray:
+    return np.array([(floors or {}).get(name, 0.0) for name in figures])
+
+
 def _bootstrap(
     base: _Pooled, current: _Pooled, figures: Callable[[np.ndarray], np.ndarray],
-    resamples: int, seed: int, unit: str,
+    resamples: int, seed: int, unit: str, floors: np.ndarray,
 ) -> EffectSamples:  # fmt: skip
     rng = np.random.default_rng(seed)
     base_stats = _resampled(base, figures, resamples, rng)
+    spread = np.maximum(session_spread(base, figures), floors)
     current_stats = _resampled(current, figures, resamples, rng)
+    current_stats = current_stats * np.exp(rng.standard_normal(current_stats.shape) * spread)
     with np.errstate(all="ignore"):
         effects = (current_stats - base_stats) / base_stats * 100.0
     return EffectSamples(
@@ -133,6 +146,20 @@ def _bootstrap(
             f"current_{unit}": int(current.counts.sum()),
         },
     )
+
+
+def session_spread(pooled: _Pooled, figures: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Per figure, the sd of its log over the pooled sessions (0 with one session): how much
+    one session's figure varies from another's."""
+    if pooled.counts.size < 2:
+        return np.zeros(figures(pooled.values[None, :1]).shape[1])
+    per_session = np.vstack([
+        figures(pooled.values[None, start : start + count])
+        for start, count in zip(pooled.offsets, pooled.counts, strict=True)
+    ])  # fmt: skip  # one row per baseline session: a handful
+    with np.errstate(all="ignore"):
+        spread = np.nanstd(np.log(per_session), axis=0, ddof=1)
+    return np.nan_to_num(spread)
 
 
 def _resampled(
