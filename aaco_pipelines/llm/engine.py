@@ -117,6 +117,8 @@ class Generator:
             logits, past = self._run(binding, ids, length, past)
             tokens[:, step] = logits[:, -1, :].argmax(axis=-1)
             end = now_ns()
+            if step == 0 and on_first_token is not None:
+                on_first_token(tokens[:, 0])  # before the bookkeeping: LoadGen's TTFT ends here
             length += ids.shape[1]
             self.steps.add(
                 batch_id=batch_id, step=step, phase="prefill" if step == 0 else "decode",
@@ -125,8 +127,6 @@ class Generator:
             )  # fmt: skip
             if step == 0:
                 first_start, first_end = start, end
-                if on_first_token is not None:
-                    on_first_token(tokens[:, 0])
             ids = tokens[:, step : step + 1]
         return Generated(tokens, first_start, first_end, end)
 

@@ -215,20 +215,38 @@ def test_percentiles_match_numpy_over_the_requests_and_steps(analysed_llama_sess
         assert figures[(run, None, None, "itl_p99_ns")] == pytest.approx(np.percentile(itl, 99))
 
 
+def _loadgen_rank(count: int, q: float) -> int:
+    """The rank LoadGen reads a percentile at: of the sorted values, the one at int(count * q)."""
+    return int(count * q)
+
+
 def test_figures_agree_with_loadgens_own_summary(analysed_llama_session):
-    """LoadGen times a query from its scheduled issue, we from the issue callback: ours may be
-    a little shorter, never longer, than LoadGen's; nearest-rank against interpolated
-    percentiles differ by at most a neighbouring sample."""
+    """LoadGen and we time the same events from the same scheduled arrivals (its trace), so
+    LoadGen's estimator over our requests gives LoadGen's own figure within 5 %: server TTFT
+    p50 and p90 below capacity included. A request whose hand-over to LoadGen was preempted on
+    a busy host moves an order statistic by one rank at most, so the figure may sit a rank off.
+    Our figures interpolate (quantile_cont): between LoadGen's rank and the one below."""
     lake, sid = analysed_llama_session
     ours, loadgen = _metrics(lake, sid), _metrics(lake, sid, "loadgen")
+    requests = lake.query(
+        "SELECT run, ttft_ns, tpot_ns, e2e_ns FROM requests WHERE session_id = $sid", {"sid": sid}
+    )
+    run_of = requests["run"].to_numpy(zero_copy_only=False)
     for run, metric in (
-        ("single_stream", "tpot_p50_ns"),
-        ("server", "tpot_p50_ns"),
         ("server", "ttft_p50_ns"),
+        ("server", "ttft_p90_ns"),
+        ("server", "tpot_p50_ns"),
+        ("single_stream", "ttft_p50_ns"),
+        ("single_stream", "tpot_p50_ns"),
         ("single_stream", "e2e_p50_ns"),
     ):
+        name, q = metric.split("_")[0], int(metric.split("_p")[1][:2]) / 100
+        values = np.sort(requests[f"{name}_ns"].to_numpy()[run_of == run]).astype(float)
+        rank = _loadgen_rank(len(values), q)
         theirs, mine = loadgen[(run, None, None, metric)], ours[(run, None, None, metric)]
-        assert mine <= theirs * 1.05 and mine >= theirs * 0.7, (run, metric, mine, theirs)
+        near = values[rank - 1 : rank + 2]
+        assert np.any(np.abs(near / theirs - 1) <= 0.05), (run, metric, near, theirs)
+        assert values[rank - 1] - 1 <= mine <= values[rank] + 1, (run, metric, mine)
 
 
 def test_server_arrivals_are_poisson_at_the_target_rate(analysed_llama_session):
@@ -251,6 +269,9 @@ def test_server_arrivals_are_poisson_at_the_target_rate(analysed_llama_session):
     # Exponential gaps at the target rate (LoadGen's server scenario), not a fixed period.
     assert stats.kstest(gaps, "expon", args=(0, 1 / SERVER_QPS)).pvalue > 1e-3
     assert np.std(gaps) / np.mean(gaps) > 0.5
+    # Arrivals are LoadGen's schedule, not when the issue callback got the GIL (which bunched
+    # them: 34 % of gaps under 50 us above capacity). Of Poisson gaps 0.2 % are at 40/s.
+    assert np.mean(gaps < 50e-6) < 0.05, np.sort(gaps)[:5]
     figures = _metrics(lake, sid)
     loadgen = _metrics(lake, sid, "loadgen")
     assert figures[("server", None, None, "arrival_rate_per_s")] == pytest.approx(rate, rel=1e-6)
