@@ -93,6 +93,7 @@ def _top_table(breakdown, level: str, limit: int) -> str:
             ("p50_ns", "p50 ms", ms),
             ("share", "share", pct),
             ("mean_share", "mean share", pct),
+            ("p_top", "P(first)", pct),  # of bootstrap resamples of the profiled iterations
             ("kernels_per_iteration", "kernels/iter", num),
         ],
     )

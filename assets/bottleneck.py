@@ -66,7 +66,8 @@ def _metadata(diagnosis: Diagnosis) -> dict:
                 evidence,
                 [
                     ("signal", "signal", None),
-                    ("value", "value", num),
+                    ("value", "value", num),  # a per-iteration median where there is a mean
+                    ("mean", "mean", num),
                     ("bin", "bin", None),
                     ("favours", "favours", None),
                 ],

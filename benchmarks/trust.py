@@ -12,7 +12,8 @@ per core of a 2-core host, for the whole run). Everything runs in a temporary AA
    The model is a chain of square MatMul+Relu layers (20; 40 for 2x, 22 for ~10 %: the true
    ratio, printed, comes from the side-by-side runs).
 2. Class and top-op agreement over 5 runs of every zoo model (goal 100 % quiet; busy: agree, or
-   the runs that disagree are labelled uncertain: a suspect measurement).
+   the runs that disagree are labelled uncertain: a suspect measurement, or for the top op a
+   bootstrap stability of its rank under 0.9).
 3. Roofline: points above their roof (goal 0) in those runs; the envelope against the host's
    theoretical peak.
 4. LLM: ITL/TPOT against a plain ONNX Runtime loop, and server TTFT against LoadGen's own
@@ -164,6 +165,8 @@ AGREEMENT_SQL = """
 SELECT s.model_slug, s.session_id, b.bottleneck,
        (SELECT name FROM op_breakdown o WHERE o.session_id = s.session_id AND o.level = 'node'
         ORDER BY o.share DESC NULLS LAST, o.name LIMIT 1) AS top_op,
+       (SELECT any_value(value) FROM derived_metrics d WHERE d.session_id = s.session_id
+        AND d.metric = 'top_op_stability') AS top_op_stability,
        coalesce(q.verdict, 'unknown') AS quality
 FROM sessions s JOIN bottleneck_reports b USING (session_id)
 LEFT JOIN measurement_quality q USING (session_id)
@@ -210,7 +213,15 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
 
 def _agreement(rows: list[dict]) -> dict:
     """Whether the runs agree on class and top op; if not, whether every run off the majority
-    was labelled uncertain (its measurement judged suspect)."""
+    was labelled uncertain (its measurement judged suspect; for the top op also its rank's
+    bootstrap stability under 0.9, analysis/ranking_stability)."""
+    from aaco_pipelines.analysis.ranking_stability import STABLE
+
+    def uncertain(row: dict, key: str) -> bool:
+        stability = row["top_op_stability"]
+        unsure_rank = key == "top_op" and stability is not None and stability < STABLE
+        return row["quality"] == "suspect" or unsure_rank
+
     out = {"runs": len(rows), "suspect_runs": sum(r["quality"] == "suspect" for r in rows)}
     for key in ("bottleneck", "top_op"):
         values = collections.Counter(r[key] for r in rows)
@@ -219,8 +230,9 @@ def _agreement(rows: list[dict]) -> dict:
         out[key] = {
             "values": dict(values),
             "agree": count == len(rows),
-            "agree_or_uncertain": all(r["quality"] == "suspect" for r in off),
+            "agree_or_uncertain": all(uncertain(r, key) for r in off),
         }
+    out["top_op"]["stability"] = [r["top_op_stability"] for r in rows]
     return out
 
 
@@ -244,7 +256,9 @@ def main() -> int:
     parser.add_argument("--busy", type=int, default=0, help="busy loops beside it (0: quiet)")
     parser.add_argument("--comparisons", type=int, default=50, help="unchanged-model comparisons")
     parser.add_argument("--detections", type=int, default=20, help="comparisons per slower version")
-    parser.add_argument("--paired", type=int, default=10, help="side-by-side runs of each (0: none)")
+    parser.add_argument(
+        "--paired", type=int, default=10, help="side-by-side runs of each (0: none)"
+    )
     parser.add_argument("--runs", type=int, default=5, help="zoo runs for class agreement")
     parser.add_argument("--skip", nargs="*", default=[], choices=["gate", "diagnosis", "llm"])
     parser.add_argument("--json", type=Path, help="also write the results here")

@@ -225,3 +225,36 @@ def busy_loops(count: int | None = None, cores: list[int] | None = None):
         for hog in hogs:
             hog.kill()
             hog.wait()
+
+
+def engine_query(**registered: pa.Table):
+    """A callable of TraceLake.query's signature over an in-memory DuckDB that also sees these
+    tables: analysis code run on kernels a test made, with no lake."""
+    from aaco_pipelines.tracelake import engine
+
+    def query(sql: str, params=None, tables: dict[str, pa.Table] | None = None) -> pa.Table:
+        with engine.connect() as con:
+            for name, table in {**registered, **(tables or {})}.items():
+                con.register(name, table)
+            return con.sql(sql, params=params).to_arrow_table()
+
+    return query
+
+
+def exact_mapping(nodes, op_type: str = "Op") -> pa.Table:
+    """A node mapping in which every runtime node is the original node of its name."""
+    from aaco_pipelines.analysis.attribution import NODE_MAPPING
+
+    rows = [
+        {"runtime_node": n, "runtime_op_type": op_type, "onnx_node": n, "onnx_op_type": op_type,
+         "method": "exact_name", "confidence": 1.0, "share": 1.0, "split_rule": "exact"}
+        for n in nodes
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=NODE_MAPPING)
+
+
+def no_graph_nodes() -> pa.Table:
+    """An empty graph_nodes table: a breakdown of kernels with no model graph."""
+    from aaco_pipelines.tracelake.schema import GRAPH_NODES, conform
+
+    return conform(pa.table({"model_sha256": pa.array([], pa.string())}), GRAPH_NODES)

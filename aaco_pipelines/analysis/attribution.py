@@ -37,8 +37,14 @@ import pyarrow.compute as pc
 from aaco_pipelines.analysis.fusion_groups import FUSED_SQL, fusion_groups
 from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
 from aaco_pipelines.analysis.metrics import kernel_source
+from aaco_pipelines.analysis.ranking_stability import (
+    RANKS,
+    RankingStability,
+    session_ranking,
+    stability_metrics,
+)
 from aaco_pipelines.graph.extract import all_nodes, subgraphs
-from aaco_pipelines.tracelake.schema import PHASE_BREAKDOWN, conform, empty_table
+from aaco_pipelines.tracelake.schema import OP_BREAKDOWN, PHASE_BREAKDOWN, conform, empty_table
 
 CONFIDENCE = {
     "exact_name": 1.0,
@@ -486,16 +492,23 @@ def _kernel_evidence(lake, session_id: str) -> dict[str, int]:
     ).to_pylist()[0]
 
 
-BREAKDOWN_SQL = """
+# Each name's attributed time and kernel count in each profiled iteration it ran in: the one
+# pass over the kernels that the breakdown (every level's statistics) and the ranking's
+# bootstrap (ranking_stability) both read.
+PER_ITERATION_SQL = """
 WITH attributed AS (
     SELECT k.iteration,
            coalesce(m.onnx_node, '(unmatched) ' || coalesce(k.node_name, k.kernel_name)) AS name,
            coalesce(m.onnx_op_type, m.runtime_op_type, k.kernel_family, 'unmatched') AS op_type,
            k.duration_ns * coalesce(m.share, 1.0) AS ns
     FROM {kernels} k LEFT JOIN mapping m ON m.runtime_node = k.node_name
-),
-iterations AS (SELECT DISTINCT iteration FROM {kernels}),
-per_node AS (SELECT name, op_type, iteration, sum(ns) AS ns, count(*) AS n FROM attributed GROUP BY ALL),
+)
+SELECT name, op_type, iteration, sum(ns) AS ns, count(*) AS n FROM attributed GROUP BY ALL
+"""
+
+# Over PER_ITERATION_SQL's rows (per_node) and the ranking's p_top / p_top3 (ranks).
+BREAKDOWN_SQL = """
+WITH iterations AS (SELECT DISTINCT iteration FROM per_node),
 node_grid AS (
     SELECT names.name, names.op_type, it.iteration, coalesce(p.ns, 0) AS ns, coalesce(p.n, 0) AS n
     FROM (SELECT DISTINCT name, op_type FROM per_node) names CROSS JOIN iterations it
@@ -519,16 +532,18 @@ medians AS (
 )
 SELECT $sid AS session_id, 'node' AS level, g.name, g.op_type, g.mean_ns, g.p50_ns,
        g.p50_ns / medians.nodes AS share, g.kernels_per_iteration,
-       gn.flops, gn.bytes_moved, g.sum_ns / total.ns AS mean_share
+       gn.flops, gn.bytes_moved, g.sum_ns / total.ns AS mean_share, r.p_top, r.p_top3
 FROM nodes g CROSS JOIN total CROSS JOIN medians
 LEFT JOIN (
     SELECT node_name, any_value(flops) AS flops, any_value(bytes_moved) AS bytes_moved
     FROM graph_nodes WHERE model_sha256 = $sha GROUP BY node_name
 ) gn ON gn.node_name = g.name
+LEFT JOIN ranks r ON r.level = 'node' AND r.name = g.name
 UNION ALL
 SELECT $sid, 'op_type', g.op_type, g.op_type, g.mean_ns, g.p50_ns, g.p50_ns / medians.ops,
-       g.kernels_per_iteration, NULL, NULL, g.sum_ns / total.ns
+       g.kernels_per_iteration, NULL, NULL, g.sum_ns / total.ns, r.p_top, r.p_top3
 FROM ops g CROSS JOIN total CROSS JOIN medians
+LEFT JOIN ranks r ON r.level = 'op_type' AND r.name = g.op_type
 ORDER BY level, p50_ns DESC, mean_ns DESC
 """
 
@@ -605,11 +620,12 @@ def _name_unnamed(graph: onnx.GraphProto, missing: list[dict]) -> list[dict]:
     return [r for r in missing if r["node_name"] not in named]
 
 
-def attribute_session(
-    lake, session_id: str, optimized_model: onnx.ModelProto | None
-) -> dict[str, pa.Table]:
+def attribute_session(lake, session_id: str, optimized_model: onnx.ModelProto | None) -> dict:
     """The session's node mapping and its time breakdown per node, per op type and per fusion
-    group (level 'fused': what the roofline places, fusion_groups.py)."""
+    group (level 'fused': what the roofline places, fusion_groups.py), each node and op type
+    with how often a resample of the iterations ranks it first or among the first three
+    (ranking_stability); plus, not stored as they are, its kernels and the node ranking's
+    stability (derived metrics)."""
     sha = session_model_sha(lake, session_id)
     graph_nodes = lake.query(
         "SELECT * FROM graph_nodes WHERE model_sha256 = ? ORDER BY node_index", [sha]
@@ -618,52 +634,69 @@ def attribute_session(
     runtime_graph = with_profiled_nodes(runtime_graph, lake, session_id)
     mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
     kernels = session_kernels(lake, session_id)
+    breakdown, per_node, stability = time_breakdown(lake.query, session_id, sha, kernels, mapping)
     source, tables = kernel_source(kernels)
-    breakdown = lake.query(
-        BREAKDOWN_SQL.format(kernels=source),
-        {"sid": session_id, "sha": sha},
-        tables={"mapping": mapping, **tables},
-    )
     groups, members = fusion_groups(mapping, graph_nodes)
     fused = lake.query(
         FUSED_SQL.format(kernels=source),
         {"sid": session_id, "sha": sha},
         tables={"groups": groups, "members": members, **tables},
     )
-    breakdown = pa.concat_tables([breakdown, fused.cast(breakdown.schema)])
+    breakdown = pa.concat_tables([conform(breakdown, OP_BREAKDOWN), conform(fused, OP_BREAKDOWN)])
     session_column = pa.array([session_id] * mapping.num_rows, pa.string())
     return {
         "node_attribution": mapping.add_column(0, "session_id", session_column),
         "op_breakdown": breakdown,
-        "phase_breakdown": phase_breakdown(lake, session_id, sha, mapping, kernels),
+        "phase_breakdown": phase_breakdown(lake, session_id, sha, per_node),
         "kernels": kernels,  # not stored: the derived metrics are computed from it
+        # not stored as such: the node ranking's stability, among the derived metrics
+        "ranking": stability_metrics(stability),
     }
 
 
-def phase_breakdown(
-    lake, session_id: str, sha: str, mapping: pa.Table, kernels: pa.Table | str
-) -> pa.Table:
+def time_breakdown(
+    query, session_id: str, sha: str | None, kernels: pa.Table | str, mapping: pa.Table
+) -> tuple[pa.Table, pa.Table, RankingStability | None]:
+    """Each node's and op type's time per profiled iteration (mean, median, shares) with how
+    stable its rank is; the per-iteration rows they came from; the node ranking's stability.
+    One pass over the kernels (PER_ITERATION_SQL), then the breakdown and the bootstrap over
+    its rows. `query`: TraceLake.query, or a callable of its signature."""
+    source, tables = kernel_source(kernels)
+    per_node = query(
+        PER_ITERATION_SQL.format(kernels=source),
+        None if tables else {"sid": session_id},  # SQL over the TraceLake names the session
+        tables={"mapping": mapping, **tables},
+    )
+    ranks, stability = session_ranking(per_node)
+    breakdown = query(
+        BREAKDOWN_SQL,
+        {"sid": session_id, "sha": sha},
+        tables={"per_node": per_node, "ranks": ranks},
+    )
+    return breakdown, per_node, stability
+
+
+def phase_breakdown(lake, session_id: str, sha: str, per_node: pa.Table) -> pa.Table:
     """A generation session's breakdown per phase: the profiled runs that were prefills, then
-    those that were decode steps, each through the same breakdown (mean time per step). Node
-    FLOPs and bytes are the graph's, extracted at prefill shapes: a decode step's are left
-    unknown. Empty for a forward-pass session."""
+    those that were decode steps, each through the same breakdown (mean time per step) of
+    their rows of the per-iteration table. Node FLOPs and bytes are the graph's, extracted at
+    prefill shapes: a decode step's are left unknown. Empty for a forward-pass session."""
     steps = lake.query(
         "SELECT iteration, phase FROM generation_steps "
         "WHERE session_id = $sid AND run = 'profiled' AND iteration >= 0",
         {"sid": session_id},
     )
-    source, tables = kernel_source(kernels)
     parts = []
     for phase in ("prefill", "decode"):
         iterations = steps.filter(pc.equal(steps["phase"], phase))["iteration"]
         if len(iterations) == 0:
             continue
+        wanted = iterations.combine_chunks().cast(per_node.schema.field("iteration").type)
+        mine = pc.is_in(per_node["iteration"], value_set=wanted)
         part = lake.query(
-            BREAKDOWN_SQL.format(
-                kernels=f"(SELECT * FROM {source} WHERE list_contains($iterations, iteration))"
-            ),
-            {"sid": session_id, "sha": sha, "iterations": iterations.to_pylist()},
-            tables={"mapping": mapping, **tables},
+            BREAKDOWN_SQL,
+            {"sid": session_id, "sha": sha},
+            tables={"per_node": per_node.filter(mine), "ranks": RANKS.empty_table()},
         )
         if phase == "decode":  # the graph's costs are a prefill's (its extraction shapes)
             for column in ("flops", "bytes_moved"):

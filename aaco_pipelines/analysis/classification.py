@@ -11,6 +11,10 @@ Every number lives in PRIORS and SIGNAL_RULES, one table that rules_markdown() p
 and that is meant to be recalibrated against measured sessions. Naive Bayes treats signals as
 independent; correlated ones (launch_tax, microkernel_share, mean_kernel_us) therefore push the
 confidence further than their joint information warrants, which calibration should absorb.
+
+A signal read over profiled iterations is their median (analysis/evidence), so one preempted
+iteration cannot flip the class; its mean rides along in the evidence (EvidenceItem.mean) to be
+shown beside it, and judges nothing.
 """
 
 from __future__ import annotations
@@ -291,6 +295,7 @@ class EvidenceItem:
     threshold_edges: tuple[float, ...]
     likelihoods: dict[str, float]  # P(bin | class); empty when absent
     favours: str | None  # the class this bin is most likely under; None when absent
+    mean: float | None = None  # beside a per-iteration median value: the mean; judges nothing
 
 
 @dataclass(frozen=True)
@@ -324,8 +329,9 @@ def bin_index(value: float, edges: Sequence[float]) -> int:
     return bisect_left(edges, value)
 
 
-def judge(signal: str, value: float | None) -> EvidenceItem:
-    """One signal's bin and what that bin says about each class."""
+def judge(signal: str, value: float | None, mean: float | None = None) -> EvidenceItem:
+    """One signal's bin and what that bin says about each class; `mean` is carried beside a
+    median value, for the reader."""
     rule = SIGNAL_RULES[signal]
     if value is None or math.isnan(value):
         return EvidenceItem(signal, None, "absent", rule.edges, {}, None)
@@ -333,7 +339,8 @@ def judge(signal: str, value: float | None) -> EvidenceItem:
     likelihoods = {name: rule.likelihoods[name][index] for name in CLASSES}
     favours = max(CLASSES, key=likelihoods.__getitem__)
     label = bin_labels(rule.edges)[index]
-    return EvidenceItem(signal, float(value), label, rule.edges, likelihoods, favours)
+    shown_mean = float(mean) if mean is not None and not math.isnan(mean) else None
+    return EvidenceItem(signal, float(value), label, rule.edges, likelihoods, favours, shown_mean)
 
 
 def posterior(evidence: Sequence[EvidenceItem]) -> dict[str, float]:
@@ -348,12 +355,16 @@ def posterior(evidence: Sequence[EvidenceItem]) -> dict[str, float]:
     return {name: float(p) for name, p in zip(CLASSES, probs, strict=True)}
 
 
-def classify_bottleneck(evidence: Mapping[str, float | None]) -> BottleneckReport:
-    """Classify a session from its signals; missing or None signals contribute nothing."""
-    unknown = set(evidence) - set(SIGNAL_RULES)
+def classify_bottleneck(
+    evidence: Mapping[str, float | None], means: Mapping[str, float | None] | None = None
+) -> BottleneckReport:
+    """Classify a session from its signals; missing or None signals contribute nothing.
+    `means`: the mean beside a signal whose value is a per-iteration median (shown only)."""
+    unknown = (set(evidence) | set(means or {})) - set(SIGNAL_RULES)
     if unknown:
         raise ValueError(f"unknown evidence signals {sorted(unknown)}; known: {list(SIGNAL_RULES)}")
-    items = [judge(signal, evidence.get(signal)) for signal in SIGNAL_RULES]
+    means = means or {}
+    items = [judge(signal, evidence.get(signal), means.get(signal)) for signal in SIGNAL_RULES]
     post = posterior(items)
     ranked = sorted(CLASSES, key=post.__getitem__, reverse=True)  # stable: ties keep table order
     return BottleneckReport(

@@ -1,8 +1,15 @@
 """The evidence signals of one session, gathered from the TraceLake for the classifier.
 
-Kernel-side signals come from the derived metrics; roofline signals from the cost model's totals
-over the kernels' busy time against the measured hardware envelope; host-contention and clock
-signals from the telemetry of the measured pass. A signal whose source is absent is None.
+Kernel-side signals come from the derived metrics; roofline signals from the ops' times against
+the measured hardware envelope; host-contention and clock signals from the telemetry of the
+measured pass. A signal whose source is absent is None.
+
+Every signal read over profiled iterations is their median (launch_tax_p50, the roofline's
+median op times, ...): among ten iterations, one preempted for 41x the others moves a mean 5x,
+across a bin edge, and the median not at all; measured minutes apart, one model's class went
+from compute-bound 0.88 to cpu-bound 0.91. The mean is kept beside it (evidence_means) and
+shown, not classified on. The telemetry signals stay means over the pass's ticks: they measure
+the contention itself.
 """
 
 from __future__ import annotations
@@ -20,11 +27,28 @@ WHERE session_id = $sid AND pass = 'measured'
 """
 
 
+# Signals that are derived metrics of the same name: classified on their `_p50` beside them.
+FROM_METRICS = ("launch_tax", "microkernel_share", "mean_kernel_us")
+
+
+def robust(metrics: dict, name: str) -> float | None:
+    """The per-iteration median a derived metric has beside its mean (`name`_p50); the mean
+    for a session attributed before medians were derived."""
+    value = metrics.get(f"{name}_p50")
+    return value if value is not None else metrics.get(name)
+
+
+def kernel_evidence(metrics: dict) -> dict[str, float | None]:
+    """The kernel-side signals: per-iteration medians of the derived metrics."""
+    return {signal: robust(metrics, signal) for signal in FROM_METRICS}
+
+
 def session_utilization(
-    lake, session_id: str, metrics: dict, envelope: HardwareEnvelope
+    lake, session_id: str, metrics: dict, envelope: HardwareEnvelope, *, mean: bool = False
 ) -> EnvelopeUtilization | None:
-    """How close the session's kernels came to the measured envelope (per iteration); None
-    when the model's graph (its FLOPs and bytes) is unknown, e.g. a trace ingested alone."""
+    """How close the session's kernels came to the measured envelope in a typical iteration
+    (its median busy time; `mean=True`: the mean's); None when the model's graph (its FLOPs
+    and bytes) is unknown, e.g. a trace ingested alone."""
     rows = lake.query(
         "SELECT m.total_flops, m.total_bytes_moved FROM models m JOIN session_records s "
         "USING (model_sha256) WHERE s.session_id = $sid",
@@ -33,10 +57,11 @@ def session_utilization(
     if not rows or not metrics.get("busy_ns_per_iteration"):
         return None
     totals = rows[0]
+    busy = "busy_ns_per_iteration"
     return envelope_utilization(
         float(totals["total_flops"] or 0.0),
         float(totals["total_bytes_moved"] or 0.0),
-        metrics["busy_ns_per_iteration"],
+        metrics[busy] if mean else robust(metrics, busy),
         envelope,
     )
 
@@ -62,9 +87,7 @@ def session_evidence(
     clock_drop, clock_cv = _clock_signals(timestamp, metric, value)
     intensity = utilization.arithmetic_intensity if utilization else None
     return {
-        "launch_tax": metrics["launch_tax"],
-        "microkernel_share": metrics["microkernel_share"],
-        "mean_kernel_us": metrics["mean_kernel_us"],
+        **kernel_evidence(metrics),
         "compute_utilization": utilization.compute_utilization if utilization else None,
         "memory_utilization": utilization.memory_utilization if utilization else None,
         "arithmetic_intensity_ratio": intensity / ridge_point if intensity is not None else None,
@@ -76,6 +99,18 @@ def session_evidence(
         "clock_cv": clock_cv,
         "power_or_thermal_limited": _violation_share(metric, value),
     }
+
+
+def evidence_means(
+    metrics: dict, mean_utilization: EnvelopeUtilization | None
+) -> dict[str, float | None]:
+    """The mean beside each signal classified on a per-iteration median: over the profiled
+    iterations, and the utilization of the ops' mean times."""
+    means = {signal: metrics.get(signal) for signal in FROM_METRICS}
+    if mean_utilization is not None:
+        means["compute_utilization"] = mean_utilization.compute_utilization
+        means["memory_utilization"] = mean_utilization.memory_utilization
+    return means
 
 
 def _clock_signals(timestamp, metric, value) -> tuple[float | None, float | None]:

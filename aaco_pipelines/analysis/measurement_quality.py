@@ -7,6 +7,10 @@ So every session gets a verdict from what was recorded during its measured pass:
   host_contention   other processes' share of the host's CPU time (every CPU's utilization
                     less the measuring worker's own), mean over the measured pass's telemetry
                     ticks (over the whole session's when the pass was shorter than a tick)
+  laboratory_contention  in laboratory mode, other processes' share of the pinned cores' time
+                    (their utilization less the worker's own, which runs only there), over the
+                    same ticks: pinned threads cannot move away from a busy core, so this judges
+                    a run whose host looks quiet overall (one busy core of many)
   p99_over_p50      tail against median
   mean_over_p50     a mean pulled up by a few very slow iterations
   outlier_share     iterations beyond Tukey's far fence (Q3 + 3 IQR), MIN_OUTLIERS at least
@@ -23,9 +27,11 @@ gate names them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from aaco_pipelines.analysis.envelope import CONTENDED_SHARE
+from aaco_pipelines.execution.laboratory import BUSY_CORE_SHARE
 
 MAX_P99_OVER_P50 = 3.0
 MAX_MEAN_OVER_P50 = 1.5
@@ -47,6 +53,8 @@ all_ticks AS (
     SELECT timestamp_ns, any_value(pass) FILTER (WHERE pass IS NOT NULL) AS pass,
            avg(value) FILTER (WHERE device LIKE 'cpu%') AS host_pct,
            count(*) FILTER (WHERE device LIKE 'cpu%') AS cpus,
+           sum(value) FILTER (WHERE list_contains($lab::VARCHAR[], device)) AS lab_pct,
+           count(*) FILTER (WHERE list_contains($lab::VARCHAR[], device)) AS lab_cpus,
            any_value(value) FILTER (WHERE device = 'process') AS worker_pct
     FROM telemetry
     WHERE session_id = $sid AND metric = 'cpu_utilization'
@@ -60,6 +68,8 @@ SELECT f.n AS iterations, f.p50, f.p99, f.mean, f.sd,
        (SELECT count(*) FROM measured, fences WHERE ns > q3 + 3 * (q3 - q1)) AS outliers,
        (SELECT avg(greatest(host_pct - coalesce(worker_pct, 0) / cpus, 0)) / 100
         FROM ticks WHERE cpus > 0) AS host_contention,
+       (SELECT avg(greatest(lab_pct - coalesce(worker_pct, 0), 0) / lab_cpus) / 100
+        FROM ticks WHERE lab_cpus > 0) AS laboratory_contention,
        (SELECT profiling_overhead_pct FROM session_records WHERE session_id = $sid)
            AS profiling_overhead_pct
 FROM fences f
@@ -112,15 +122,20 @@ class MeasurementQuality:
         return row
 
 
-def measurement_quality(lake, session_id: str) -> MeasurementQuality:
-    """The session's verdict from its stored iterations and telemetry."""
-    [figures] = lake.query(QUALITY_SQL, {"sid": session_id}).to_pylist()
+def measurement_quality(
+    lake, session_id: str, laboratory_cores: Sequence[int] = ()
+) -> MeasurementQuality:
+    """The session's verdict from its stored iterations and telemetry; `laboratory_cores`, the
+    cores a laboratory session's worker was pinned to, are judged on their own too."""
+    params = {"sid": session_id, "lab": [f"cpu{core}" for core in laboratory_cores]}
+    [figures] = lake.query(QUALITY_SQL, params).to_pylist()
     return judge(session_id, figures)
 
 
 def judge(session_id: str, f: dict) -> MeasurementQuality:
     """The verdict from QUALITY_SQL's figures (iterations, p50, p99, mean, sd, outliers,
-    host_contention, profiling_overhead_pct)."""
+    host_contention, laboratory_contention (absent: not a laboratory session),
+    profiling_overhead_pct)."""
     n = int(f["iterations"] or 0)
     overhead = f["profiling_overhead_pct"]
     cautions = []
@@ -145,6 +160,9 @@ def judge(session_id: str, f: dict) -> MeasurementQuality:
     reasons = []
     if contention is not None and contention > CONTENDED_SHARE:
         reasons.append(f"other processes took {contention:.0%} of the host's CPU time meanwhile")
+    pinned = f.get("laboratory_contention")
+    if pinned is not None and pinned > BUSY_CORE_SHARE:
+        reasons.append(f"other processes took {pinned:.0%} of the laboratory cores' time meanwhile")
     if figures["p99_over_p50"] > MAX_P99_OVER_P50:
         reasons.append(f"p99 is {figures['p99_over_p50']:.1f}x p50")
     if figures["mean_over_p50"] > MAX_MEAN_OVER_P50:

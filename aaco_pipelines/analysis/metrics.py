@@ -15,9 +15,20 @@
   wall_ns_per_iteration         profiled iteration wall time (ONNX Runtime's model_run, mean)
   max_busy_over_wall            the largest union / wall of any iteration, unclipped: above 1
                                 the trace claims more kernel time than the iteration lasted
+  launch_tax_p50                launch tax, median over profiled iterations
+  microkernel_share_p50         each iteration's share of kernels under 10 µs, median over
+                                iterations
+  mean_kernel_us_p50            each iteration's mean kernel duration, median over iterations
+  busy_ns_per_iteration_p50     union of kernel intervals per iteration (median)
+  top_op_stability              share of bootstrap resamples of the profiled iterations that
+                                rank the top ONNX node first (analysis/ranking_stability)
+  top3_stability                share of those resamples whose first three nodes are the
+                                observed three
 
 Iteration wall time is the runtime's own `model_run` span from the profile, so launch tax and
-device activity are measured on the same clock as the kernels.
+device activity are measured on the same clock as the kernels. The classifier reads the
+medians (`_p50`): one preempted iteration, 41x the others among ten, moves a mean over
+iterations 5x and leaves the median where it was; the means stay beside them.
 """
 
 from __future__ import annotations
@@ -39,6 +50,12 @@ UNITS = {
     "busy_ns_per_iteration": "ns",
     "wall_ns_per_iteration": "ns",
     "max_busy_over_wall": "ratio",
+    "launch_tax_p50": "fraction",
+    "microkernel_share_p50": "fraction",
+    "mean_kernel_us_p50": "µs",
+    "busy_ns_per_iteration_p50": "ns",
+    "top_op_stability": "fraction",
+    "top3_stability": "fraction",
 }
 
 RUNS_SQL = """
@@ -63,6 +80,7 @@ class KernelStream:
         self.busy = np.zeros(0)  # union of kernel intervals, by iteration
         self.open: tuple[int, int, int] | None = None  # (iteration, start, reach)
         self.kernels = self.microkernels = self.duration_ns = 0
+        self.by_iteration = np.zeros((3, 0))  # kernels, microkernels, duration ns per iteration
         self.first_iteration: int | None = None
         self.partitions, self.last_provider = 0, None
 
@@ -70,10 +88,7 @@ class KernelStream:
         """One batch, continuing the previous one's order."""
         if len(start) == 0:
             return
-        duration = end - start
-        self.kernels += len(start)
-        self.duration_ns += int(duration.sum())
-        self.microkernels += int(np.count_nonzero(duration < MICROKERNEL_NS))
+        self._tally(iteration, end - start)
         self._count_partitions(iteration, np.asarray(providers))
         if iteration[0] == iteration[-1]:  # in iteration order: the batch is one iteration's
             return self._merge_one(int(iteration[0]), start, end)
@@ -120,6 +135,26 @@ class KernelStream:
             self._add_busy(np.array([iteration]), np.array([float(closed)]))
             first = int(start[gaps[-1]])
         self.open = (iteration, first, int(reach[-1]))
+
+    def _tally(self, iteration: np.ndarray, duration: np.ndarray) -> None:
+        """Kernels, microkernels and kernel time: in all, and per iteration (one iteration's
+        batch adds its totals; a batch across iterations, bincounts from iteration 0)."""
+        short = duration < MICROKERNEL_NS
+        counts = (len(duration), int(np.count_nonzero(short)), int(duration.sum()))
+        self.kernels += counts[0]
+        self.microkernels += counts[1]
+        self.duration_ns += counts[2]
+        last = int(iteration[-1])  # in iteration order: the batch's largest
+        if last >= self.by_iteration.shape[1]:
+            grown = np.zeros((3, last + 1))
+            grown[:, : self.by_iteration.shape[1]] = self.by_iteration
+            self.by_iteration = grown
+        if iteration[0] == iteration[-1]:
+            self.by_iteration[:, last] += counts
+            return
+        for row, weights in enumerate((None, short, duration)):
+            counted = np.bincount(iteration, weights=weights)
+            self.by_iteration[row, : len(counted)] += counted
 
     def _add_busy(self, iteration: np.ndarray, lengths: np.ndarray) -> None:
         counted = np.bincount(iteration, weights=lengths)
@@ -179,28 +214,49 @@ def compute_metrics(
     n_iterations = runs.num_rows
     wall = runs["duration_ns"].to_numpy().astype(np.float64)
     busy = stream.busy_per_iteration(n_iterations)[:n_iterations]
+    tax = np.clip((wall - busy) / wall, 0.0, 1.0)
     kernels_per_iteration = stream.kernels / max(n_iterations, 1)
     per_node = onnx_node_count or None  # per-node ratios need the model's graph
     return {
         "kernel_amplification_ratio": kernels_per_iteration / per_node if per_node else None,
         "partition_fragmentation_index": stream.partitions / per_node if per_node else None,
-        "launch_tax": float(np.mean(np.clip((wall - busy) / wall, 0.0, 1.0))),
+        "launch_tax": float(np.mean(tax)),
         "device_active_ratio": float(np.mean(np.clip(busy / wall, 0.0, 1.0))),
         "microkernel_share": stream.microkernels / stream.kernels if stream.kernels else 0.0,
         "mean_kernel_us": stream.duration_ns / stream.kernels / 1e3 if stream.kernels else 0.0,
         "busy_ns_per_iteration": float(busy.mean()),
         "wall_ns_per_iteration": float(wall.mean()),
         "max_busy_over_wall": float(np.max(busy / wall)) if n_iterations else 0.0,
+        "launch_tax_p50": _median(tax),
+        **per_iteration_kernel_medians(stream.by_iteration),
+        "busy_ns_per_iteration_p50": _median(busy),
     }
+
+
+def per_iteration_kernel_medians(by_iteration: np.ndarray) -> dict[str, float | None]:
+    """Microkernel share and mean kernel duration of each iteration that ran kernels, median
+    over those iterations (KernelStream.by_iteration: kernels, microkernels, duration ns)."""
+    kernels, micro, duration = by_iteration[:, by_iteration[0] > 0]
+    return {
+        "microkernel_share_p50": _median(micro / kernels),
+        "mean_kernel_us_p50": _median(duration / kernels / 1e3),
+    }
+
+
+def _median(values: np.ndarray) -> float | None:
+    return float(np.median(values)) if len(values) else None
 
 
 STREAM_COLUMNS = ("iteration", "start_ns", "end_ns", "provider_code")
 
 
-def session_metrics(lake, session_id: str, kernels: pa.Table | str) -> pa.Table:
+def session_metrics(
+    lake, session_id: str, kernels: pa.Table | str, more: dict[str, float] | None = None
+) -> pa.Table:
     """The DERIVED_METRICS rows of one session: its kernels (`attribution.session_kernels`: an
     Arrow table, or SQL over the TraceLake) against its iteration spans, the kernels streamed
-    from DuckDB in execution order."""
+    from DuckDB in execution order; plus `more`, metrics attribution derived (the ranking's
+    stability)."""
     params = {"sid": session_id}
     runs = lake.query(RUNS_SQL, params)
     node_count = lake.query(
@@ -212,6 +268,7 @@ def session_metrics(lake, session_id: str, kernels: pa.Table | str) -> pa.Table:
     bound = None if tables else params  # SQL over the TraceLake names the session
     with lake.batches(STREAM_SQL.format(kernels=source), bound, tables, BATCH_ROWS) as batches:
         metrics = compute_metrics(batches, runs, node_count[0] if node_count else None)
+    metrics = {**metrics, **(more or {})}
     metrics = {name: value for name, value in metrics.items() if value is not None}
     return pa.table(
         {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aaco_pipelines.cli.common import INGEST_STAGES, progress_printer
+from aaco_pipelines.cli.common import INGEST_STAGES, comma_list, progress_printer
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
@@ -49,6 +49,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
             queries.generation_summary(lake, session_id) if row["workload"] == "generation" else {}
         )
         quality = queries.measurement_quality_row(lake, session_id)
+        top = queries.top_op(lake, session_id)
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
@@ -65,11 +66,33 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         ("latency p99", f"{row['latency_p99_ns'] / 1e6:.3f} ms"),
         ("throughput", f"{row['throughput_per_s']:.1f} /s"),
         ("bottleneck", bottleneck),
+        ("top op", top_op_cell(top)),
     ]
     if row["workload"] == "generation":
         cells[4] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
         cells += generation_summary(figures)
     return "\n".join(f"  {name:13} {value}" for name, value in cells)
+
+
+def top_op_cell(top: dict | None) -> str:
+    """The top node, its share, and "uncertain" when a bootstrap resample of the profiled
+    iterations often ranks another first (analysis/ranking_stability)."""
+    from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE
+
+    if top is None:
+        return "-"
+    cell = top["name"]
+    if top["share"] is not None:
+        cell += f" ({top['share']:.0%} of kernel time)"
+    stability = top["top_op_stability"]
+    if stability is None:
+        return cell + (
+            f"; ranking not judged ({top['profiled_iterations']} profiled iterations, "
+            f"under {MIN_ITERATIONS})"
+        )
+    if stability < STABLE:
+        return cell + f", top op uncertain: first in {stability:.0%} of resamples"
+    return cell
 
 
 def generation_summary(figures: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
@@ -86,6 +109,19 @@ def generation_summary(figures: dict[tuple[str, str], float]) -> list[tuple[str,
                       f"{f['output_tokens_per_s']:.0f} tokens/s; goodput {f['goodput_per_s']:.1f} /s "
                       f"({f['slo_attainment']:.0%} within SLO)"))  # fmt: skip
     return lines
+
+
+def laboratory_cores(listed: str | None) -> tuple[int, ...] | None:
+    """--laboratory-cores 1,3 as core numbers (None: laboratory mode chooses the quietest)."""
+    names = comma_list(listed)
+    if names is None:
+        return None
+    if not all(name.isdigit() for name in names):
+        raise AacoInputError(
+            f"--laboratory-cores takes core numbers, not {listed!r}",
+            fix="e.g. --laboratory-cores 1,3",
+        )
+    return tuple(int(name) for name in names)
 
 
 def cmd_run(args, paths: AacoPaths) -> int:
@@ -106,8 +142,10 @@ def cmd_run(args, paths: AacoPaths) -> int:
         model = registered_model(candidate)
     else:
         model = find_model(paths.registry, model_slug(args.model))
+    cores = laboratory_cores(args.laboratory_cores)
     options = MeasureOptions(
-        laboratory=args.laboratory,
+        laboratory=args.laboratory or cores is not None,
+        laboratory_cores=cores,
         providers=run_providers(args.provider),
         measured_iterations=args.iterations,
         profiled_iterations=None if args.profile else 1,
@@ -157,6 +195,11 @@ def add_parser(sub) -> None:
     run = sub.add_parser("run", help="measure one model now, without Dagster")
     run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
     run.add_argument("--laboratory", action="store_true", help="pinned cores, fixed threads")
+    run.add_argument(
+        "--laboratory-cores",
+        help="laboratory mode on these cores (e.g. 1,3), kept even when busy; default: all "
+        "allowed cores but the busiest",
+    )
     run.add_argument("--provider", help="cpu, rocm, migraphx or a full provider name")
     run.add_argument(
         "--iterations", type=int, help="exactly N measured iterations (default: the sidecar's)"

@@ -4,20 +4,35 @@ Latency varies with which cores a run lands on, with neighbours stealing them an
 pools sized to cores the run does not own. Laboratory mode fixes all three: explicit cores, ONNX
 Runtime thread pools sized to them, and (where the host allows) a cgroup that enforces the cores
 and a memory limit. Everything that could not be applied is reported, never silently skipped.
+
+Pinned threads cannot move away from a neighbour the way unpinned ones do, so pinning to a core
+another process keeps busy makes the numbers noisier than no laboratory at all. The cores are
+therefore chosen after a short look at how busy each one is, and cores that are busy anyway (a
+loaded host, or cores the user asked for) are said out loud and recorded with the shares seen.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import cpu_frequencies_mhz, cpu_governors, online_cpus
+from aaco_pipelines.execution.host_sampler import read_cpu_jiffies
 
 _MOUNTS = Path("/proc/self/mounts")
 _CGROUP_PARENT = "aaco"
+# How long the cores are watched before choosing: 20 jiffies a core at 100 Hz, cheap beside a run.
+BUSY_WINDOW_S = 0.2
+# A laboratory core whose time other processes take beyond this share is busy: the limit of a
+# contended host (analysis.envelope.CONTENDED_SHARE), applied to the cores the worker owns.
+BUSY_CORE_SHARE = 0.2
+# The lowest core is left free unless another is busier by more than this: a jiffy or two of
+# noise must not move the worker from session to session.
+NOTICEABLY_BUSIER = 0.1
 
 
 @dataclass(frozen=True)
@@ -25,29 +40,98 @@ class LaboratorySettings:
     cores: tuple[int, ...]  # cores the worker is pinned to
     intra_op_threads: int  # == len(cores): one ONNX Runtime compute thread per owned core
     inter_op_threads: int = 1
+    # Busy share of each core looked at just before the run ({"cpu1": 0.03}): other processes'
+    # work, as this one only waited. Empty where /proc/stat cannot be read.
+    core_busy: dict[str, float] = field(default_factory=dict)
+    warning: str | None = None  # the worker's cores were busy with other work anyway
 
 
-def laboratory_settings(requested_cores: Sequence[int] | None = None) -> LaboratorySettings:
-    """Cores for the worker: the requested ones, else all allowed cores but the lowest.
+def laboratory_settings(
+    requested_cores: Sequence[int] | None = None, window_s: float = BUSY_WINDOW_S
+) -> LaboratorySettings:
+    """Cores for the worker: the requested ones, else all allowed cores but the busiest.
 
-    With two or more allowed cores the lowest-numbered one (core 0 when allowed, where the kernel
-    routes most housekeeping and interrupts) is left to the parent's sampler thread and the OS, so
-    neither competes with the worker: on 2 cores the worker gets core 1. A single allowed core is
-    shared, there is no better choice.
+    How busy each core is, is looked at over `window_s` first. Requested cores are kept even when
+    busy (the user chose them), with a warning; so are chosen ones when no quieter core is left.
     """
     allowed = sorted(os.sched_getaffinity(0))
     if requested_cores is None:
-        cores = allowed[1:] if len(allowed) >= 2 else allowed
+        busy = core_busy_shares(allowed, window_s)
+        cores = choose_cores(allowed, busy)
     else:
-        cores = sorted(set(requested_cores))
-        refused = [core for core in cores if core not in allowed]
-        if not cores or refused:
-            raise AacoInputError(
-                f"laboratory cores {list(requested_cores)} are not usable here "
-                f"(not allowed: {refused or 'none given'}; this process may run on {allowed})",
-                fix=f"choose laboratory cores from {allowed}, or leave them unset",
-            )
-    return LaboratorySettings(cores=tuple(cores), intra_op_threads=len(cores))
+        cores = _requested(requested_cores, allowed)
+        busy = core_busy_shares(cores, window_s)
+    return LaboratorySettings(
+        cores=tuple(cores),
+        intra_op_threads=len(cores),
+        core_busy={f"cpu{core}": round(share, 3) for core, share in sorted(busy.items())},
+        warning=busy_warning(cores, busy, requested=requested_cores is not None),
+    )
+
+
+def _requested(requested_cores: Sequence[int], allowed: list[int]) -> list[int]:
+    cores = sorted(set(requested_cores))
+    refused = [core for core in cores if core not in allowed]
+    if not cores or refused:
+        raise AacoInputError(
+            f"laboratory cores {list(requested_cores)} are not usable here "
+            f"(not allowed: {refused or 'none given'}; this process may run on {allowed})",
+            fix=f"choose laboratory cores from {allowed}, or leave them unset",
+        )
+    return cores
+
+
+def core_busy_shares(cores: Sequence[int], window_s: float = BUSY_WINDOW_S) -> dict[int, float]:
+    """Each core's busy share of its time over `window_s` (/proc/stat, steal included, as the
+    host sampler counts it). This process only sleeps meanwhile, so the busy time is other
+    processes'. Empty where /proc/stat cannot be read; a core that went offline is left out."""
+    try:
+        before = read_cpu_jiffies()
+        time.sleep(window_s)
+        after = read_cpu_jiffies()
+    except OSError:
+        return {}
+    shares = {}
+    for core in cores:
+        if core in before and core in after:
+            busy, total = (now - then for then, now in zip(before[core], after[core], strict=True))
+            if total > 0:
+                shares[core] = min(max(busy / total, 0.0), 1.0)
+    return shares
+
+
+def choose_cores(allowed: Sequence[int], busy: Mapping[int, float]) -> list[int]:
+    """All allowed cores but one, left to the parent's sampler thread and the OS.
+
+    The one left is the busiest, so the worker avoids a core other work is using; on a quiet host
+    (no core NOTICEABLY_BUSIER than the lowest) it is the lowest, where the kernel routes most
+    housekeeping and interrupts. The worker always gets the same number of cores, hence threads,
+    so sessions stay comparable: dropping every busy core would change the thread count, and the
+    latency with it, on a loaded host. A single allowed core is shared; there is no better choice.
+    """
+    allowed = sorted(allowed)
+    if len(allowed) < 2:
+        return allowed
+    lowest = allowed[0]
+    busiest = max(allowed, key=lambda core: (busy.get(core, 0.0), -core))
+    noticeably = busy.get(busiest, 0.0) - busy.get(lowest, 0.0) > NOTICEABLY_BUSIER
+    spare = busiest if noticeably else lowest
+    return [core for core in allowed if core != spare]
+
+
+def busy_warning(
+    cores: Sequence[int], busy: Mapping[int, float], requested: bool = False
+) -> str | None:
+    """One line for the user when other processes keep the worker's cores busy, else None."""
+    taken = {core: busy[core] for core in cores if busy.get(core, 0.0) > BUSY_CORE_SHARE}
+    if not taken:
+        return None
+    listed = ", ".join(f"cpu{core} {share:.0%}" for core, share in sorted(taken.items()))
+    why = "as requested" if requested else "for want of quieter ones"
+    return (
+        f"warning: laboratory cores busy with other work ({listed}), kept {why}: pinned "
+        "threads cannot move away, so expect noisier latencies"
+    )
 
 
 def pin_current_process(settings: LaboratorySettings) -> dict:

@@ -10,8 +10,9 @@ Passes, in order, each recorded with its start and end (epoch ns):
   warmup    the model runs `warmup_iterations` times (caches, allocators, thread pools)
   measured  at least `measured_iterations` timed runs and `min_measured_seconds`, profiling
             OFF: the latency figures
-  profiled  a fresh session with ONNX Runtime's profiler ON, a short warm-up, then
-            `profiled_iterations` runs: the kernel trace, and the profiling overhead
+  profiled  a fresh session with ONNX Runtime's profiler ON, a short warm-up, then at least
+            `profiled_iterations` runs, more when the measured pass was noisy, within a time
+            cap (execution.profiled_count): the kernel trace, and the profiling overhead
 
 Progress lines go to stderr prefixed "aaco:"; a user error is written to error.json so the parent
 can re-raise it with the model path and the fix.
@@ -34,6 +35,7 @@ from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
 from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
+from aaco_pipelines.execution.profiled_count import request_count
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import InputSpec
 
@@ -44,8 +46,17 @@ def progress(message: str) -> None:
     print(f"aaco: {message}", file=sys.stderr, flush=True)
 
 
-def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> dict:
-    """Run at least `count` times and for at least `min_seconds`.
+def timed_pass(
+    session,
+    feeds: dict,
+    count: int,
+    min_seconds: float = 0.0,
+    *,
+    up_to: int = 0,
+    max_seconds: float | None = None,
+) -> dict:
+    """Run at least `count` times and for at least `min_seconds`; then on, up to `up_to` runs,
+    while the pass has lasted under `max_seconds`.
 
     Per iteration: epoch start (to place it among telemetry and trace events) and the
     perf_counter latency, both in ns. The minimum duration gives the host sampler enough ticks
@@ -55,7 +66,10 @@ def timed_pass(session, feeds: dict, count: int, min_seconds: float = 0.0) -> di
     run, clock = session.run, time.perf_counter_ns
     pass_start_ns = time.time_ns()
     deadline = clock() + int(min_seconds * 1e9)
-    while len(latencies) < count or clock() < deadline:
+    cap = clock() + int(max_seconds * 1e9) if max_seconds is not None else deadline
+    while (
+        len(latencies) < count or clock() < deadline or (len(latencies) < up_to and clock() < cap)
+    ):
         starts.append(time.time_ns())
         t0 = clock()
         run(None, feeds)
@@ -124,18 +138,33 @@ def _measured_passes(ort, request: dict, feeds: dict, passes: dict) -> dict:
 def _profiled_pass(ort, request: dict, feeds: dict, passes: dict, out: Path) -> dict:
     """A fresh session with ONNX Runtime's profiler on (and, when the runner wraps this process
     in rocprofv3, the device trace): never the session the latency figures came from."""
-    progress(f"profiled pass: {request['profiled_iterations']} iterations")
+    count = request_count(request, _measured_latencies(passes, out))
+    progress(f"profiled pass: {count.rule}")
     options = session_options(ort, request, profile_prefix=out / "ort_profile")
     profiled = create_session(ort, request, options, out / "optimized_model.onnx")
     profiling_start_ns = profiled.get_profiling_start_time_ns()
     timed_pass(profiled, feeds, PROFILED_WARMUP_ITERATIONS)
-    passes["profiled"] = timed_pass(profiled, feeds, request["profiled_iterations"])
+    passes["profiled"] = timed_pass(
+        profiled, feeds, count.minimum, up_to=count.target, max_seconds=count.max_seconds
+    )
     os.replace(profiled.end_profiling(), out / "ort_profile.json")
     return {
         "profiled_providers_used": profiled.get_providers(),
         "profiling_start_ns": profiling_start_ns,
         "profiled_warmup_iterations": PROFILED_WARMUP_ITERATIONS,
+        "profiled_iterations_rule": count.rule,
     }
+
+
+def _measured_latencies(passes: dict, out: Path) -> list[int] | None:
+    """The measured pass's latencies: this process's, or those a measured-only worker left in
+    the folder (a profiled pass traced by rocprofv3 runs in a worker of its own)."""
+    if "measured" in passes:
+        return passes["measured"]["latency_ns"]
+    path = out / "latencies.measured.json"
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text()).get("measured", {}).get("latency_ns")
 
 
 def main(argv: list[str]) -> int:

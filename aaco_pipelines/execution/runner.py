@@ -35,6 +35,7 @@ from aaco_pipelines.execution.gpu_sampler import GpuSampler, request_performance
 from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
 from aaco_pipelines.execution.lifeline import Lifeline
+from aaco_pipelines.execution.profiled_count import MAX_SECONDS as MAX_PROFILED_SECONDS
 from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
 from aaco_pipelines.graph.external_data import total_bytes
@@ -100,7 +101,9 @@ class BenchmarkRequest:
     warmup_iterations: int = 5
     measured_iterations: int = 50
     min_measured_seconds: float = 1.0
-    profiled_iterations: int = 10
+    profiled_iterations: int = 10  # at least; more for a noisy measured pass (profiled_count)
+    profiled_iterations_exact: bool = False  # an explicit count: exactly that many
+    max_profiled_seconds: float = MAX_PROFILED_SECONDS
     providers: tuple[str, ...] = ()
     graph_optimization_level: str = "all"  # ONNX Runtime's, as the sidecar names it
     disabled_optimizers: tuple[str, ...] = ()

@@ -62,6 +62,7 @@ def report_content(data: ReportData) -> dict:
         "bottleneck": _bottleneck(data.bottleneck),
         "derived_metrics": _derived(data.derived_metrics),
         "top_ops": _level(data.op_breakdown, "node", TOP_OPS),
+        "ranking": _ranking(data),
         "top_op_types": _level(data.op_breakdown, "op_type", TOP_OP_TYPES),
         "top_kernels": _floats(data.top_kernels.to_pylist()),
         "roofline": {
@@ -157,6 +158,27 @@ def _bottleneck(report: dict | None) -> dict | None:
 def _derived(table: pa.Table) -> list[dict]:
     meanings = metric_meanings()
     return [{**row, "meaning": meanings.get(row["metric"])} for row in table.to_pylist()]
+
+
+def _ranking(data: ReportData) -> dict:
+    """How sure the node ranking is (analysis/ranking_stability; None where not judged), and
+    the nodes some resample ranks first, most often first."""
+    derived = dict(
+        zip(
+            data.derived_metrics["metric"].to_pylist(),
+            data.derived_metrics["value"].to_pylist(),
+            strict=True,
+        )
+    )
+    nodes = data.op_breakdown.filter(pc.equal(data.op_breakdown["level"], "node"))
+    leading = nodes.filter(pc.fill_null(pc.greater(nodes["p_top"], 0.0), False))
+    leading = leading.sort_by([("p_top", "descending")]).select(["name", "p_top"])
+    return {
+        "profiled_iterations": data.session.get("profiled_iterations"),
+        "top_op_stability": derived.get("top_op_stability"),
+        "top3_stability": derived.get("top3_stability"),
+        "leading": leading.to_pylist(),
+    }
 
 
 def _level(breakdown: pa.Table, level: str, limit: int) -> list[dict]:

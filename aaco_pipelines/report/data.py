@@ -141,7 +141,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         passes=rows(PASSES_SQL),
         telemetry=rows(TELEMETRY_SQL),
         op_breakdown=rows(
-            "SELECT level, name, op_type, mean_ns, p50_ns, share, mean_share, "
+            "SELECT level, name, op_type, mean_ns, p50_ns, share, mean_share, p_top, p_top3, "
             "kernels_per_iteration, flops, bytes_moved FROM op_breakdown WHERE session_id = $sid "
             "ORDER BY level, p50_ns DESC, mean_ns DESC"
         ),

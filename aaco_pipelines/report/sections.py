@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
+from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.units import by_unit, duration
@@ -147,6 +148,7 @@ def _bottleneck(report: dict | None, measurement: dict | None = None) -> Section
                 [
                     ("signal", "signal", None),
                     ("value", "value", num),
+                    ("mean", "mean", num),
                     ("bin", "bin", None),
                     ("favours", "favours", None),
                     ("why_it_matters", "why it matters", None),
@@ -178,8 +180,36 @@ OP_COLUMNS = [
     ("p50_ns", "p50 / iter", duration),
     ("share", "share", pct),
     ("mean_share", "mean share", pct),
+    ("p_top", "P(first)", pct),
+    ("p_top3", "P(top 3)", pct),
     ("kernels_per_iteration", "kernels / iter", num),
 ]
+
+
+def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
+    """Whether the top op (and the top three) can be named, from the bootstrap over the
+    profiled iterations: "uncertain" below ranking_stability.STABLE, with who else leads."""
+    if not top_ops:
+        return None
+    stability, top = ranking.get("top_op_stability"), top_ops[0]["name"]
+    if stability is None:
+        return (
+            f"Ranking stability not judged: {ranking.get('profiled_iterations')} profiled "
+            f"iteration(s), fewer than {MIN_ITERATIONS}."
+        )
+    runs = f"bootstrap resamples of the {ranking.get('profiled_iterations')} profiled iterations"
+    if stability >= STABLE:
+        text = f"Top op {top}: first in {stability:.0%} of {runs}."
+    else:
+        rivals = ", ".join(f"{r['name']} {r['p_top']:.0%}" for r in ranking["leading"][:3])
+        text = (
+            f"Top op uncertain: {top} is first in only {stability:.0%} of {runs} ({rivals}). "
+            "Profile more iterations, or measure on a quiet host, before acting on the order."
+        )
+    three = ranking.get("top3_stability")
+    if three is not None and three < STABLE and len(top_ops) > 3:
+        text += f" The top three are uncertain too: the same three lead in {three:.0%}."
+    return text
 
 
 def _time(content: dict) -> Section:
@@ -197,7 +227,10 @@ def _time(content: dict) -> Section:
         [
             "Per profiled iteration, ranked by median. Shares are of all attributed kernel time, "
             "from each op's median time per iteration (one preempted iteration reorders "
-            "nothing); the mean-based share is beside it. Kernels: mean per iteration."
+            "nothing); the mean-based share is beside it. P(first) and P(top 3): how often a "
+            "bootstrap resample of the profiled iterations ranks the op so. Kernels: mean per "
+            "iteration.",
+            *filter(None, [ranking_text(content.get("ranking") or {}, content["top_ops"])]),
         ],
         [
             Table("Top ops (ONNX nodes)", content["top_ops"], OP_COLUMNS),
@@ -376,7 +409,8 @@ def _generation(generation: dict) -> Section:
         [
             f"Headline scenario: {generation['headline']} (the session's latency and drift "
             "series). TTFT = queueing + prefill; TPOT = (last - first token) / (tokens - 1); "
-            "LoadGen's own figures time from its scheduled issue."
+            "a request arrives at LoadGen's scheduled issue, from which LoadGen's own figures "
+            "count too."
         ],
         [
             Table("Scenarios", generation["scenarios"], figures),

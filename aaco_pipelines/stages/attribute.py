@@ -1,8 +1,9 @@
 """Attribute (kernel_attribution): where a session's kernel time went.
 
 Every kernel mapped to the ONNX node(s) it executes (fused kernels split by FLOP share,
-unmatched kernels reported), time broken down per node and op type, and the derived metrics
-(launch tax, device active ratio, kernel amplification, fragmentation, microkernel share).
+unmatched kernels reported), time broken down per node and op type with how stable each one's
+rank is over the profiled iterations, and the derived metrics (launch tax, device active ratio,
+kernel amplification, fragmentation, microkernel share, the top op's stability).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ def attribute(lake: TraceLake, bundle: SessionBundle) -> Attribution:
         path = bundle.file("optimized_model.onnx")
         optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
         tables = attribute_session(lake, bundle.session_id, optimized)
-        kernels = tables.pop("kernels")
-        tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels)
+        kernels, ranking = tables.pop("kernels"), tables.pop("ranking")
+        tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels, ranking)
         lake.replace_session_rows(bundle.session_id, tables)
     derived = tables["derived_metrics"]
     metrics = dict(zip(derived["metric"].to_pylist(), derived["value"].to_pylist(), strict=True))

@@ -16,7 +16,11 @@ import pyarrow as pa
 from aaco_pipelines.analysis.classification import BottleneckReport, classify_bottleneck
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.envelope_choice import EnvelopeChoice, session_envelope
-from aaco_pipelines.analysis.evidence import session_evidence, session_utilization
+from aaco_pipelines.analysis.evidence import (
+    evidence_means,
+    session_evidence,
+    session_utilization,
+)
 from aaco_pipelines.analysis.roofline import (
     EnvelopeUtilization,
     JudgedRoofline,
@@ -81,16 +85,11 @@ def explain(
     roofline = roofline.append_column(
         "envelope_id", pa.array([envelope_id] * roofline.num_rows, pa.string())
     )
-    if envelope is None:
-        utilization, ridge = None, 1.0  # no intensity ratio is formed without a utilization
-    else:
-        session_roof = envelope.for_dtype(dominant_dtype(roofline))
-        utilization = roofline_utilization(roofline, envelope) or session_utilization(
-            lake, session_id, metrics, session_roof
-        )
-        ridge = session_roof.ridge_point()
+    utilization, mean_utilization, ridge = _utilizations(
+        lake, session_id, metrics, roofline, envelope
+    )
     evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
-    report = classify_bottleneck(evidence)
+    report = classify_bottleneck(evidence, evidence_means(metrics, mean_utilization))
     summary = report.to_dict()
     row = {
         "session_id": session_id,
@@ -112,3 +111,28 @@ def explain(
         {"roofline_points": roofline, "bottleneck_reports": pa.Table.from_pylist([row])},
     )
     return report, utilization, judged
+
+
+def _utilizations(
+    lake: TraceLake,
+    session_id: str,
+    metrics: dict[str, float],
+    roofline: pa.Table,
+    envelope: HardwareEnvelope | None,
+) -> tuple[EnvelopeUtilization | None, EnvelopeUtilization | None, float]:
+    """The session's utilization of its ops' median times (classified on), of their mean times
+    (shown beside it), and the ridge point its intensity ratio is formed against. Without an
+    envelope: none, and no intensity ratio is formed."""
+    if envelope is None:
+        return None, None, 1.0
+    session_roof = envelope.for_dtype(dominant_dtype(roofline))
+    at_means = roofline.set_column(
+        roofline.schema.get_field_index("time_ns"), "time_ns", roofline["mean_ns"]
+    )
+    median = roofline_utilization(roofline, envelope) or session_utilization(
+        lake, session_id, metrics, session_roof
+    )
+    mean = roofline_utilization(at_means, envelope) or session_utilization(
+        lake, session_id, metrics, session_roof, mean=True
+    )
+    return median, mean, session_roof.ridge_point()

@@ -80,11 +80,17 @@ def load(lake: TraceLake, bundle: SessionBundle, *, complete: bool = False) -> L
     with lake.reading():  # one open of the lake for all three
         quality = session_quality(lake, bundle.session_id)
         generation = generation_quality(lake, bundle.session_id)
-        measurement = measurement_quality(lake, bundle.session_id)
+        measurement = measurement_quality(lake, bundle.session_id, laboratory_cores(bundle))
         lake.replace_session_rows(
             bundle.session_id, {"measurement_quality": pa.Table.from_pylist([measurement.row()])}
         )
     return LoadedSession(bundle.session_id, counts, quality, generation, measurement)
+
+
+def laboratory_cores(bundle: SessionBundle) -> list[int]:
+    """The cores a laboratory session's worker was pinned to; none for other sessions (an
+    ingested trace's request says laboratory False)."""
+    return list((bundle.request.get("laboratory") or {}).get("cores", []))
 
 
 def load_session(

@@ -37,7 +37,8 @@ class MeasureOptions:
     providers: tuple[str, ...] | None = None  # overrides the sidecar's preference
     seed: int = 0
     limits: RunnerLimits = field(default_factory=RunnerLimits)
-    # Override the sidecar's counts; an explicit measured count is exact (no minimum duration).
+    # Override the sidecar's counts; an explicit count is exact: measured, with no minimum
+    # duration; profiled, never grown for a noisy measured pass (execution.profiled_count).
     measured_iterations: int | None = None
     profiled_iterations: int | None = None
 
@@ -99,6 +100,7 @@ def measure(
         measured_iterations=sidecar.measured_iterations,
         min_measured_seconds=sidecar.min_measured_seconds,
         profiled_iterations=sidecar.profiled_iterations,
+        profiled_iterations_exact=options.profiled_iterations is not None,
         providers=tuple(options.providers or sidecar.execution_providers),
         graph_optimization_level=sidecar.graph_optimization_level,
         disabled_optimizers=sidecar.disabled_optimizers,
@@ -109,6 +111,8 @@ def measure(
         tags=dict(sidecar.tags),
         generation=version.generation,
     )
+    if request.laboratory and request.laboratory.warning and on_progress:
+        on_progress(request.laboratory.warning)  # busy cores are said, never silently used
     bundle = run_benchmark(
         request, paths, limits=options.limits, graph_dir=version.graph_dir, on_progress=on_progress
     )

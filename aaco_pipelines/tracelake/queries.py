@@ -124,7 +124,10 @@ runtime AS (
     SELECT onnx_node, list(DISTINCT runtime_op_type) AS runtime_ops FROM node_attribution
     WHERE session_id = $sid AND onnx_node IS NOT NULL GROUP BY onnx_node
 )
-SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved, o.mean_ns AS time_ns,
+SELECT o.name AS onnx_node, o.op_type, o.flops, o.bytes_moved,
+       -- a typical iteration's time (the median), so one preempted iteration moves no point;
+       -- an op that ran in fewer than half the iterations (median 0): its mean
+       CASE WHEN o.p50_ns > 0 THEN o.p50_ns ELSE o.mean_ns END AS time_ns, o.mean_ns,
        g.graph_op_type, g.dtypes, r.runtime_ops
 FROM op_breakdown o
 LEFT JOIN graph g ON g.node_name = o.name
@@ -137,7 +140,8 @@ WHERE o.session_id = $sid AND o.level = (  -- fusion groups; a session attribute
 
 def roofline_nodes(lake: TraceLake, session_id: str) -> pa.Table:
     """The session's roofline points: its fusion groups (one point per group of nodes ONNX Runtime
-    ran as one) with their cost, time and what tells their data type."""
+    ran as one) with their cost, time per iteration (median; the mean beside it) and what
+    tells their data type."""
     return lake.query(ROOFLINE_NODES_SQL, {"sid": session_id})
 
 
@@ -207,6 +211,23 @@ def measurement_quality_row(lake: TraceLake, session_id: str) -> dict | None:
     rows = lake.query(
         "SELECT * FROM measurement_quality WHERE session_id = ?", [session_id]
     ).to_pylist()
+    return rows[0] if rows else None
+
+
+TOP_OP_SQL = """
+SELECT o.name, o.share, s.profiled_iterations,
+       (SELECT any_value(value) FROM derived_metrics
+        WHERE session_id = $sid AND metric = 'top_op_stability') AS top_op_stability
+FROM op_breakdown o JOIN session_records s USING (session_id)
+WHERE o.session_id = $sid AND o.level = 'node'
+ORDER BY o.p50_ns DESC, o.mean_ns DESC LIMIT 1
+"""
+
+
+def top_op(lake: TraceLake, session_id: str) -> dict | None:
+    """The session's top ONNX node by median time, its share and how stable its rank is
+    (null where not judged); None before attribution."""
+    rows = lake.query(TOP_OP_SQL, {"sid": session_id}).to_pylist()
     return rows[0] if rows else None
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -233,7 +233,7 @@ REQUESTS = pa.schema(
         ("batch_size", _i32),
         ("prompt_tokens", _i32),
         ("output_tokens", _i32),
-        ("arrival_ns", _i64),  # issued by LoadGen
+        ("arrival_ns", _i64),  # scheduled by LoadGen (its trace)
         ("start_ns", _i64),  # its prefill started
         ("first_token_ns", _i64),  # its first token sampled
         ("end_ns", _i64),  # its last token sampled
@@ -309,6 +309,11 @@ OP_BREAKDOWN = pa.schema(
         ("flops", _i64),
         ("bytes_moved", _i64),
         ("mean_share", _f64),  # v11: of all attributed kernel time, over every iteration
+        # v12: how sure its rank is (analysis/ranking_stability.py): its share of bootstrap
+        # resamples of the profiled iterations that rank it first / among the first three;
+        # null for fusion groups, phases, and fewer than 5 profiled iterations
+        ("p_top", _f64),
+        ("p_top3", _f64),
     ]
 )
 

@@ -116,6 +116,14 @@ MIGRATIONS: dict[int, list[str]] = {
         # (made with every missing table after the migrations when the lake predates v9)
         "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS mean_share DOUBLE",
     ],
+    # Each op's rank stability (a bootstrap over the profiled iterations): unknown for the
+    # sessions attributed before it.
+    12: [
+        "ALTER TABLE op_breakdown ADD COLUMN IF NOT EXISTS p_top DOUBLE",
+        "ALTER TABLE op_breakdown ADD COLUMN IF NOT EXISTS p_top3 DOUBLE",
+        "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS p_top DOUBLE",
+        "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS p_top3 DOUBLE",
+    ],
 }
 
 

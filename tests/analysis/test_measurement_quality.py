@@ -33,6 +33,10 @@ def test_a_clean_session_is_ok_and_says_what_it_rests_on():
     ("changed", "reason"),
     [
         ({"host_contention": 0.82}, "other processes took 82% of the host's CPU time meanwhile"),
+        (  # one busy core of many: the host looks quiet, the pinned worker's core is not
+            {"laboratory_contention": 0.48},
+            "other processes took 48% of the laboratory cores' time meanwhile",
+        ),
         ({"p99": 40e6}, "p99 is 40.0x p50"),  # one preempted iteration in a hundred
         ({"mean": 6e6}, "the mean is 6.0x p50"),
         ({"outliers": 30}, "15% of iterations are far outliers (beyond Q3 + 3 IQR)"),

@@ -66,6 +66,14 @@ def test_run_refuses_an_unavailable_provider(aaco_paths, capsys):
     assert len(err.splitlines()) == 1 and "'tensorrt'" in err and "Fix: use one of cpu" in err
 
 
+def test_run_refuses_laboratory_cores_that_are_not_core_numbers(aaco_paths, capsys):
+    path = add_model(aaco_paths, "tiny", models.tiny_mlp())
+    assert main(["run", "--model", str(path), "--laboratory-cores", "1,x"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "'1,x'" in err and "--laboratory-cores 1,3" in err
+    assert not aaco_paths.tracelake.exists()  # refused before anything was measured
+
+
 def test_export_mistakes_are_one_line_errors(aaco_paths, tmp_path, capsys):
     output = str(tmp_path / "trace.json")
     for argv, expected in (

@@ -14,16 +14,22 @@ import pytest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution import laboratory
 from aaco_pipelines.execution.laboratory import (
+    BUSY_CORE_SHARE,
+    NOTICEABLY_BUSIER,
     LaboratorySettings,
+    busy_warning,
     cgroup2_mount,
+    choose_cores,
     cpu_frequency_record,
     laboratory_settings,
     pin_current_process,
     place_in_cgroup,
     remove_cgroup,
 )
+from tests.helpers import busy_loops
 
 ALLOWED = sorted(os.sched_getaffinity(0))
+SPINNING = 0.8  # a core with a loop spinning on it is busy this much at least, whatever else runs
 
 
 def test_default_cores_are_allowed_and_leave_one_free():
@@ -32,7 +38,51 @@ def test_default_cores_are_allowed_and_leave_one_free():
     assert settings.intra_op_threads == len(settings.cores)
     assert settings.inter_op_threads == 1
     if len(ALLOWED) >= 2:
-        assert ALLOWED[0] not in settings.cores and len(settings.cores) == len(ALLOWED) - 1
+        assert len(settings.cores) == len(ALLOWED) - 1
+    assert set(settings.core_busy) == {f"cpu{core}" for core in ALLOWED}  # what it chose from
+
+
+def test_the_core_left_free_is_the_lowest_unless_another_is_noticeably_busier():
+    assert choose_cores([0, 1, 2, 3], {}) == [1, 2, 3]
+    assert choose_cores([0, 1, 2, 3], {0: 0.0, 2: 0.05, 3: 0.04}) == [1, 2, 3]  # jiffy noise
+    assert choose_cores([0, 1, 2, 3], {0: 0.1, 2: 0.95}) == [0, 1, 3]
+    assert choose_cores([0, 1, 2, 3], {1: 1.0, 2: 1.0}) == [0, 2, 3]  # a tie: the lower goes
+    assert choose_cores([5], {5: 1.0}) == [5]  # one core is shared, there is no better choice
+
+
+def test_only_busy_worker_cores_are_warned_about():
+    assert busy_warning([1, 2], {1: 0.05, 2: BUSY_CORE_SHARE}) is None
+    warning = busy_warning([1, 2], {1: 0.05, 2: 0.97})
+    assert warning.startswith("warning: laboratory cores busy with other work (cpu2 97%)")
+    assert "for want of quieter ones" in warning
+    assert "as requested" in busy_warning([2], {2: 0.97}, requested=True)
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="one allowed core: nothing to choose between")
+def test_a_core_made_busy_is_left_out():
+    """The core the old rule gave the worker (the highest) is made busy: the worker avoids it,
+    unless the host keeps the lowest core as busy (then the choice is the lowest again)."""
+    busy = ALLOWED[-1]
+    with busy_loops(cores=[busy]):
+        settings = laboratory_settings()
+    shares = {int(name[3:]): share for name, share in settings.core_busy.items()}
+    assert shares[busy] >= SPINNING
+    assert list(settings.cores) == choose_cores(ALLOWED, shares)
+    if shares[busy] - shares[ALLOWED[0]] > NOTICEABLY_BUSIER:  # as it is unless the host is busy
+        assert busy not in settings.cores
+
+
+def test_busy_cores_that_cannot_be_avoided_are_kept_and_said():
+    """Every allowed core busy: the worker still gets its cores (same threads as ever), with a
+    warning naming them; requested busy cores are kept as requested."""
+    with busy_loops(cores=ALLOWED):
+        chosen = laboratory_settings()
+        requested = laboratory_settings([ALLOWED[-1]])
+    assert chosen.warning and "for want of quieter ones" in chosen.warning
+    assert all(f"cpu{core}" in chosen.warning for core in chosen.cores)
+    assert requested.cores == (ALLOWED[-1],)
+    assert requested.warning and "as requested" in requested.warning
+    assert requested.core_busy[f"cpu{ALLOWED[-1]}"] >= SPINNING
 
 
 def test_requested_cores_are_validated():

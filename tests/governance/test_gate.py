@@ -161,9 +161,7 @@ def test_every_gated_metric_is_decided_and_a_tail_change_on_a_suspect_measuremen
     assert (
         diff_text(judged)
         .splitlines()[0]
-        .startswith(
-            "no regression decided, p99, throughput uncertain, on a suspect measurement"
-        )
+        .startswith("no regression decided, p99, throughput uncertain, on a suspect measurement")
     )
 
 

@@ -37,7 +37,9 @@ def test_session_lands_whole(measured_mlp_template):
     quality = session_quality(lake, bundle.session_id)
     assert quality["session_rows"] == 1
     assert quality["measured_rows"] == quality["measured_requested"] == 20
-    assert quality["profiled_rows"] == 5 and quality["iterations_with_node_events"] == 5
+    # at least the sidecar's 5 (more for a noisy measured pass), each with its node events
+    assert quality["profiled_rows"] == quality["profiled_requested"] >= 5
+    assert quality["iterations_with_node_events"] == quality["profiled_rows"]
     assert quality["telemetry_hz"] >= 10
     graph = lake.query("SELECT node_count, parameter_count FROM models").to_pylist()
     assert graph == [{"node_count": 4, "parameter_count": 16 * 32 + 32 + 32 * 8}]
@@ -250,3 +252,27 @@ def test_two_processes_spilling_beside_one_lake_both_finish(tmp_path, monkeypatc
     results = [spiller.communicate(timeout=300) for spiller in spillers]
     assert [spiller.returncode for spiller in spillers] == [0, 0], results
     assert [out.split()[-1] for out, _ in results] == ["6000000", "6000000"]
+
+
+def test_a_v11_lake_gains_each_ops_rank_stability_unknown(tmp_path):
+    """v12 stores how often a resample of the profiled iterations ranks each op first or among
+    the first three: rows attributed before keep theirs unknown (null), nothing else changes."""
+    path = tmp_path / "v11.duckdb"
+    lake = TraceLake(path)
+    with lake.connect(write=True):
+        pass  # a lake of the current schema
+    with duckdb.connect(str(path)) as con:  # back to v11's shape, with a row attributed then
+        for table in ("op_breakdown", "phase_breakdown"):
+            for column in ("p_top", "p_top3"):
+                con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+        con.execute(
+            "INSERT INTO op_breakdown (session_id, level, name, share) VALUES ('s', 'node', 'a', 1)"
+        )
+        con.execute("DELETE FROM schema_info")
+        con.execute("INSERT INTO schema_info VALUES (11, now())")
+    with lake.connect(write=True):
+        pass  # the next write migrates
+    assert lake.schema_version() == SCHEMA_VERSION
+    rows = lake.query("SELECT name, share, p_top, p_top3 FROM op_breakdown").to_pylist()
+    assert rows == [{"name": "a", "share": 1.0, "p_top": None, "p_top3": None}]
+    assert {"p_top", "p_top3"} <= set(lake.query("SELECT * FROM phase_breakdown").column_names)
