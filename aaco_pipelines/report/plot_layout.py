@@ -84,7 +84,7 @@ def _adjust(figure: Figure, margins, gaps, geometry) -> None:
 
 def _needs(ax: Axes, renderer, px_per_pt: float) -> dict[str, float]:
     """Pixels each side of the axes needs for the texts drawn outside it."""
-    y_widths, _ = _tick_label_sizes(ax.yaxis, renderer)
+    y_widths, y_heights = _tick_label_sizes(ax.yaxis, renderer)
     x_widths, x_heights = _tick_label_sizes(ax.xaxis, renderer)
     tick_space = _tick_space(ax.yaxis, px_per_pt)
     left = (max(y_widths, default=0.0) + tick_space if y_widths else 0.0) + _label_thickness(
@@ -95,7 +95,7 @@ def _needs(ax: Axes, renderer, px_per_pt: float) -> dict[str, float]:
     ) + _label_thickness(ax.xaxis, renderer, px_per_pt)
     top = _text_height(ax.title, renderer) + 6.0 * px_per_pt if ax.get_title() else 0.0
     # a tick label centred on the axes' edge reaches half its size past it
-    top = max(top, _half_height(ax.yaxis, renderer))
+    top = max(top, max(y_heights, default=0.0) / 2.0)
     right = x_widths[-1] / 2.0 if x_widths else 0.0
     return {"left": left, "right": right, "bottom": bottom, "top": top}
 
@@ -135,11 +135,6 @@ def _label_thickness(axis, renderer, px_per_pt: float) -> float:
 
 def _text_height(text, renderer) -> float:
     return text.get_window_extent(renderer).height
-
-
-def _half_height(axis, renderer) -> float:
-    _, heights = _tick_label_sizes(axis, renderer)
-    return max(heights, default=0.0) / 2.0
 
 
 def _inner_overflow(axes: list, renderer, width: float, height: float) -> tuple[float, ...]:
