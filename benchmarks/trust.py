@@ -8,7 +8,9 @@ per core of a 2-core host, for the whole run). Everything runs in a temporary AA
      quiet, <= 2 % busy), with the metric that raised each and the "uncertain" decisions;
    - detection of a 2x-slower version (goal 100 %) and of a ~10 %-slower one (goal >= 90 %
      quiet), each session against the 5 last sessions of the unchanged one;
-   - the same with `--paired` (side by side) on `--paired-comparisons` of each.
+   - the same with `aaco diff --paired auto`: side by side wherever the stored sessions cannot
+     settle it (a regression, an uncertain one, a p50 interval wider than the threshold);
+     `--paired 0` leaves it out.
    The model is a chain of square MatMul+Relu layers (20; 40 for 2x, 22 for ~10 %: the true
    ratio, printed, comes from the side-by-side runs).
 2. Class and top-op agreement over 5 runs of every zoo model (goal 100 % quiet; busy: agree, or
@@ -82,7 +84,7 @@ def busy_loops(count: int):
 def gate_trust(root: Path, comparisons: int, detections: int, paired: int) -> dict:
     from aaco_pipelines.config import AacoPaths
     from aaco_pipelines.governance.gate import gate_verdict
-    from aaco_pipelines.governance.paired import judge_side_by_side
+    from aaco_pipelines.governance.paired import judge_side_by_side, unsure
     from aaco_pipelines.registry.scan import registered_model
     from aaco_pipelines.registry.sidecar import ModelSidecar
     from aaco_pipelines.stages.pipeline import measure_model
@@ -113,23 +115,25 @@ def gate_trust(root: Path, comparisons: int, detections: int, paired: int) -> di
     verdicts = [gate_verdict(lake, sid) for sid in unchanged[BASELINE_SESSIONS:]]
     results["unchanged"] = _rates(verdicts)
     baseline = unchanged[-BASELINE_SESSIONS:]
-    paired_runs = {"unchanged": [
-        judge_side_by_side(v, lake, paths) for v in verdicts[-paired:]
-    ]} if paired else {}  # fmt: skip
+    auto = {"unchanged": verdicts} if paired else {}
     for name in ("2x slower", "~10% slower"):
         ids = sessions(CHAIN_LAYERS[name], detections, name)
         verdicts = [gate_verdict(lake, sid, baseline=baseline) for sid in ids]
         results[name] = _rates(verdicts)
         if paired:
-            paired_runs[name] = [judge_side_by_side(v, lake, paths) for v in verdicts[:paired]]
-    for name, runs in paired_runs.items():
-        effects = [r.paired["latency_p50"]["effect_pct"] for r in runs]
-        results[name]["paired"] = {
-            "comparisons": len(runs),
-            "regressions": sum(r.regression for r in runs),
-            "rate": sum(r.regression for r in runs) / len(runs),
-            "median_effect_pct": float(np.median(effects)),
-        }
+            auto[name] = verdicts
+    for name, verdicts in auto.items():  # aaco diff --paired auto
+        decided = [judge_side_by_side(v, lake, paths) if unsure(v) else v for v in verdicts]
+        side_by_side = [d for d in decided if d.paired is not None]
+        results[name]["paired_auto"] = {
+            "comparisons": len(decided),
+            "side_by_side": len(side_by_side),
+            "regressions": sum(d.regression for d in decided),
+            "rate": sum(d.regression for d in decided) / len(decided),
+            "median_side_by_side_p50_pct": float(
+                np.median([d.paired["latency_p50"]["effect_pct"] for d in side_by_side])
+            ) if side_by_side else None,
+        }  # fmt: skip
     return results
 
 
@@ -257,7 +261,7 @@ def main() -> int:
     parser.add_argument("--comparisons", type=int, default=50, help="unchanged-model comparisons")
     parser.add_argument("--detections", type=int, default=20, help="comparisons per slower version")
     parser.add_argument(
-        "--paired", type=int, default=10, help="side-by-side runs of each (0: none)"
+        "--paired", type=int, default=1, help="1: also aaco diff --paired auto; 0: stored only"
     )
     parser.add_argument("--runs", type=int, default=5, help="zoo runs for class agreement")
     parser.add_argument("--skip", nargs="*", default=[], choices=["gate", "diagnosis", "llm"])
@@ -278,11 +282,13 @@ def main() -> int:
                 )
                 for alarm in r["alarms"] if name == "unchanged" else ():
                     line += f"\n   {'':12} alarm: {alarm}"
-                if "paired" in r:
-                    p = r["paired"]
+                if "paired_auto" in r:
+                    p = r["paired_auto"]
+                    median = p["median_side_by_side_p50_pct"]
                     line += (
-                        f"\n   {'':12} side by side: {p['regressions']}/{p['comparisons']} "
-                        f"({p['rate']:.0%}), median p50 {p['median_effect_pct']:+.1f} %"
+                        f"\n   {'':12} --paired auto: {p['regressions']}/{p['comparisons']} "
+                        f"({p['rate']:.0%}), {p['side_by_side']} decided side by side"
+                        + (f" (median p50 {median:+.1f} %)" if median is not None else "")
                     )
                 print(line, flush=True)
         if "diagnosis" not in args.skip:

@@ -27,16 +27,18 @@ def cmd_diff(args, paths: AacoPaths) -> int:
         confidence=args.confidence,
     )
     if args.paired:
-        from aaco_pipelines.governance.paired import judge_side_by_side
+        from aaco_pipelines.governance.paired import judge_side_by_side, unsure
 
-        print(
-            f"aaco: measuring {verdict.model_slug}'s baseline version and this session's side "
-            f"by side ({args.rounds} interleaved rounds)",
-            file=sys.stderr,
-        )
-        verdict = judge_side_by_side(
-            verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
-        )
+        reason = "asked for" if args.paired == "always" else unsure(verdict)
+        if reason:
+            print(
+                f"aaco: measuring {verdict.model_slug}'s baseline version and this session's "
+                f"side by side ({args.rounds} interleaved rounds): {reason}",
+                file=sys.stderr,
+            )
+            verdict = judge_side_by_side(
+                verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
+            )
     print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
     return 1 if args.fail_on_regression and verdict.regression else 0
 
@@ -56,9 +58,13 @@ def add_diff_parser(sub) -> None:
     )
     diff.add_argument(
         "--paired",
-        action="store_true",
+        nargs="?",
+        const="always",
+        choices=("always", "auto"),
         help="decide on the baseline's model version and this session's measured again side by "
-        "side, interleaved on this host now (a busy host hits both alike)",
+        "side, interleaved on this host now (a busy host hits both alike); auto: only when the "
+        "stored sessions cannot settle it (a regression, an uncertain one, or a p50 interval "
+        "wider than the threshold)",
     )
     diff.add_argument(
         "--rounds", type=int, default=20, help="with --paired: interleaved rounds (20)"

@@ -54,6 +54,24 @@ class PairedComparison:
     severity: str
 
 
+def unsure(verdict: GateVerdict) -> str | None:
+    """Why the stored sessions cannot settle the verdict (None when they can): it is a
+    regression or an uncertain one (on a busy host, a session in a slow moment looks like
+    one), or the p50's interval is wider than the threshold (a change of the threshold's
+    size could hide in it). `aaco diff --paired auto` decides side by side only then."""
+    if verdict.regression:
+        return "the stored sessions say regression"
+    if verdict.uncertain:
+        return "the stored sessions' verdict is uncertain"
+    p50 = verdict.metrics["latency_p50_ns"]
+    if (p50["ci_high"] - p50["ci_low"]) / 2.0 > p50["threshold_pct"]:
+        return (
+            f"the stored sessions' p50 interval (+-{(p50['ci_high'] - p50['ci_low']) / 2:.1f} %) "
+            f"is wider than the {p50['threshold_pct']:g} % threshold"
+        )
+    return None
+
+
 def judge_side_by_side(
     verdict: GateVerdict,
     lake: TraceLake,

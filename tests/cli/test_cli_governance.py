@@ -89,7 +89,12 @@ def test_diff_paired_decides_side_by_side(mlp_swap_session_ids, capsys):
     )  # fmt: skip
     assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
     assert "side by side with session" in out.splitlines()[0] and "6 interleaved rounds" in out
-    assert "side by side (6 interleaved rounds)" in err
+    assert "side by side (6 interleaved rounds): asked for" in err
+    code, out, err = _run(
+        capsys, "diff", "--baseline", t0, "--current", slower, "--paired", "auto", "--rounds", "6"
+    )
+    assert code == 0 and "side by side with session" in out.splitlines()[0]
+    assert err.strip().endswith("interleaved rounds): the stored sessions say regression")
     code, out, _ = _run(
         capsys, "diff", "--json", "--baseline", t0, "--current", t1, "--paired", "--rounds", "6"
     )

@@ -14,7 +14,7 @@ import pytest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.side_by_side import SideBySide
 from aaco_pipelines.governance.gate import gate_verdict
-from aaco_pipelines.governance.paired import judge_side_by_side, paired_comparison
+from aaco_pipelines.governance.paired import judge_side_by_side, paired_comparison, unsure
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import busy_loops, copy_home
@@ -91,3 +91,24 @@ def test_a_baseline_without_its_session_folders_is_one_clear_error(swap, tmp_pat
             judge_side_by_side(stored, lake, paths, rounds=2)
     finally:
         shutil.move(moved, folder)
+
+
+def test_auto_decides_side_by_side_only_when_the_stored_sessions_cannot(swap):
+    """--paired auto: a regression by the stored sessions is checked side by side; a session
+    that repeats its baseline exactly (a replayed copy: the interval is the noise floor's) is
+    settled without measuring again."""
+    paths, lake, (t0, _, _, slower) = swap
+    assert unsure(gate_verdict(lake, slower, baseline=t0, resamples=200)) == (
+        "the stored sessions say regression"
+    )
+    with lake.connect(write=True) as con:
+        for table in ("session_records", "iterations", "completed_sessions"):
+            con.execute(
+                f"INSERT INTO {table} SELECT * REPLACE ('replay' AS session_id) FROM {table} "
+                "WHERE session_id = ?",
+                [t0],
+            )
+    try:
+        assert unsure(gate_verdict(lake, "replay", baseline=t0, resamples=500)) is None
+    finally:
+        lake.delete_sessions(["replay"])
