@@ -4,10 +4,13 @@ A session's figure (latency p50 and p99, throughput; a generation session's TTFT
 is compared with a baseline of one or more sessions. Resampling the baseline's sessions, then the
 samples within them (measured iterations, or requests), puts its session-to-session spread in
 the interval, not only its noise within a session; the current session's samples are resampled
-as one session's, and each resample is moved by a draw of the session-to-session spread (log-
-normal, its sd the baseline sessions' own, at least the metric's floor where one is given): the
-current session is one session among many, and a figure that varies 5 % from session to session
-cannot show a 3 % change in a single one. Both the named-baseline comparison and the CI gate use
+as one session's, and each resample is moved by a draw of the session-to-session shift (log-
+normal, one draw for all its figures; its sd is how much the baseline sessions' medians differ,
+at least each figure's floor where one is given): the current session is one session among
+many, and a median that moves 5 % from session to session cannot show a 3 % change in a single
+one. The shift is read from medians, not from p99s or means: a session with one stall has a
+mean far off its neighbours' while its level is the same, and the current session's own stalls
+are in its resampled iterations already. Both the named-baseline comparison and the CI gate use
 it.
 """
 
@@ -89,7 +92,10 @@ def bootstrap_effects(
             fix="compare a session that was measured (an ingested trace alone has none)",
         )
     spread = _floors(ITERATION_FIGURES, floors)
-    return _bootstrap(base, current, iteration_figures, resamples, seed, "iterations", spread)
+    levels = np.zeros(len(ITERATION_FIGURES), dtype=int)  # every figure shifts with the p50
+    return _bootstrap(
+        base, current, iteration_figures, resamples, seed, "iterations", spread, levels
+    )
 
 
 def bootstrap_request_effects(
@@ -103,7 +109,8 @@ def bootstrap_request_effects(
     if base.counts.size == 0 or current.counts.size == 0:
         return None
     spread = _floors(REQUEST_FIGURES, floors)
-    return _bootstrap(base, current, request_figures, resamples, seed, "requests", spread)
+    levels = np.arange(len(REQUEST_FIGURES))  # TTFT and TPOT p50: each a median itself
+    return _bootstrap(base, current, request_figures, resamples, seed, "requests", spread, levels)
 
 
 def iteration_figures(latency: np.ndarray) -> np.ndarray:
@@ -127,13 +134,14 @@ def _floors(figures: dict[str, bool], floors: dict[str, float] | None) -> np.nda
 
 def _bootstrap(
     base: _Pooled, current: _Pooled, figures: Callable[[np.ndarray], np.ndarray],
-    resamples: int, seed: int, unit: str, floors: np.ndarray,
+    resamples: int, seed: int, unit: str, floors: np.ndarray, levels: np.ndarray,
 ) -> EffectSamples:  # fmt: skip
     rng = np.random.default_rng(seed)
     base_stats = _resampled(base, figures, resamples, rng)
-    spread = np.maximum(session_spread(base, figures), floors)
+    spread = np.maximum(session_spread(base, figures)[levels], floors)
     current_stats = _resampled(current, figures, resamples, rng)
-    current_stats = current_stats * np.exp(rng.standard_normal(current_stats.shape) * spread)
+    shift = rng.standard_normal((current_stats.shape[0], 1))  # one session, one shift
+    current_stats = current_stats * np.exp(shift * spread)
     with np.errstate(all="ignore"):
         effects = (current_stats - base_stats) / base_stats * 100.0
     return EffectSamples(

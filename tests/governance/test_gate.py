@@ -267,3 +267,30 @@ def test_host_contention_on_one_side_is_a_root_cause_suspect(mlp_swap_and_back, 
     assert not [
         s for s in explain_change(lake, [t0, t1, t2], replayed) if s.kind == "host_contention"
     ]
+
+
+def test_a_stall_in_one_baseline_session_does_not_blur_the_others_metrics(mlp_swap_and_back):
+    """One baseline session stalled once for 4 ms (a busy host's preemption among 28 us
+    iterations): its mean, so its throughput, is far off the other sessions', its level is
+    not. The current session's session-to-session shift is read from the baseline's medians,
+    so the slower model's throughput drop stays clear of 0 (read from the means, the stall
+    put its interval across 0 on a CI host)."""
+    lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
+    with lake.connect(write=True) as con:
+        con.execute(
+            "UPDATE iterations SET latency_ns = latency_ns + 4000000 "
+            "WHERE session_id = ? AND pass = 'measured' AND iteration = "
+            "(SELECT min(iteration) FROM iterations WHERE session_id = ? AND pass = 'measured')",
+            [t1, t1],
+        )
+    try:
+        verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], resamples=500)
+        throughput = verdict.metrics["throughput_per_s"]
+        assert throughput["decision"] == "regression" and throughput["ci_high"] < 0, throughput
+    finally:
+        with lake.connect(write=True) as con:
+            con.execute(
+                "UPDATE iterations SET latency_ns = latency_ns - 4000000 "
+                "WHERE session_id = ? AND pass = 'measured' AND latency_ns > 4000000",
+                [t1],
+            )
