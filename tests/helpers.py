@@ -258,3 +258,24 @@ def no_graph_nodes() -> pa.Table:
     from aaco_pipelines.tracelake.schema import GRAPH_NODES, conform
 
     return conform(pa.table({"model_sha256": pa.array([], pa.string())}), GRAPH_NODES)
+
+
+def stamp_schema_version(con, version: int) -> None:
+    """Mark a lake (an open DuckDB connection to it) as written by schema `version`: a
+    migration test shapes its tables as that version had them, then lets the next write
+    migrate."""
+    con.execute("DELETE FROM schema_info")
+    con.execute("INSERT INTO schema_info VALUES (?, now())", [version])
+
+
+def replay_session(lake, source: str, new_id: str = "replay") -> str:
+    """A copy of a measured session under a new id (its row, iterations and completion): the
+    same measurement exactly, for a gate that must find no change."""
+    with lake.connect(write=True) as con:
+        for table in ("session_records", "iterations", "completed_sessions"):
+            con.execute(
+                f"INSERT INTO {table} SELECT * REPLACE (? AS session_id) FROM {table} "
+                "WHERE session_id = ?",
+                [new_id, source],
+            )
+    return new_id

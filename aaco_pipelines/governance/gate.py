@@ -238,7 +238,7 @@ def recommendation(worst: MetricDecision | None, top: Suspect, metrics: dict) ->
         return text.format(name=top.name, before=top.before or "-", after=top.after or "-")
     uncertain = [m for m in metrics.values() if m.decision == "uncertain"]
     if uncertain:
-        changes = ", ".join(f"{_label(m.metric)} {m.effect_pct:+.1f} %" for m in uncertain)
+        changes = ", ".join(f"{metric_label(m.metric)} {m.effect_pct:+.1f} %" for m in uncertain)
         return (
             f"measure again on a quiet host, or side by side (aaco diff --paired): {changes} "
             "rests on a measurement judged suspect"
@@ -432,7 +432,8 @@ def _figure(m: MetricDecision) -> dict:
     }
 
 
-def _label(metric: str) -> str:
+def metric_label(metric: str) -> str:
+    """A gated metric as a verdict names it: p50, p99, throughput, TTFT p50, TPOT p50."""
     return {
         "latency_p50_ns": "p50",
         "latency_p99_ns": "p99",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from aaco_pipelines.governance.gate import metric_label
+
 METRIC_ROWS = {  # gated metric -> (row name, scale, unit)
     "latency_p50_ns": ("p50 latency", 1e-6, "ms"),
     "latency_p99_ns": ("p99 latency", 1e-6, "ms"),
@@ -10,7 +12,6 @@ METRIC_ROWS = {  # gated metric -> (row name, scale, unit)
     "ttft_p50_ns": ("TTFT p50", 1e-6, "ms"),
     "tpot_p50_ns": ("TPOT p50", 1e-6, "ms"),
 }
-HEADLINE_NAMES = {"latency_p50_ns": "p50", "latency_p99_ns": "p99"}  # else the row's name
 DECISION_TEXT = {
     "regression": "REGRESSION",
     "uncertain": "uncertain: a regression on a suspect measurement",
@@ -28,7 +29,7 @@ def diff_text(v) -> str:
     if v.uncertain and not v.regression:
         head = (
             "no regression decided, "
-            + ", ".join(_headline_name(m) for m in v.uncertain)
+            + ", ".join(metric_label(m) for m in v.uncertain)
             + " uncertain"
         )
     suspect = v.suspect_measurements
@@ -60,7 +61,7 @@ def diff_text(v) -> str:
         title += f"{b['name']}'s version (threshold {v.threshold_pct:g} %)"
         return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
     shown = v.metrics[(v.regressed or v.uncertain or ["latency_p50_ns"])[0]]
-    title = f"{head}: {v.model_slug} {_headline_name(shown['metric'])} "
+    title = f"{head}: {v.model_slug} {metric_label(shown['metric'])} "
     title += f"{shown['effect_pct']:+.2f} % vs {b['name']} (threshold {shown['threshold_pct']:g} %)"
     return "\n".join([title, *(f"  {name:15} {value}" for name, value in cells)])
 
@@ -79,10 +80,6 @@ def paired_text(p: dict) -> str:
         f"{p['rounds']} interleaved rounds of {p['block_iterations']} iterations, {same} "
         f"(this verdict's decision; the rows below are the stored sessions')"
     )
-
-
-def _headline_name(metric: str) -> str:
-    return HEADLINE_NAMES.get(metric, METRIC_ROWS[metric][0])
 
 
 def metric_cell(m: dict) -> tuple[str, str]:

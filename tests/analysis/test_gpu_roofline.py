@@ -37,7 +37,7 @@ from aaco_pipelines.stages.pipeline import analyze_session
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import SHARED, as_one_kernel_events_table
+from tests.helpers import SHARED, as_one_kernel_events_table, stamp_schema_version
 
 SAMPLES = SHARED / "samples" / "profilers"
 SLLM = "sllm_r9700_decode_attn_564735"  # rocprofv3 CSV; its kernels ran on Agent 2, a gfx1201
@@ -433,8 +433,7 @@ def test_a_v7_lake_migrates_its_envelopes_as_measured(tmp_path):
             ("bottleneck_reports", "envelope_note"),
         ):
             con.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-        con.execute("DELETE FROM schema_info")
-        con.execute("INSERT INTO schema_info VALUES (7, now())")
+        stamp_schema_version(con, 7)
     with lake.connect(write=True):
         pass  # the next write migrates
     assert lake.schema_version() == SCHEMA_VERSION

@@ -21,6 +21,7 @@ from tests.helpers import (
     STEADY_SIDECAR,
     add_model,
     copy_home,
+    replay_session,
     store_sessions,
     without_baselines,
 )
@@ -74,14 +75,7 @@ def replayed(mlp_swap_and_back):
     """A copy of the third tiny session under a new id: the same model measured identically (real
     tiny sessions on a shared box differ by tens of percent, which a gate rightly flags)."""
     lake, (_, _, t2, _, _) = mlp_swap_and_back
-    with lake.connect(write=True) as con:
-        for table in ("session_records", "iterations", "completed_sessions"):
-            con.execute(
-                f"INSERT INTO {table} SELECT * REPLACE ('replay' AS session_id) FROM {table} "
-                "WHERE session_id = ?",
-                [t2],
-            )
-    yield "replay"
+    yield replay_session(lake, t2)
     lake.delete_sessions(["replay"])
 
 

@@ -17,7 +17,7 @@ from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.paired import judge_side_by_side, paired_comparison, unsure
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import busy_loops, copy_home
+from tests.helpers import busy_loops, copy_home, replay_session
 
 ROUNDS = 12
 
@@ -102,13 +102,7 @@ def test_auto_decides_side_by_side_only_when_the_stored_sessions_cannot(swap):
     assert unsure(gate_verdict(lake, slower, baseline=t0, resamples=200)) == (
         "the stored sessions say regression"
     )
-    with lake.connect(write=True) as con:
-        for table in ("session_records", "iterations", "completed_sessions"):
-            con.execute(
-                f"INSERT INTO {table} SELECT * REPLACE ('replay' AS session_id) FROM {table} "
-                "WHERE session_id = ?",
-                [t0],
-            )
+    replay_session(lake, t0)
     try:
         replayed = gate_verdict(lake, "replay", baseline=t0, threshold_pct=15.0, resamples=500)
         assert unsure(replayed) is None

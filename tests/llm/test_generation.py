@@ -28,7 +28,12 @@ from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.queries import generation_quality
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import REPO, as_one_kernel_events_table, assert_plot_texts_inside
+from tests.helpers import (
+    REPO,
+    as_one_kernel_events_table,
+    assert_plot_texts_inside,
+    stamp_schema_version,
+)
 
 REAL_DECODER = REPO / "tests" / "data" / "real_models" / "llama_kv_dynamo.onnx"
 OUTPUT_TOKENS = 8
@@ -549,8 +554,7 @@ def test_a_v8_lake_migrates_its_sessions_as_forward_passes(analysed_llama_sessio
             con.execute(f"ALTER TABLE session_records DROP COLUMN {column}")
         for table in ("requests", "generation_steps", "generation_metrics", "phase_breakdown"):
             con.execute(f"DROP TABLE {table}")
-        con.execute("DELETE FROM schema_info")
-        con.execute("INSERT INTO schema_info VALUES (8, now())")
+        stamp_schema_version(con, 8)
     old = TraceLake(copy)
     with old.connect(write=True):
         pass  # the next write migrates

@@ -19,7 +19,7 @@ from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.queries import session_quality
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import SHARED, as_one_kernel_events_table
+from tests.helpers import SHARED, as_one_kernel_events_table, stamp_schema_version
 
 
 def _counts(lake: TraceLake, session_id: str) -> dict:
@@ -127,8 +127,7 @@ def test_a_v5_lake_migrates_with_every_stored_session_visible(measured_mlp_templ
         con.execute("DROP VIEW sessions")
         con.execute("DROP TABLE completed_sessions")
         con.execute("ALTER TABLE session_records RENAME TO sessions")
-        con.execute("DELETE FROM schema_info")
-        con.execute("INSERT INTO schema_info VALUES (5, now())")
+        stamp_schema_version(con, 5)
     with lake.connect(write=True):
         pass  # the next write migrates
     assert lake.schema_version() == SCHEMA_VERSION
@@ -149,8 +148,7 @@ def test_a_v9_lake_keeps_its_kernels_and_loads_device_traces_apart(aaco_paths):
     before = lake.query(everything)
     with duckdb.connect(str(aaco_paths.tracelake)) as con:
         as_one_kernel_events_table(con)
-        con.execute("DELETE FROM schema_info")
-        con.execute("INSERT INTO schema_info VALUES (9, now())")
+        stamp_schema_version(con, 9)
     second = ingest_trace(trace, aaco_paths, name="v10", complete=True)  # migrates first
     assert lake.schema_version() == SCHEMA_VERSION
     after = lake.query(everything)
@@ -268,8 +266,7 @@ def test_a_v11_lake_gains_each_ops_rank_stability_unknown(tmp_path):
         con.execute(
             "INSERT INTO op_breakdown (session_id, level, name, share) VALUES ('s', 'node', 'a', 1)"
         )
-        con.execute("DELETE FROM schema_info")
-        con.execute("INSERT INTO schema_info VALUES (11, now())")
+        stamp_schema_version(con, 11)
     with lake.connect(write=True):
         pass  # the next write migrates
     assert lake.schema_version() == SCHEMA_VERSION
