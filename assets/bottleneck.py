@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from aaco_pipelines.analysis.classification import close_call_text
 from aaco_pipelines.analysis.roofline import JudgedRoofline
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
@@ -48,6 +49,8 @@ def _metadata(diagnosis: Diagnosis) -> dict:
         "session_id": diagnosis.session_id,
         "bottleneck": report.bottleneck,
         "confidence": round(report.confidence, 4),
+        # classes that win with the signals moved by their run-to-run spread (a close call)
+        "close_calls": close_call_text(report.to_dict()["close_calls"]) or "none",
         "hardware_envelope_utilization": round(utilization.hardware_envelope_utilization, 4)
         if utilization
         else None,

@@ -11,7 +11,10 @@ from aaco_pipelines.errors import AacoInputError
 
 
 def cmd_diff(args, paths: AacoPaths) -> int:
-    """The gate's verdict on a session; exit 1 on a regression with --fail-on-regression."""
+    """The gate's verdict on a session; exit 1 on a regression with --fail-on-regression.
+    Decided side by side where the stored sessions cannot settle it (--paired auto, the
+    default); by default, where the versions cannot be measured again, the stored verdict
+    stands."""
     import json
 
     from aaco_pipelines.governance.gate import gate_verdict
@@ -26,19 +29,29 @@ def cmd_diff(args, paths: AacoPaths) -> int:
         threshold_pct=args.threshold,
         confidence=args.confidence,
     )
-    if args.paired:
+    paired = args.paired or "auto"  # args.paired None: --paired not written
+    if paired != "never":
         from aaco_pipelines.governance.paired import judge_side_by_side, unsure
 
-        reason = "asked for" if args.paired == "always" else unsure(verdict)
+        reason = "asked for" if paired == "always" else unsure(verdict)
         if reason:
             print(
                 f"aaco: measuring {verdict.model_slug}'s baseline version and this session's "
                 f"side by side ({args.rounds} interleaved rounds): {reason}",
                 file=sys.stderr,
             )
-            verdict = judge_side_by_side(
-                verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
-            )
+            try:
+                verdict = judge_side_by_side(
+                    verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
+                )
+            except AacoInputError as exc:
+                if args.paired:  # asked for: the error is the answer
+                    raise
+                print(
+                    f"aaco: cannot measure side by side ({exc.problem}): the stored sessions' "
+                    "verdict stands",
+                    file=sys.stderr,
+                )
     print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
     return 1 if args.fail_on_regression and verdict.regression else 0
 
@@ -60,14 +73,16 @@ def add_diff_parser(sub) -> None:
         "--paired",
         nargs="?",
         const="always",
-        choices=("always", "auto"),
+        choices=("never", "auto", "always"),
         help="decide on the baseline's model version and this session's measured again side by "
-        "side, interleaved on this host now (a busy host hits both alike); auto: only when the "
-        "stored sessions cannot settle it (a regression, an uncertain one, or a p50 interval "
-        "wider than the threshold)",
+        "side, interleaved on this host now (a busy host hits both alike). auto (the default): "
+        "only when the stored sessions cannot settle it (a regression, an uncertain one, or a "
+        "p50 interval wider than the threshold); where the versions cannot be measured again, "
+        "the stored sessions' verdict stands, unless --paired was written (then: exit 2). "
+        "always (bare --paired): every time. never: the stored sessions only",
     )
     diff.add_argument(
-        "--rounds", type=int, default=20, help="with --paired: interleaved rounds (20)"
+        "--rounds", type=int, default=20, help="side by side: interleaved rounds (20)"
     )
     diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
     diff.set_defaults(func=cmd_diff)

@@ -38,6 +38,9 @@ def run_providers(name: str | None) -> tuple[str, ...] | None:
 def run_summary(lake_path: Path, session_id: str) -> str:
     """The session's headline numbers as an aligned two-column table, whether they can be
     trusted first."""
+    import json
+
+    from aaco_pipelines.analysis.classification import close_call_text
     from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
@@ -53,6 +56,9 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
+    close = close_call_text(json.loads(row["close_calls_json"] or "null"))
+    if close:
+        bottleneck += f", a close call: {close}"
     if quality and quality["verdict"] == "suspect" and row["bottleneck"]:
         bottleneck += ", uncertain: on a suspect measurement"
     cells = [

@@ -193,7 +193,7 @@ def _request(paths: AacoPaths, session_id: str) -> dict:
         raise AacoInputError(
             f"session {session_id} generated text: a side-by-side comparison runs forward "
             "passes only",
-            fix="compare generation sessions without --paired",
+            fix="compare generation sessions with --paired never",
         )
     snapshot = stored_snapshot(paths.home / "models", str(request.get("model_sha256", "")))
     if snapshot is None:

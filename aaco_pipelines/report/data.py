@@ -198,6 +198,6 @@ def _bottleneck(table: pa.Table) -> dict | None:
     if table.num_rows == 0:
         return None
     row = table.to_pylist()[0]
-    for name in ("posterior", "evidence", "recommendations"):
+    for name in ("posterior", "evidence", "recommendations", "close_calls"):
         row[name] = json.loads(row.pop(f"{name}_json") or "null")
     return row

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from aaco_pipelines.analysis.classification import CLOSE_CALL, close_call_text
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
@@ -117,6 +118,13 @@ def _bottleneck(report: dict | None, measurement: dict | None = None) -> Section
         f"{pct(heu) if heu is not None else '—'}"
         + (f" (against the {source.upper()} envelope)." if source == "datasheet" else ".")
     ]
+    close = close_call_text(report.get("close_calls"))
+    if close:
+        text.append(
+            f"A close call: with its signals moved by {CLOSE_CALL:.0%} (their spread between two "
+            f"quiet runs), the class would be {close}. Measure again, or read the evidence "
+            "below, before acting on the class alone."
+        )
     if measurement and measurement["verdict"] == "suspect":
         text.append(
             "This diagnosis is uncertain: it rests on a measurement judged suspect ("

@@ -105,6 +105,7 @@ def explain(
         "recommendations_json": json.dumps(summary["recommendations"]),
         "envelope_source": envelope.source if envelope is not None else "none",
         "envelope_note": note,
+        "close_calls_json": json.dumps(summary["close_calls"]),
     }
     lake.replace_session_rows(
         session_id,

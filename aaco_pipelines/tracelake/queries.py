@@ -201,7 +201,7 @@ def registry_history(lake: TraceLake) -> dict[str, dict]:
 RUN_SUMMARY_SQL = """
 SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
        s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence,
-       s.workload, s.scenario
+       b.close_calls_json, s.workload, s.scenario
 FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
 """
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -403,6 +403,9 @@ BOTTLENECK_REPORTS = pa.schema(
         # v8: the envelope the session was judged against, or why there was none
         ("envelope_source", _str),  # measured | datasheet | none
         ("envelope_note", _str),
+        # v13: classes that win with the signals moved by their run-to-run spread (JSON list
+        # of {bottleneck, signals}; analysis/classification.close_calls); null before v13
+        ("close_calls_json", _str),
     ]
 )
 

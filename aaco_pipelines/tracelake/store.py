@@ -124,6 +124,8 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS p_top DOUBLE",
         "ALTER TABLE IF EXISTS phase_breakdown ADD COLUMN IF NOT EXISTS p_top3 DOUBLE",
     ],
+    # The class's close calls: unknown for the sessions classified before it.
+    13: ["ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS close_calls_json VARCHAR"],
 }
 
 

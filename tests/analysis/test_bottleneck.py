@@ -112,3 +112,30 @@ def _summary_line(paths, session_id: str, name: str) -> str:
 
     rows = [line.strip() for line in run_summary(paths.tracelake, session_id).splitlines()]
     return next(row for row in rows if row.split()[0] == name)
+
+
+def test_a_close_call_is_stored_and_named_where_the_class_is_shown(zoo, monkeypatch):
+    """A class that wins with the signals moved by their run-to-run spread is stored beside the
+    winner and named in the report and `aaco run`'s summary. The spread is widened here (to 90 %)
+    so that a real session has a close call whatever its signals read on this host."""
+    from aaco_pipelines.analysis import classification
+
+    paths, models = zoo
+    monkeypatch.setattr(classification, "CLOSE_CALL", 0.9)
+    bundle = measure_model(models["launch_bound"], paths, analyze=True)
+    report = _report(paths, bundle.session_id)
+    calls = json.loads(report["close_calls_json"])
+    assert calls and all(c["bottleneck"] != report["bottleneck"] for c in calls), report
+    moved = calls[0]["signals"][0]
+    value = report["evidence"][moved["signal"]]["value"]
+    assert (
+        moved["value"] == value
+        and moved["edge"] in report["evidence"][moved["signal"]]["threshold_edges"]
+    )
+    named = classification.close_call_text(calls)
+    assert named.startswith(f"{calls[0]['bottleneck']} ({moved['signal']} {value:.3g} near")
+    markdown = render_markdown(paths.tracelake, bundle.session_id)
+    assert "A close call: with its signals moved by" in markdown
+    assert f"the class would be {named}. Measure again" in markdown
+    line = _summary_line(paths, bundle.session_id, "bottleneck")
+    assert f"{report['bottleneck']} ({report['confidence']:.2f}), a close call: {named}" in line

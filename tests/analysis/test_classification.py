@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from aaco_pipelines.analysis.classification import (
     ACTIONS,
     CLASSES,
+    CLOSE_CALL,
     PRIORS,
     SIGNAL_RULES,
     classify_bottleneck,
@@ -186,3 +188,58 @@ def test_readme_documents_the_current_rule_table():
     readme = (REPO / "README.md").read_text()
     documented = readme.split("<!-- rules:begin -->")[1].split("<!-- rules:end -->")[0]
     assert documented.strip() == rules_markdown().strip()
+
+
+# bert_encoder's evidence in a quiet run on the 2-core CI host (2026-11-28): balanced 0.80 with
+# its mean kernel time and compute utilization near their edges; it read launch-bound once in
+# five such runs.
+BERT_QUIET = {
+    "launch_tax": 0.188,
+    "microkernel_share": 0.199,
+    "mean_kernel_us": 19.164,
+    "compute_utilization": 0.343,
+    "memory_utilization": 0.149,
+    "arithmetic_intensity_ratio": 1.367,
+    "runqueue_wait_ratio": 0.033,
+    "involuntary_switches_per_s": 109.0,
+    "clock_drop": 0.0,
+    "clock_cv": 0.0,
+}
+
+
+@pytest.mark.parametrize("expected", ["launch-bound", "memory-bound", "compute-bound"])
+def test_a_class_far_from_every_edge_is_no_close_call(expected):
+    assert classify_bottleneck(TYPICAL[expected]).close_calls == ()
+
+
+def test_a_class_near_an_edge_names_the_class_across_it_with_the_signals():
+    report = classify_bottleneck(BERT_QUIET)
+    assert report.bottleneck == "balanced" and report.close_calls
+    first = report.close_calls[0]
+    assert first.bottleneck != "balanced" and first.signals
+    for moved in first.signals:
+        assert moved.value == BERT_QUIET[moved.signal]
+        assert abs(moved.edge - moved.value) <= CLOSE_CALL * moved.value
+    # the fewest signals: no single one of them alone already makes that class win
+    assert (
+        json.loads(json.dumps(report.to_dict()))["close_calls"][0]["bottleneck"] == first.bottleneck
+    )
+
+
+def test_two_runs_that_disagree_within_the_spread_each_name_the_others_class():
+    """Every signal moved by a factor within the spread either way (1/1.2 to 1.2), 1000 times:
+    whenever the class differs from the unmoved run's, each of the two names the other's class
+    as a close call, so a class that flips between two runs is never shown as settled."""
+    rng = np.random.default_rng(7)
+    base = classify_bottleneck(BERT_QUIET)
+    named_by_base = {c.bottleneck for c in base.close_calls}
+    flips = 0
+    for _ in range(1000):
+        factors = rng.uniform(1 / (1 + CLOSE_CALL), 1 + CLOSE_CALL, len(BERT_QUIET))
+        moved = {k: v * f for (k, v), f in zip(BERT_QUIET.items(), factors, strict=True)}
+        other = classify_bottleneck(moved)
+        if other.bottleneck != base.bottleneck:
+            flips += 1
+            assert other.bottleneck in named_by_base, moved
+            assert base.bottleneck in {c.bottleneck for c in other.close_calls}, moved
+    assert flips > 10  # the property was exercised, not vacuous

@@ -5,6 +5,7 @@ whose runs land in the Dagster instance while a broken model fails alone."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import dagster as dg
 import pytest
@@ -50,18 +51,20 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
+    """The stored sessions' gate (--paired never: nothing measured again)."""
     t0, t1, slower = mlp_swap_session_ids
-    code, out, _ = _run(
-        capsys, "diff", "--baseline", t0, "--current", slower, "--fail-on-regression"
+    stored = ("diff", "--paired", "never")
+    code, out, err = _run(
+        capsys, *stored, "--baseline", t0, "--current", slower, "--fail-on-regression"
     )
-    assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
+    assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +") and not err
     assert "model_version" in out and "bisect the model change" in out
-    assert _run(capsys, "diff", "--baseline", t0, "--current", slower)[0] == 0  # report only
+    assert _run(capsys, *stored, "--baseline", t0, "--current", slower)[0] == 0  # report only
     code, out, _ = _run(
-        capsys, "diff", "--baseline", slower, "--current", t1, "--fail-on-regression"
+        capsys, *stored, "--baseline", slower, "--current", t1, "--fail-on-regression"
     )
     assert code == 0 and out.startswith("no regression") and "faster" in out
-    code, out, _ = _run(capsys, "diff", "--json", "--baseline", t0, "--current", "latest")
+    code, out, _ = _run(capsys, *stored, "--json", "--baseline", t0, "--current", "latest")
     verdict = json.loads(out)
     assert code == 0 and verdict["regression"] and verdict["session_id"] == slower
     assert verdict["suspected_cause"]["kind"] == "model_version"
@@ -81,7 +84,8 @@ def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
 def test_diff_paired_decides_side_by_side(mlp_swap_session_ids, capsys):
     """--paired measures the baseline's version and this session's again, interleaved, and
     decides on that: the slower replacement fails the gate, one copy of the tiny MLP against
-    another passes it."""
+    another passes it. Without --paired (auto), a regression by the stored sessions is decided
+    side by side too."""
     t0, t1, slower = mlp_swap_session_ids
     code, out, err = _run(
         capsys, "diff", "--baseline", t0, "--current", slower, "--paired", "--rounds", "6",
@@ -90,17 +94,48 @@ def test_diff_paired_decides_side_by_side(mlp_swap_session_ids, capsys):
     assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
     assert "side by side with session" in out.splitlines()[0] and "6 interleaved rounds" in out
     assert "side by side (6 interleaved rounds): asked for" in err
-    code, out, err = _run(
-        capsys, "diff", "--baseline", t0, "--current", slower, "--paired", "auto", "--rounds", "6"
-    )
+    code, out, err = _run(capsys, "diff", "--baseline", t0, "--current", slower, "--rounds", "6")
     assert code == 0 and "side by side with session" in out.splitlines()[0]
-    assert err.strip().endswith("interleaved rounds): the stored sessions say regression")
+    assert err.splitlines() == [
+        "aaco: measuring mlp's baseline version and this session's side by side "
+        "(6 interleaved rounds): the stored sessions say regression"
+    ]
     code, out, _ = _run(
         capsys, "diff", "--json", "--baseline", t0, "--current", t1, "--paired", "--rounds", "6"
     )
     verdict = json.loads(out)
     assert code == 0 and verdict["paired"]["baseline_sha256"] == verdict["paired"]["current_sha256"]
     assert verdict["paired"]["decision"] != "regression" and not verdict["regression"]
+
+
+def test_diff_falls_back_on_the_stored_sessions_only_where_paired_was_not_written(
+    mlp_swap_session_ids, mlp_swap_home, capsys, tmp_path
+):
+    """The baseline's session folder is gone, so its version cannot be measured again: by
+    default the stored sessions' verdict stands, said in one stderr line; --paired written
+    (bare or auto) makes it the one-line error, exit 2."""
+    paths, _ = mlp_swap_home
+    t0, _, slower = mlp_swap_session_ids
+    (folder,) = paths.sessions.glob(f"*/{t0}")
+    shutil.move(folder, tmp_path / "moved")
+    try:
+        args = ("diff", "--baseline", t0, "--current", slower, "--fail-on-regression")
+        code, out, err = _run(capsys, *args)
+        assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
+        assert "side by side" not in out
+        measuring, fallback = err.splitlines()
+        assert measuring.endswith("interleaved rounds): the stored sessions say regression")
+        assert fallback == (
+            "aaco: cannot measure side by side (none of the baseline's sessions has its "
+            "session folder any more: its model version cannot be measured again): the stored "
+            "sessions' verdict stands"
+        )
+        for paired in (["--paired"], ["--paired", "auto"], ["--paired", "always"]):
+            code, out, err = _run(capsys, *args, *paired)
+            assert code == 2 and not out and err.splitlines()[-1].startswith("aaco: error: ")
+            assert "has its session folder any more" in err and "Fix:" in err
+    finally:
+        shutil.move(tmp_path / "moved", folder)
 
 
 def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
@@ -136,7 +171,7 @@ def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
     assert code == 2 and "no baseline named 'ghost'" in err
 
     # Without --baseline, diff gates on the pinned baseline.
-    code, out, _ = _run(capsys, "diff", "--current", slower, "--json")
+    code, out, _ = _run(capsys, "diff", "--paired", "never", "--current", slower, "--json")
     assert json.loads(out)["baseline"] | {"session_ids": None} == {
         "source": "pinned", "name": "release", "model_slug": "mlp", "target": "cpu",
         "session_ids": None, "n_sessions": 2,

@@ -273,3 +273,26 @@ def test_a_v11_lake_gains_each_ops_rank_stability_unknown(tmp_path):
     rows = lake.query("SELECT name, share, p_top, p_top3 FROM op_breakdown").to_pylist()
     assert rows == [{"name": "a", "share": 1.0, "p_top": None, "p_top3": None}]
     assert {"p_top", "p_top3"} <= set(lake.query("SELECT * FROM phase_breakdown").column_names)
+
+
+def test_a_v12_lake_gains_the_class_close_calls_unknown(tmp_path):
+    """v13 stores the classes that win with the signals moved by their run-to-run spread: a
+    session classified before keeps its class and its close calls unknown (null)."""
+    path = tmp_path / "v12.duckdb"
+    lake = TraceLake(path)
+    with lake.connect(write=True):
+        pass
+    with duckdb.connect(str(path)) as con:
+        con.execute("ALTER TABLE bottleneck_reports DROP COLUMN close_calls_json")
+        con.execute(
+            "INSERT INTO bottleneck_reports (session_id, bottleneck, confidence) "
+            "VALUES ('s', 'balanced', 0.8)"
+        )
+        stamp_schema_version(con, 12)
+    with lake.connect(write=True):
+        pass
+    assert lake.schema_version() == SCHEMA_VERSION
+    rows = lake.query(
+        "SELECT bottleneck, confidence, close_calls_json FROM bottleneck_reports"
+    ).to_pylist()
+    assert rows == [{"bottleneck": "balanced", "confidence": 0.8, "close_calls_json": None}]
