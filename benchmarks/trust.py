@@ -14,8 +14,10 @@ per core of a 2-core host, for the whole run). Everything runs in a temporary AA
    The model is a chain of square MatMul+Relu layers (20; 40 for 2x, 22 for ~10 %: the true
    ratio, printed, comes from the side-by-side runs).
 2. Class and top-op agreement over 5 runs of every zoo model (goal 100 % quiet; busy: agree, or
-   the runs that disagree are labelled uncertain: a suspect measurement, or for the top op a
-   bootstrap stability of its rank under 0.9).
+   the runs that disagree are labelled: a suspect measurement, for the class the other runs'
+   class named as a close call, for the top op a bootstrap stability of its rank under 0.9).
+   Top ops "agree within ties" when every run's top op is among the ops every other run names
+   as tied with its own (analysis/ranking_stability.tied_with_top).
 3. Roofline: points above their roof (goal 0) in those runs; the envelope against the host's
    theoretical peak.
 4. LLM: ITL/TPOT against a plain ONNX Runtime loop, and server TTFT against LoadGen's own
@@ -166,9 +168,7 @@ def _rates(verdicts) -> dict:
 # --- 2 and 3. diagnosis and roofline -------------------------------------------------------------
 
 AGREEMENT_SQL = """
-SELECT s.model_slug, s.session_id, b.bottleneck,
-       (SELECT name FROM op_breakdown o WHERE o.session_id = s.session_id AND o.level = 'node'
-        ORDER BY o.share DESC NULLS LAST, o.name LIMIT 1) AS top_op,
+SELECT s.model_slug, s.session_id, b.bottleneck, b.close_calls_json,
        (SELECT any_value(value) FROM derived_metrics d WHERE d.session_id = s.session_id
         AND d.metric = 'top_op_stability') AS top_op_stability,
        coalesce(q.verdict, 'unknown') AS quality
@@ -177,12 +177,18 @@ LEFT JOIN measurement_quality q USING (session_id)
 ORDER BY s.model_slug, s.started_at
 """
 
+NODES_SQL = """
+SELECT session_id, name, share, p50_ns, p_top FROM op_breakdown WHERE level = 'node'
+ORDER BY session_id, p50_ns DESC NULLS LAST, mean_ns DESC
+"""
+
 
 def diagnosis_trust(root: Path, runs: int) -> dict:
     sys.path.insert(0, str(HERE))
     from run import bare_sweep, fresh_paths
 
     from aaco_pipelines.analysis.envelope import HardwareEnvelope
+    from aaco_pipelines.analysis.ranking_stability import tied_with_top
     from aaco_pipelines.tracelake.store import TraceLake
 
     paths = fresh_paths(root, "zoo")
@@ -191,8 +197,15 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
         bare_sweep(paths)
         print(f"   zoo sweep {i + 1}/{runs}: {time.perf_counter() - t0:.1f} s", flush=True)
     lake = TraceLake(paths.tracelake)
+    nodes: dict = {}
+    for row in lake.query(NODES_SQL).to_pylist():
+        nodes.setdefault(row["session_id"], []).append(row)
     per_model: dict = {}
     for row in lake.query(AGREEMENT_SQL).to_pylist():
+        ranked = nodes.get(row["session_id"], [])
+        row["top_op"] = ranked[0]["name"] if ranked else None
+        row["tied"] = [t["name"] for t in tied_with_top(ranked)]
+        row["close_calls"] = [c["bottleneck"] for c in json.loads(row["close_calls_json"] or "[]")]
         per_model.setdefault(row["model_slug"], []).append(row)
     agreement = {slug: _agreement(rows) for slug, rows in per_model.items()}
     utilization = lake.query(
@@ -216,15 +229,20 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
 
 
 def _agreement(rows: list[dict]) -> dict:
-    """Whether the runs agree on class and top op; if not, whether every run off the majority
-    was labelled uncertain (its measurement judged suspect; for the top op also its rank's
-    bootstrap stability under 0.9, analysis/ranking_stability)."""
+    """Whether the runs agree on class and top op. Where they differ: for the top op, whether
+    every run's top op is tied with every other's (within ranking_stability.TIE of its time, or
+    often first: the report names them as one group); for both, whether every run off the
+    majority was labelled (its measurement judged suspect; for the class, the majority's class
+    named as a close call; for the top op, its rank's bootstrap stability under 0.9)."""
     from aaco_pipelines.analysis.ranking_stability import STABLE
 
-    def uncertain(row: dict, key: str) -> bool:
+    def labelled(row: dict, key: str, majority: str) -> bool:
+        if row["quality"] == "suspect":
+            return True
+        if key == "bottleneck":
+            return majority in row["close_calls"]
         stability = row["top_op_stability"]
-        unsure_rank = key == "top_op" and stability is not None and stability < STABLE
-        return row["quality"] == "suspect" or unsure_rank
+        return stability is not None and stability < STABLE
 
     out = {"runs": len(rows), "suspect_runs": sum(r["quality"] == "suspect" for r in rows)}
     for key in ("bottleneck", "top_op"):
@@ -234,10 +252,23 @@ def _agreement(rows: list[dict]) -> dict:
         out[key] = {
             "values": dict(values),
             "agree": count == len(rows),
-            "agree_or_uncertain": all(uncertain(r, key) for r in off),
+            "agree_or_uncertain": all(labelled(r, key, majority) for r in off),
         }
+    out["bottleneck"]["close_calls"] = [r["close_calls"] for r in rows]
+    out["top_op"]["within_ties"] = all(
+        a["top_op"] == b["top_op"] or a["top_op"] in b["tied"] for a in rows for b in rows
+    )
+    out["top_op"]["tied"] = [len(r["tied"]) for r in rows]
     out["top_op"]["stability"] = [r["top_op_stability"] for r in rows]
     return out
+
+
+def _verdict(agreement: dict) -> str:
+    if agreement["agree"]:
+        return "agree"
+    if agreement.get("within_ties"):
+        return "agree within ties"
+    return "DIFFER (" + ("labelled" if agreement["agree_or_uncertain"] else "NOT labelled") + ")"
 
 
 # --- 4. LLM -----------------------------------------------------------------------------------
@@ -296,13 +327,14 @@ def main() -> int:
             results["diagnosis"] = diagnosis_trust(root, args.runs)
             for slug, a in results["diagnosis"]["agreement"].items():
                 cells = [
-                    f"{key} {'agree' if a[key]['agree'] else 'DIFFER'}"
-                    + ("" if a[key]["agree"] else
-                       f" ({'uncertain' if a[key]['agree_or_uncertain'] else 'NOT labelled'}: "
-                       f"{a[key]['values']})")
+                    f"{key} {_verdict(a[key])}"
+                    + ("" if a[key]["agree"] else f" {a[key]['values']}")
                     for key in ("bottleneck", "top_op")
-                ]  # fmt: skip
-                print(f"   {slug:14} {'; '.join(cells)}; {a['suspect_runs']} suspect runs")
+                ]
+                print(
+                    f"   {slug:14} {'; '.join(cells)}; {a['suspect_runs']} suspect runs; "
+                    f"close calls {a['bottleneck']['close_calls']}; tied {a['top_op']['tied']}"
+                )
             roof = results["diagnosis"]["roofline"]
             print(
                 f"3. roofline: {roof['above_roof']}/{roof['points']} points above their roof; "

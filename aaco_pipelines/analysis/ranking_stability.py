@@ -12,7 +12,15 @@ times (numpy, all resamples at once, a fixed seed), each resample's medians rank
   top3_stability    share of resamples whose first three are the observed three, as a set
 
 Below STABLE the report and `aaco run` say the top op (or the top three) is uncertain instead of
-naming one as if it were settled. With fewer than MIN_ITERATIONS profiled iterations nothing is
+naming one as if it were settled.
+
+Some ops are tied for good: compute_bound's four identical MatMuls, resnet_cnn's convolutions
+within 1-5 % of each other, llama_decoder's qk_matmul and rotate_half 11-14 % apart, whose order
+swapped between quiet runs even where every resample of one run agreed (the bootstrap sees one
+run's iterations, not the host's mood from run to run). So the ops within TIE of the top op's
+median time (or one tick of the profiler's clock, 1 µs), or first in at least 1 - STABLE of
+the resamples, are named with it as tied (tied_with_top): which of them comes first is the
+run's luck, not the model's. With fewer than MIN_ITERATIONS profiled iterations nothing is
 judged (None): a bootstrap of one or two iterations would call any ranking stable.
 """
 
@@ -27,6 +35,10 @@ import pyarrow.compute as pc
 RESAMPLES = 1000
 MIN_ITERATIONS = 5
 STABLE = 0.9
+TIE = 0.15  # an op within 15 % of the top op's median time is tied with it
+# ... or within one tick of the clock that timed it: ONNX Runtime's profiler reports whole
+# microseconds, so a 4 µs and a 5 µs op (launch_bound's) may be 4.9 and 4.1
+TICK_NS = 1_000.0
 TOP = 3
 CELLS_PER_CHUNK = 1 << 22  # resample x iteration x op cells held at once (32 MiB of float64)
 LEVELS = {"node": "name", "op_type": "op_type"}  # op_breakdown level -> its per_node column
@@ -90,6 +102,21 @@ def per_iteration_times(per_node: pa.Table, column: str) -> tuple[list[str], np.
     cell = row * width + names.indices.to_numpy()
     times = np.bincount(cell, weights=per_node["ns"].to_numpy(), minlength=len(iterations) * width)
     return names.dictionary.to_pylist(), times.reshape(len(iterations), width)
+
+
+def tied_with_top(nodes: list[dict]) -> list[dict]:
+    """The ops tied with the top op, the first of `nodes` (ranked by median time, with p50_ns
+    and p_top): within TIE of its median time or one TICK_NS, or first in at least 1 - STABLE
+    of the resamples; in the order given."""
+    if not nodes or not nodes[0].get("p50_ns"):
+        return []
+    top = nodes[0]["p50_ns"]
+    floor = min((1.0 - TIE) * top, top - TICK_NS)
+    return [
+        node
+        for node in nodes[1:]
+        if (node.get("p50_ns") or 0.0) >= floor or (node.get("p_top") or 0.0) >= 1.0 - STABLE
+    ]
 
 
 RANKS = pa.schema(

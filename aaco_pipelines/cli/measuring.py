@@ -81,24 +81,38 @@ def run_summary(lake_path: Path, session_id: str) -> str:
 
 
 def top_op_cell(top: dict | None) -> str:
-    """The top node, its share, and "uncertain" when a bootstrap resample of the profiled
-    iterations often ranks another first (analysis/ranking_stability)."""
-    from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE
+    """The top node, its share, the ops tied with it, and "uncertain" when a bootstrap
+    resample of the profiled iterations often ranks another first (analysis/ranking_stability)."""
+    from aaco_pipelines.analysis.ranking_stability import (
+        MIN_ITERATIONS,
+        STABLE,
+        TICK_NS,
+        TIE,
+        tied_with_top,
+    )
 
     if top is None:
         return "-"
     cell = top["name"]
     if top["share"] is not None:
         cell += f" ({top['share']:.0%} of kernel time)"
+    tied = tied_with_top(top.get("ranked") or [])
+    if tied:
+        named = ", ".join(f"{t['name']} {t['share']:.0%}" for t in tied[:TIED_SHOWN])
+        more = f" and {len(tied) - TIED_SHOWN} more" if len(tied) > TIED_SHOWN else ""
+        cell += f", tied with {named}{more} (within {TIE:.0%} or {TICK_NS / 1e3:g} µs of its time)"
     stability = top["top_op_stability"]
     if stability is None:
         return cell + (
             f"; ranking not judged ({top['profiled_iterations']} profiled iterations, "
             f"under {MIN_ITERATIONS})"
         )
-    if stability < STABLE:
+    if stability < STABLE and not tied:
         return cell + f", top op uncertain: first in {stability:.0%} of resamples"
     return cell
+
+
+TIED_SHOWN = 3  # tied ops named in the summary's cell; the report lists them all
 
 
 def generation_summary(figures: dict[tuple[str, str], float]) -> list[tuple[str, str]]:

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from aaco_pipelines.analysis import metrics as metrics_module
 from aaco_pipelines.analysis.classification import SIGNAL_RULES
+from aaco_pipelines.analysis.ranking_stability import tied_with_top
 from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.data import ReportData, gather
@@ -161,8 +162,8 @@ def _derived(table: pa.Table) -> list[dict]:
 
 
 def _ranking(data: ReportData) -> dict:
-    """How sure the node ranking is (analysis/ranking_stability; None where not judged), and
-    the nodes some resample ranks first, most often first."""
+    """How sure the node ranking is (analysis/ranking_stability; None where not judged), the
+    nodes some resample ranks first, most often first, and the nodes tied with the top one."""
     derived = dict(
         zip(
             data.derived_metrics["metric"].to_pylist(),
@@ -173,11 +174,13 @@ def _ranking(data: ReportData) -> dict:
     nodes = data.op_breakdown.filter(pc.equal(data.op_breakdown["level"], "node"))
     leading = nodes.filter(pc.fill_null(pc.greater(nodes["p_top"], 0.0), False))
     leading = leading.sort_by([("p_top", "descending")]).select(["name", "p_top"])
+    ranked = nodes.select(["name", "share", "p50_ns", "p_top"]).to_pylist()  # by median
     return {
         "profiled_iterations": data.session.get("profiled_iterations"),
         "top_op_stability": derived.get("top_op_stability"),
         "top3_stability": derived.get("top3_stability"),
         "leading": leading.to_pylist(),
+        "tied": tied_with_top(ranked),
     }
 
 

@@ -5,7 +5,8 @@ bounding box, twice, and the draw then lays every text out again. For AACO's plo
 axes, texts around each one) that was two thirds of a plot's time, and a run draws three of them
 per model. Here only the texts that sit outside an axes (tick labels, axis labels, titles) are
 measured, once, with the renderer's own font metrics; the margins between and around the axes
-are set from them; then texts placed inside an axes that still cross the image's edge (an
+are set from them; an axes whose resized ticks read differently (its locator picked others)
+is measured again, once; then texts placed inside an axes that still cross the image's edge (an
 annotation near the right border) widen that margin.
 """
 
@@ -26,11 +27,29 @@ def fit_margins(figure: Figure) -> None:
     renderer = figure.canvas.get_renderer()
     px_per_pt = figure.dpi / 72.0
     width, height = figure.bbox.width, figure.bbox.height
-    pad = PAD_PT * px_per_pt
     shown = [ax for ax in figure.axes if ax.axison]
     if not shown:
         return
     needs = {ax: _needs(ax, renderer, px_per_pt) for ax in shown}
+    margins, gaps, geometry = _layout(shown, needs, px_per_pt)
+    _adjust(figure, margins, gaps, geometry)
+    # Resized, an axes' locator may pick other ticks ("1.175" where "1.2" was measured): then
+    # measure that axes again, once (comparing the labels' strings costs no text layout).
+    moved = [ax for ax in shown if _tick_texts(ax) != needs[ax]["texts"]]
+    if moved:
+        needs |= {ax: _needs(ax, renderer, px_per_pt) for ax in moved}
+        margins, gaps, geometry = _layout(shown, needs, px_per_pt)
+        _adjust(figure, margins, gaps, geometry)
+    overflow = _inner_overflow(shown, renderer, width, height)
+    if any(overflow):
+        grown = tuple(m + o for m, o in zip(margins, overflow, strict=True))
+        _adjust(figure, grown, gaps, geometry)
+
+
+def _layout(shown: list, needs: dict, px_per_pt: float):
+    """Margins (left, right, bottom, top) and gaps (between columns, rows) in pixels from
+    what each axes needs, and the grid's geometry."""
+    pad = PAD_PT * px_per_pt
     grid = shown[0].get_subplotspec().get_gridspec()
     rows, cols = grid.get_geometry()
 
@@ -56,11 +75,7 @@ def fit_margins(figure: Figure) -> None:
          for r in range(1, rows) if at(row=r) and at(row=r - 1)],
         default=0.0,
     )  # fmt: skip
-    _adjust(figure, (left, right, bottom, top), (wgap, hgap), (rows, cols))
-    overflow = _inner_overflow(shown, renderer, width, height)
-    if any(overflow):
-        grown = (left + overflow[0], right + overflow[1], bottom + overflow[2], top + overflow[3])
-        _adjust(figure, grown, (wgap, hgap), (rows, cols))
+    return (left, right, bottom, top), (wgap, hgap), (rows, cols)
 
 
 def _adjust(figure: Figure, margins, gaps, geometry) -> None:
@@ -97,7 +112,14 @@ def _needs(ax: Axes, renderer, px_per_pt: float) -> dict[str, float]:
     # a tick label centred on the axes' edge reaches half its size past it
     top = max(top, max(y_heights, default=0.0) / 2.0)
     right = x_widths[-1] / 2.0 if x_widths else 0.0
-    return {"left": left, "right": right, "bottom": bottom, "top": top}
+    return {"left": left, "right": right, "bottom": bottom, "top": top, "texts": _tick_texts(ax)}
+
+
+def _tick_texts(ax: Axes) -> tuple[list[str], list[str]]:
+    """The tick labels' strings on both axes, as the locator places them now."""
+    return tuple(
+        [label.get_text() for label in axis.get_majorticklabels()] for axis in (ax.xaxis, ax.yaxis)
+    )
 
 
 def _tick_label_sizes(axis, renderer) -> tuple[list[float], list[float]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from aaco_pipelines.analysis.classification import CLOSE_CALL, close_call_text
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
-from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE
+from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE, TICK_NS, TIE
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.units import by_unit, duration
@@ -196,7 +196,8 @@ OP_COLUMNS = [
 
 def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     """Whether the top op (and the top three) can be named, from the bootstrap over the
-    profiled iterations: "uncertain" below ranking_stability.STABLE, with who else leads."""
+    profiled iterations: the ops tied with it (ranking_stability.tied_with_top), else
+    "uncertain" below ranking_stability.STABLE, with who else leads."""
     if not top_ops:
         return None
     stability, top = ranking.get("top_op_stability"), top_ops[0]["name"]
@@ -206,7 +207,17 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
             f"iteration(s), fewer than {MIN_ITERATIONS}."
         )
     runs = f"bootstrap resamples of the {ranking.get('profiled_iterations')} profiled iterations"
-    if stability >= STABLE:
+    tied = ranking.get("tied") or []
+    if tied:
+        names = ", ".join(f"{t['name']} ({pct(t['share'])})" for t in tied)
+        text = (
+            f"Top ops tied: {top} ({pct(top_ops[0]['share'])}) with {names}: within "
+            f"{TIE:.0%} (or {TICK_NS / 1e3:g} µs) of its median time, or first in "
+            f"{1 - STABLE:.0%} or more of {runs} "
+            f"({top} first in {stability:.0%}). Which of them leads is the run's luck, not the "
+            "model's: treat them as one group."
+        )
+    elif stability >= STABLE:
         text = f"Top op {top}: first in {stability:.0%} of {runs}."
     else:
         rivals = ", ".join(f"{r['name']} {r['p_top']:.0%}" for r in ranking["leading"][:3])

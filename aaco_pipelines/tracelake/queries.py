@@ -214,21 +214,25 @@ def measurement_quality_row(lake: TraceLake, session_id: str) -> dict | None:
     return rows[0] if rows else None
 
 
-TOP_OP_SQL = """
-SELECT o.name, o.share, s.profiled_iterations,
+TOP_OPS_SQL = """
+SELECT o.name, o.share, o.p50_ns, o.p_top, s.profiled_iterations,
        (SELECT any_value(value) FROM derived_metrics
         WHERE session_id = $sid AND metric = 'top_op_stability') AS top_op_stability
 FROM op_breakdown o JOIN session_records s USING (session_id)
 WHERE o.session_id = $sid AND o.level = 'node'
-ORDER BY o.p50_ns DESC, o.mean_ns DESC LIMIT 1
+ORDER BY o.p50_ns DESC NULLS LAST, o.mean_ns DESC LIMIT $n
 """
 
 
-def top_op(lake: TraceLake, session_id: str) -> dict | None:
+def top_op(lake: TraceLake, session_id: str, contenders: int = 32) -> dict | None:
     """The session's top ONNX node by median time, its share and how stable its rank is
-    (null where not judged); None before attribution."""
-    rows = lake.query(TOP_OP_SQL, {"sid": session_id}).to_pylist()
-    return rows[0] if rows else None
+    (null where not judged), with the next `contenders` nodes (`ranked`, the top op first:
+    name, share, p50_ns, p_top) to find its ties among; None before attribution."""
+    rows = lake.query(TOP_OPS_SQL, {"sid": session_id, "n": contenders + 1}).to_pylist()
+    if not rows:
+        return None
+    ranked = [{k: row[k] for k in ("name", "share", "p50_ns", "p_top")} for row in rows]
+    return {**rows[0], "ranked": ranked}
 
 
 def run_summary(lake: TraceLake, session_id: str) -> dict:

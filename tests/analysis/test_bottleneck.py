@@ -139,3 +139,31 @@ def test_a_close_call_is_stored_and_named_where_the_class_is_shown(zoo, monkeypa
     assert f"the class would be {named}. Measure again" in markdown
     line = _summary_line(paths, bundle.session_id, "bottleneck")
     assert f"{report['bottleneck']} ({report['confidence']:.2f}), a close call: {named}" in line
+
+
+def test_the_summary_names_the_ops_tied_with_the_top_op_from_the_lake(zoo):
+    """`aaco run`'s top op cell reads the stored ranking: the ops tied with the top one
+    (ranking_stability.tied_with_top over op_breakdown's nodes) are named beside it, up to
+    three and a count of the rest. launch_bound's 240 elementwise nodes are near-equal."""
+    from aaco_pipelines.analysis.ranking_stability import tied_with_top
+
+    paths, models = zoo
+    bundle = measure_model(models["launch_bound"], paths, analyze=True)
+    nodes = (
+        TraceLake(paths.tracelake)
+        .query(
+            "SELECT name, share, p50_ns, p_top FROM op_breakdown WHERE session_id = ? "
+            "AND level = 'node' ORDER BY p50_ns DESC NULLS LAST, mean_ns DESC",
+            [bundle.session_id],
+        )
+        .to_pylist()
+    )
+    tied = tied_with_top(nodes[:33])
+    line = _summary_line(paths, bundle.session_id, "top")
+    assert line.split(None, 2)[2].startswith(f"{nodes[0]['name']} ("), line
+    if not tied:  # the host made one op stand out this time (times are whole µs here)
+        assert "tied" not in line
+        return
+    named = ", ".join(f"{t['name']} {t['share']:.0%}" for t in tied[:3])
+    more = f" and {len(tied) - 3} more" if len(tied) > 3 else ""
+    assert f", tied with {named}{more} (within 15% or 1 µs of its time)" in line

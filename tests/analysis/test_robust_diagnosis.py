@@ -171,3 +171,53 @@ def test_leaving_out_ops_that_can_never_lead_changes_no_figure(monkeypatch):
     assert np.array_equal(pruned.p_top3, every.p_top3)
     assert pruned.top3_stability == every.top3_stability
     assert pruned.p_top.sum() == pytest.approx(1.0) and pruned.p_top3.sum() == pytest.approx(3.0)
+
+
+def _node(name: str, p50_ns: float, p_top: float | None = 0.0, share: float = 0.1) -> dict:
+    return {"name": name, "p50_ns": p50_ns, "p_top": p_top, "share": share}
+
+
+def test_ops_within_the_tie_of_the_top_op_or_often_first_are_tied_with_it():
+    """Within TIE (15 %) of the top op's median time, or first in a tenth of the resamples:
+    tied. 20 % slower and never first: not. Nothing is tied with an op of no time."""
+    nodes = [
+        _node("a", 100_000.0, 0.8),
+        _node("b", 86_000.0),  # 14 % slower
+        _node("c", 80_000.0),  # 20 % slower
+        _node("d", 70_000.0, 0.1),  # far slower, but first in 10 % of resamples
+        _node("e", 10_000.0, None),  # not judged
+    ]
+    assert [n["name"] for n in rs.tied_with_top(nodes)] == ["b", "d"]
+    assert rs.tied_with_top(nodes[:1]) == [] and rs.tied_with_top([]) == []
+    # whole microseconds: a 4 µs op may be as long as a 5 µs one
+    assert [n["name"] for n in rs.tied_with_top([_node("a", 5000.0), _node("b", 4000.0)])] == ["b"]
+    assert rs.tied_with_top([_node("a", 5000.0), _node("b", 3000.0)]) == []
+    assert rs.tied_with_top([_node("z", 0.0), _node("y", 0.0)]) == []
+
+
+def test_tied_top_ops_are_named_as_one_group_in_the_report_and_the_summary():
+    """Two ops 1 % apart, measured: the second is tied with the first, and the report and
+    `aaco run` name them together instead of calling one of them the top op."""
+    kernels, names = _noisy_pair()
+    query = engine_query(graph_nodes=no_graph_nodes())
+    breakdown, _, stability = time_breakdown(query, "s", "m", kernels, exact_mapping(names))
+    nodes = [r for r in breakdown.to_pylist() if r["level"] == "node"]
+    tied = rs.tied_with_top(nodes)
+    assert [t["name"] for t in tied] == [nodes[1]["name"]]
+    ranking = {
+        "profiled_iterations": ITERATIONS,
+        "top_op_stability": stability.top_op_stability,
+        "tied": tied,
+    }
+    text = ranking_text(ranking, nodes)
+    assert text.startswith(f"Top ops tied: {nodes[0]['name']} (") and "one group" in text
+    assert f"with {nodes[1]['name']} (" in text
+    cell = top_op_cell(
+        {"name": nodes[0]["name"], "share": nodes[0]["share"], "profiled_iterations": 10,
+         "top_op_stability": stability.top_op_stability, "ranked": nodes}
+    )  # fmt: skip
+    assert (
+        f", tied with {nodes[1]['name']} {nodes[1]['share']:.0%} (within 15% or 1 µs of its time)"
+        in cell
+    )
+    assert "uncertain" not in cell  # the tie says it, with who

@@ -166,6 +166,24 @@ def _drift_row(values, markers=None, baseline=None) -> dict:
     }
 
 
+def test_margins_follow_the_ticks_the_resized_axes_get():
+    """Measured on the first ticks (1.87, 1.88, ...), the margins resize the axes, whose
+    locator then picks other, wider ones (1.865, 1.870, ...): fit_margins measures that axes
+    again, so the y label stays inside the image (it crossed the left edge before)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from aaco_pipelines.report.plot_layout import fit_margins
+
+    figure = Figure(figsize=(6, 2.4), dpi=72)
+    FigureCanvasAgg(figure)
+    axes = figure.subplots()
+    axes.plot([0, 1], [1.864, 1.895])
+    axes.set_ylabel("latency (ms)")
+    fit_margins(figure)
+    assert_plot_texts_inside(figure)
+
+
 def test_plots_render_synthetic_inputs_as_svg_with_every_text_inside(monkeypatch):
     """Every plot kind, drawn on synthetic data, is an SVG whose texts (titles, axis and tick
     labels, notes and annotations) all lie inside the image and off the other axes: the margins
