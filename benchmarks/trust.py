@@ -17,7 +17,8 @@ per core of a 2-core host, for the whole run). Everything runs in a temporary AA
    the runs that disagree are labelled: a suspect measurement, for the class the other runs'
    class named as a close call, for the top op a bootstrap stability of its rank under 0.9).
    Top ops "agree within ties" when every run's top op is among the ops every other run names
-   as tied with its own (analysis/ranking_stability.tied_with_top).
+   as tied with its own (analysis/ranking_stability.tied_with_top); classes "agree within close
+   calls" when every run's class is the class or a close call of every other run.
 3. Roofline: points above their roof (goal 0) in those runs; the envelope against the host's
    theoretical peak.
 4. LLM: ITL/TPOT against a plain ONNX Runtime loop, and server TTFT against LoadGen's own
@@ -229,9 +230,10 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
 
 
 def _agreement(rows: list[dict]) -> dict:
-    """Whether the runs agree on class and top op. Where they differ: for the top op, whether
-    every run's top op is tied with every other's (within ranking_stability.TIE of its time, or
-    often first: the report names them as one group); for both, whether every run off the
+    """Whether the runs agree on class and top op. Where they differ: whether every run's top
+    op is tied with every other's (within ranking_stability.TIE of its time, or often first:
+    the report names them as one group), every run's class a close call of every other's; for
+    both, whether every run off the
     majority was labelled (its measurement judged suspect; for the class, the majority's class
     named as a close call; for the top op, its rank's bootstrap stability under 0.9)."""
     from aaco_pipelines.analysis.ranking_stability import STABLE
@@ -255,6 +257,11 @@ def _agreement(rows: list[dict]) -> dict:
             "agree_or_uncertain": all(labelled(r, key, majority) for r in off),
         }
     out["bottleneck"]["close_calls"] = [r["close_calls"] for r in rows]
+    out["bottleneck"]["within_close_calls"] = all(
+        a["bottleneck"] == b["bottleneck"] or a["bottleneck"] in b["close_calls"]
+        for a in rows
+        for b in rows
+    )
     out["top_op"]["within_ties"] = all(
         a["top_op"] == b["top_op"] or a["top_op"] in b["tied"] for a in rows for b in rows
     )
@@ -268,6 +275,8 @@ def _verdict(agreement: dict) -> str:
         return "agree"
     if agreement.get("within_ties"):
         return "agree within ties"
+    if agreement.get("within_close_calls"):
+        return "agree within close calls"
     return "DIFFER (" + ("labelled" if agreement["agree_or_uncertain"] else "NOT labelled") + ")"
 
 
