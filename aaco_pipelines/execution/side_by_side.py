@@ -53,6 +53,15 @@ class SideBySide:
     block_iterations: int
     order: str  # e.g. "ABBA ABBA ..."
 
+    def extended(self, more: SideBySide) -> SideBySide:
+        """These rounds and `more`'s (measured after them), as one measurement."""
+        return SideBySide(
+            self.a + more.a,
+            self.b + more.b,
+            min(self.block_iterations, more.block_iterations),
+            f"{self.order} {more.order}".strip(),
+        )
+
 
 def measure_side_by_side(
     request_a: dict, request_b: dict, rounds: int = DEFAULT_ROUNDS, timeout_s: float = 900.0

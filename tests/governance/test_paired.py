@@ -108,3 +108,37 @@ def test_auto_decides_side_by_side_only_when_the_stored_sessions_cannot(swap):
         assert unsure(replayed) is None
     finally:
         lake.delete_sessions(["replay"])
+
+
+def test_rounds_that_do_not_settle_it_are_measured_again(swap, monkeypatch):
+    """Synthetic rounds of a version 10 % slower: a first batch whose host noise spans the
+    threshold (the interval reaches from under 0 to over 3 %) is not decided on; the same number
+    of rounds is measured again, and all of them decide. A batch that settles it stops there."""
+    from aaco_pipelines.governance import paired as paired_module
+
+    paths, lake, (t0, _, _, slower) = swap
+    stored = gate_verdict(lake, slower, baseline=t0, resamples=200)
+    rng = np.random.default_rng(3)
+    calls = []
+
+    def rounds(ratios: list[float]) -> SideBySide:
+        """Rounds whose B/A ratio of medians is each of `ratios`."""
+        a = [1e5 * (1 + 0.001 * rng.standard_normal(40)) for _ in ratios]
+        b = [r * 1e5 * (1 + 0.001 * rng.standard_normal(40)) for r in ratios]
+        return SideBySide(a, b, 40, "AB BA")
+
+    noisy = [1.1, 0.9, 1.3, 0.95, 1.2, 0.92, 1.15, 0.98]  # the host swung within rounds
+    steady = [1.1 + 0.005 * k for k in (-2, -1, 0, 1, 2, 1, 0, -1)]
+    batches = iter([rounds(noisy), rounds(steady), rounds(steady)])
+
+    def measured(request_a, request_b, rounds):
+        calls.append(rounds)
+        return next(batches)
+
+    monkeypatch.setattr(paired_module, "measure_side_by_side", measured)
+    first = paired_comparison(rounds(noisy), 3.0, 0.95, 0, "s", "x", "y")
+    assert not paired_module.settled(first), first.latency_p50  # such a batch is unsettled
+    verdict = judge_side_by_side(stored, lake, paths, rounds=8)
+    assert calls == [8, 8] and verdict.paired["rounds"] == 16
+    assert verdict.paired["decision"] == "regression" and verdict.regression
+    assert verdict.paired["order"] == "AB BA AB BA"
