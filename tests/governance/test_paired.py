@@ -142,3 +142,20 @@ def test_rounds_that_do_not_settle_it_are_measured_again(swap, monkeypatch):
     assert calls == [8, 8] and verdict.paired["rounds"] == 16
     assert verdict.paired["decision"] == "regression" and verdict.regression
     assert verdict.paired["order"] == "AB BA AB BA"
+
+
+def test_a_regression_whose_interval_reaches_under_the_threshold_is_not_settled():
+    """A regression by the rule (its interval clear of 0, its effect over 3 %) whose interval
+    still reaches under the threshold is measured again; a 2x one is not."""
+    from aaco_pipelines.governance.paired import settled
+
+    def compared(ratios: list[float]):
+        a = [np.full(40, 1e5) for _ in ratios]
+        b = [np.full(40, r * 1e5) for r in ratios]
+        return paired_comparison(SideBySide(a, b, 40, ""), 3.0, 0.95, 0, "s", "x", "y")
+
+    near = compared([1.005, 1.06, 1.02, 1.08, 1.01, 1.07, 1.035, 1.05])
+    assert near.decision == "regression" and near.latency_p50["ci_low"] < 3.0, near.latency_p50
+    assert not settled(near)
+    assert settled(compared([2.0, 1.95, 2.05, 2.0, 1.98, 2.02, 2.01, 1.99]))
+    assert settled(compared([1.0, 1.001, 0.999, 1.0, 1.002, 0.998, 1.0, 1.001]))  # no change
