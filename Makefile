@@ -59,7 +59,7 @@ test: setup browser services ducklake-setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/tracelake/test_ducklake.py \
 	  tests/tracelake/test_tracelake.py tests/tracelake/test_lake_integrity.py \
-	  tests/collectors/test_trace_readers.py
+	  tests/tracelake/test_shared_lake_errors.py tests/collectors/test_trace_readers.py
 
 bench: setup
 	$(PY) benchmarks/run.py

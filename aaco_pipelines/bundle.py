@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.redaction import redact, redact_values
 
 DEVICE_TRACE = "device_trace.json"
 EVIDENCE = "evidence.json"
@@ -258,7 +259,11 @@ def _check(stop: threading.Event) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename) so a reader never sees half a file."""
+    """Write JSON atomically (temp file + rename) so a reader never sees half a file. Its
+    strings are redacted: a failure's message may quote a connection string."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str)
+    if redact(text) != text:  # rare: walk the values only then (latencies are long lists)
+        text = json.dumps(redact_values(data), indent=2, sort_keys=True, default=str)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    tmp.write_text(text)
     os.replace(tmp, path)

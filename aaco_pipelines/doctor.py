@@ -1,7 +1,8 @@
 """`aaco doctor`: what this host can measure, and what each gap costs the measurements.
 
 Every check reuses the probe the measurement itself uses (environment, providers, gpu_sampler,
-laboratory), so the doctor cannot disagree with a run. Checks never raise: a doctor reports.
+laboratory), so the doctor cannot disagree with a run. Checks never raise: a doctor reports. A
+row is redacted: a probe's error may quote a connection string, password and all.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.redaction import redact
 
 OK, MISSING, WARNING = "OK", "missing", "warning"
 PROBLEM = "problem"  # present but broken: nothing that needs it works until it is fixed
@@ -25,6 +28,10 @@ class Check:
     status: str  # OK | missing | warning | problem
     detail: str
     meaning: str  # what the status means for measurements
+
+    def __post_init__(self):
+        for field in ("detail", "meaning"):
+            object.__setattr__(self, field, redact(getattr(self, field)))
 
 
 def check_python() -> Check:
@@ -128,7 +135,14 @@ def check_pinning() -> Check:
 
 
 def check_dagster_home(paths: AacoPaths) -> Check:
+    from aaco_pipelines.instance import POSTGRES_ENV, check_postgres, postgres_url
+
     home = Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home)
+    if os.environ.get(POSTGRES_ENV):
+        try:
+            check_postgres(postgres_url(os.environ[POSTGRES_ENV]))
+        except AacoInputError as exc:
+            return Check("Dagster instance", PROBLEM, exc.problem, f"no run is recorded: {exc.fix}")
     if (home / "dagster.yaml").is_file():
         return Check("Dagster instance", OK, str(home), "run history and drift series persist")
     return Check(
@@ -162,6 +176,8 @@ def check_tracelake(paths: AacoPaths) -> Check:
     except TraceLakeBusy as exc:
         detail = f"{where}: {exc.problem}"
         return Check("TraceLake", WARNING, detail, f"aaco commands wait, then fail: {exc.fix}")
+    except AacoInputError as exc:  # a shared lake's catalog that refuses us or is down
+        return Check("TraceLake", PROBLEM, exc.problem, f"no session is stored or read: {exc.fix}")
     detail = f"{where}; schema v{version} (this aaco: v{SCHEMA_VERSION})"
     if version is None or version < SCHEMA_VERSION:
         return Check("TraceLake", WARNING, detail, "migrated on the next write")

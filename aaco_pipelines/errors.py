@@ -5,18 +5,21 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
+from aaco_pipelines.redaction import redact
+
 
 class AacoInputError(Exception):
     """Bad input: a corrupt model, a missing input spec, an unreadable trace, an unknown provider.
 
     The message always says which file, what is wrong with it and what to do about it, so the
-    Dagster UI, the CLI and the logs show one actionable line instead of a traceback.
+    Dagster UI, the CLI and the logs show one actionable line instead of a traceback. Each part
+    is redacted: a connection string quoted in it keeps no password.
     """
 
     def __init__(self, problem: str, *, path: str | Path | None = None, fix: str | None = None):
-        self.problem = problem
-        self.path = str(path) if path is not None else None
-        self.fix = fix
+        self.problem = redact(problem)
+        self.path = redact(str(path)) if path is not None else None
+        self.fix = redact(fix) if fix is not None else None
         super().__init__(self.describe())
 
     def describe(self) -> str:
@@ -35,7 +38,7 @@ class WorkerFailure(Exception):
     def __init__(self, message: str, *, evidence_dir: str | Path | None = None):
         self.evidence_dir = str(evidence_dir) if evidence_dir is not None else None
         suffix = f" (worker output kept in {self.evidence_dir})" if self.evidence_dir else ""
-        super().__init__(message + suffix)
+        super().__init__(redact(message + suffix))
 
 
 # Write failures a user fixes on the machine, not in aaco: a full or read-only file system.

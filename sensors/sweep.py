@@ -33,6 +33,7 @@ from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
+from aaco_pipelines.instance.retries import attempts_by_partition, keep_backfill_open, settled
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
 from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
@@ -85,7 +86,7 @@ def sweep(
         if routed:
             results = launch(instance, chosen, targets, on_result, on_progress)
         else:
-            results = execute_here(instance, paths, chosen, targets, on_result)
+            results = execute_here(instance, paths, chosen, targets, on_result, on_progress)
     return control_false_discoveries(paths, results)
 
 
@@ -95,11 +96,18 @@ def execute_here(
     chosen: list[RegisteredModel],
     targets: Sequence[str] | None,
     on_result: Callable[[SweepResult], None] | None,
+    on_progress: Callable[[str], None] | None = None,
 ) -> list[SweepResult]:
-    """Each model's run in this process, on this host's target."""
+    """Each model's run in this process, on this host's target.
+
+    Each run is tagged with this process as its owner, and waits for its pools first
+    (`pool_wait`): the runs a killed sweep left STARTED are failed and their slots freed, and a
+    slot held by a live run is waited for aloud, stoppable by SIGTERM and SIGINT."""
     from aaco_pipelines.definitions import defs
     from assets.partitions import model_target_key
     from sensors.jobs import measure_model_job, run_tags
+    from sensors.pool_wait import wait_for_pools
+    from sensors.sweep_owner import owner_tags
 
     own = default_target()
     if targets and set(targets) != {own}:
@@ -110,14 +118,16 @@ def execute_here(
             f"or sweep --targets {own}",
         )
     job = defs.resolve_job_def(measure_model_job.name)
+    owner = owner_tags()
     results = []
     for model in chosen:
+        wait_for_pools(instance, job.graph.pools, on_progress or _to_stderr)
         result = job.execute_in_process(
             run_config=QUIET_LOGS,
             instance=instance,
             partition_key=model_target_key(model.slug, own),
             raise_on_error=False,
-            tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}),
+            tags=run_tags("sweep", **{"aaco/model_sha256": model.sha256}, **owner),
             resources=path_resources(paths),
         )
         results.append(summarize(model.slug, result.run_id, result.success, result.all_events))
@@ -126,6 +136,10 @@ def execute_here(
         if stopped := stop_requested() or interruption(result.all_events):
             raise Interrupted(stopped)  # Dagster recorded the stop as a failed step
     return results
+
+
+def _to_stderr(line: str) -> None:
+    print(f"aaco: {line}", file=sys.stderr, flush=True)
 
 
 def launch(
@@ -163,6 +177,7 @@ def launch(
             f"the instance refused the sweep's backfill: {done.stderr.strip()[-400:]}",
             fix="check that dagster-daemon runs on the head node and the code location loads",
         )
+    keep_backfill_open(instance, {SWEEP_TAG: sweep_id})  # so that Dagster retries its runs
     if on_progress:
         on_progress(
             f"submitted {len(keys)} runs ({', '.join(targets)}), tagged {SWEEP_TAG}={sweep_id}"
@@ -179,32 +194,35 @@ def wait_for_runs(
     poll_s: float,
     report_every_s: float = 30.0,
 ) -> list[SweepResult]:
-    """The sweep's runs' results, reported as each finishes, until all `expected` have; every
-    `report_every_s` what it still waits for (a device whose worker is down waits forever)."""
+    """The sweep's partitions' results, reported as each finishes, until all `expected` have;
+    every `report_every_s` what it still waits for (a device whose worker is down waits
+    forever). A partition's result is its last attempt's: a run whose worker died is retried by
+    the instance (`instance.retries`), and its events count with its retry's."""
     results: dict[str, SweepResult] = {}
     last_report = time.monotonic()
     while len(results) < expected:
         if stopped := stop_requested():
             raise Interrupted(stopped)  # the runs go on on the instance: Dagster owns them now
         runs = instance.get_runs(filters=dg.RunsFilter(tags={SWEEP_TAG: sweep_id}))
-        for run in sorted(runs, key=lambda r: r.run_id):
-            if run.is_finished and run.run_id not in results:
-                events = [e.dagster_event for e in instance.all_logs(run.run_id) if e.dagster_event]
+        attempts = attempts_by_partition(runs)
+        for label, tries in sorted(attempts.items()):
+            run = tries[-1]
+            if label not in results and settled(instance, run):
+                events = [e.dagster_event for t in tries for e in instance.all_logs(t.run_id)]
                 success = run.status == dg.DagsterRunStatus.SUCCESS
-                label = run.tags.get("dagster/partition", run.run_id)
-                results[run.run_id] = summarize(label, run.run_id, success, events)
+                results[label] = summarize(label, run.run_id, success, [e for e in events if e])
                 if on_result:
-                    on_result(results[run.run_id])
+                    on_result(results[label])
         if on_progress and time.monotonic() - last_report >= report_every_s:
             last_report = time.monotonic()
-            on_progress(_waiting_for(runs, results))
+            on_progress(_waiting_for([tries[-1] for tries in attempts.values()], results))
         if len(results) < expected:
             time.sleep(poll_s)
     return sorted(results.values(), key=lambda r: r.slug)
 
 
 def _waiting_for(runs: list, results: dict) -> str:
-    pending = [r for r in runs if r.run_id not in results]
+    pending = [r for r in runs if r.tags.get("dagster/partition", r.run_id) not in results]
     listed = ", ".join(
         f"{r.tags.get('dagster/partition', r.run_id[:8])} ({r.status.value})" for r in pending
     )
@@ -347,8 +365,9 @@ def interruption(events: Sequence) -> str | None:
 def failure_message(events: Sequence) -> str:
     """The innermost cause of the first step failure: the user's error, not Dagster's wrapper."""
     failure = next((e for e in events if e.event_type_value == "STEP_FAILURE"), None)
-    if failure is None:
-        return "the run failed before any step ran"
+    if failure is None:  # ended from outside its steps: its worker died, it never started
+        ended = [e.message for e in events if e.event_type_value == "RUN_FAILURE" and e.message]
+        return ended[-1].strip().splitlines()[0] if ended else "the run failed before any step ran"
     error = failure.step_failure_data.error
     while error.cause is not None:
         error = error.cause

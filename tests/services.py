@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -55,8 +56,10 @@ def _as_postgres(command: list[str]) -> list[str]:
 
 
 @contextlib.contextmanager
-def postgres_server() -> Iterator[str]:
-    """A fresh server with one database; yields its SQLAlchemy URL (psycopg2, explicit)."""
+def postgres_server(password: str | None = None) -> Iterator[str]:
+    """A fresh server with one database; yields its SQLAlchemy URL (psycopg2, explicit). With
+    `password`, connections over TCP must give it (scram-sha-256; the URL carries it), else
+    every connection is trusted."""
     binaries = postgres_bin()
     if binaries is None:
         missing("PostgreSQL", "initdb not found (Debian package postgresql)")
@@ -69,10 +72,18 @@ def postgres_server() -> Iterator[str]:
         shutil.chown(sockets, "postgres")
     port = free_port()
     pid = None
+    auth, login = ["--auth=trust"], {}
+    if password is not None:
+        secret = base / "password"
+        secret.write_text(password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(secret, "postgres")
+        auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={secret}"]
+        login = {"PGPASSWORD": password}
     try:
         subprocess.run(
             _as_postgres([str(binaries / "initdb"), "-D", str(data), "-U", POSTGRES_USER,
-                          "--auth=trust", "-E", "UTF8"]),
+                          *auth, "-E", "UTF8"]),
             check=True, capture_output=True,
         )  # fmt: skip
         options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
@@ -85,9 +96,10 @@ def postgres_server() -> Iterator[str]:
         subprocess.run(
             [str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U",
              POSTGRES_USER, "dagster"],
-            check=True, capture_output=True,
+            check=True, capture_output=True, env={**os.environ, **login},
         )  # fmt: skip
-        yield f"postgresql+psycopg2://{POSTGRES_USER}@127.0.0.1:{port}/dagster"
+        user = POSTGRES_USER if password is None else f"{POSTGRES_USER}:{quote(password, safe='')}"
+        yield f"postgresql+psycopg2://{user}@127.0.0.1:{port}/dagster"
     except subprocess.CalledProcessError as exc:
         log = base / "server.log"
         detail = log.read_text()[-2000:] if log.is_file() else ""

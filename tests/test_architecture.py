@@ -24,6 +24,8 @@ LAYERS = {
     "aaco_pipelines.stopping": 0,
     "aaco_pipelines.address_space": 0,
     "aaco_pipelines.bundle": 0,
+    "aaco_pipelines.redaction": 0,
+    "aaco_pipelines.service_errors": 0,
     "aaco_pipelines.tracelake": 1,
     "aaco_pipelines.registry": 2,
     "aaco_pipelines.graph": 2,

@@ -1,6 +1,7 @@
 """The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
 
-User mistakes are one line with the fix (exit 2), never a traceback.
+User mistakes are one line with the fix (exit 2), never a traceback. Every error text it prints,
+a bug's traceback too, is redacted: no connection-string password reaches the terminal.
 
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
 registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from aaco_pipelines import __version__
 from aaco_pipelines.address_space import (
@@ -24,6 +26,7 @@ from aaco_pipelines.address_space import (
 from aaco_pipelines.cli import detector, doctor, governance, measuring, registry, reports, services
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.redaction import redact
 from aaco_pipelines.stopping import exit_code, stop_on_signals
 
 DESCRIPTION = """The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
@@ -48,6 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`aaco`: the command's exit status. An error nobody foresaw still prints its traceback
+    (exit 1, as Python would), redacted: a library's message may quote a connection string."""
+    try:
+        return _main(argv)
+    except Exception as exc:  # noqa: BLE001 - printed as Python would, without passwords
+        print(redact("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+        return 1
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     paths = AacoPaths.from_env()
     stop_on_signals()
@@ -56,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         require_headroom()
         return args.func(args, paths)
     except (AacoInputError, WorkerFailure) as exc:
-        print(f"aaco: error: {exc}", file=sys.stderr)
+        print(f"aaco: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except Interrupted as exc:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
@@ -75,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         problem = out_of_space(exc, paths.home)
         if problem is None:
             raise
-        print(f"aaco: error: {problem}", file=sys.stderr)
+        print(f"aaco: error: {problem}", file=sys.stderr)  # an AacoInputError: redacted
         return 2
 
 

@@ -22,15 +22,17 @@ def cmd_zoo_build(args, paths: AacoPaths) -> int:
 
 def registry_history(lake_path: Path) -> tuple[dict[str, dict], str | None]:
     """{slug: history} from the TraceLake, or ({}, why not) when it cannot be read."""
+    from aaco_pipelines.redaction import redact
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
-    if not lake_path.exists():
+    lake = TraceLake(lake_path, lock_timeout_s=10)
+    if not lake.exists():
         return {}, f"no TraceLake at {lake_path} yet: no sessions"
     try:
-        return queries.registry_history(TraceLake(lake_path, lock_timeout_s=10)), None
+        return queries.registry_history(lake), None
     except Exception as exc:  # noqa: BLE001 - the listing stays useful without the history
-        return {}, f"TraceLake {lake_path} not readable ({type(exc).__name__}: {exc})"
+        return {}, redact(f"TraceLake {lake_path} not readable ({type(exc).__name__}: {exc})")
 
 
 def cmd_registry_list(args, paths: AacoPaths) -> int:

@@ -48,7 +48,8 @@ def cmd_worker(args, paths: AacoPaths) -> int:
     It becomes the `celery` process itself, the command `dagster-celery worker start` would run:
     that wrapper runs celery as a child it does not stop, so a stopped wrapper leaves a worker
     behind, and it writes the broker URL (password included) into DAGSTER_HOME. Celery reads
-    the broker from CELERY_BROKER_URL instead."""
+    the broker from CELERY_BROKER_URL instead. Its app is dagster-celery's with a heartbeat per
+    run (instance/worker.py), by which the head node tells a dead worker's run from a live one."""
     from aaco_pipelines.instance import (
         BROKER_ENV,
         POSTGRES_ENV,
@@ -74,7 +75,8 @@ def cmd_worker(args, paths: AacoPaths) -> int:
         "CELERY_RESULT_BACKEND": os.environ[BROKER_ENV],
     }
     command = [
-        str(bin_dir / "celery"), "-A", "dagster_celery.app", "worker", "--prefetch-multiplier=1",
+        str(bin_dir / "celery"), "-A", "aaco_pipelines.instance.worker", "worker",
+        "--prefetch-multiplier=1",
         "--loglevel", "INFO", "-Q", args.target, "-n", f"aaco-{args.target}@%h",
         "--pool", "solo", "--concurrency", "1",
     ]  # fmt: skip
@@ -102,18 +104,19 @@ def add_parser(sub) -> None:
 
 def cmd_sweep(args, paths: AacoPaths) -> int:
     """Measure every registry model as Dagster runs; exit 1 when a model failed."""
+    from aaco_pipelines.redaction import redact
     from sensors.sweep import dagster_home_for, sweep
 
     only, targets = comma_list(args.models), comma_list(args.targets)
     print(
         f"sweeping {paths.registry}; runs go to DAGSTER_HOME={dagster_home_for(paths)}", flush=True
     )
-    results = sweep(
+    results = sweep(  # a run's failure is Dagster's text: it may quote a connection string
         paths,
         only,
         targets=targets,
-        on_result=lambda r: print("  " + r.line(), flush=True),
-        on_progress=lambda line: print(line, file=sys.stderr, flush=True),
+        on_result=lambda r: print("  " + redact(r.line()), flush=True),
+        on_progress=lambda line: print(redact(line), file=sys.stderr, flush=True),
     )
     failed = [r.slug for r in results if r.status == "failed"]
     regressed = [r.slug for r in results if r.status == "regression"]

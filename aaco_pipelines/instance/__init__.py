@@ -22,6 +22,7 @@ import yaml
 
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.service_errors import cannot_connect
 
 TEMPLATE = Path(__file__).with_name("dagster.yaml")
 POSTGRES_ENV = "AACO_DAGSTER_POSTGRES_URL"
@@ -30,6 +31,7 @@ DRIVER = "postgresql+psycopg2"
 POSTGRES_STORAGE = {"storage": {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}}
 BROKER_ENV = "AACO_CELERY_BROKER"
 TARGETS_PARTITIONS = "targets"  # assets.partitions.targets_partitions
+CONNECT_TIMEOUT_S = 10  # the up-front check's longest wait for the server
 EVENT_LOG_TITLE = (
     "# Dagster's SQLite event log, its files opened cheaper (instance/event_log.py).\n"
 )
@@ -80,6 +82,14 @@ def celery_launcher(default_queue: str) -> dict:
     }
 
 
+# A run whose device worker died (or that no worker started in time) is run again, at most
+# twice, on its device's queue; a run that failed in a step (a failed measurement, a
+# regression) is not: it would fail the same way.
+RUN_RETRIES = {
+    "run_retries": {"enabled": True, "max_retries": 2, "retry_on_asset_or_op_failure": False}
+}
+
+
 def postgres_url(raw: str) -> str:
     """The URL with psycopg2 named as its driver; an error naming the variable otherwise."""
     scheme = urlsplit(raw).scheme
@@ -91,6 +101,21 @@ def postgres_url(raw: str) -> str:
         f"{POSTGRES_ENV} must be a PostgreSQL URL, not one with scheme {scheme or '(none)'!r}",
         fix=f"e.g. {POSTGRES_ENV}=postgresql://USER:PASSWORD@HOST:5432/dagster",
     )
+
+
+def check_postgres(url: str) -> None:
+    """Connect once, briefly: a wrong password, a server down or a missing database is one line
+    naming the variable and the fix now, not minutes of dagster-postgres retries and a
+    traceback later."""
+    import psycopg2
+
+    dsn = "postgresql" + url[len(DRIVER) :] if url.startswith(DRIVER + "://") else url
+    try:
+        psycopg2.connect(dsn, connect_timeout=CONNECT_TIMEOUT_S).close()
+    except psycopg2.Error as exc:
+        raise cannot_connect(
+            str(exc), url, service="the Dagster instance's database", variable=POSTGRES_ENV
+        ) from None
 
 
 def prepare_dagster_home(dagster_home: Path) -> Path:
@@ -132,6 +157,7 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
             fix="add the run_launcher section of README's 'Scaling out', or use a new DAGSTER_HOME",
         )
     if raw:
+        check_postgres(os.environ[POSTGRES_ENV])
         initialize_pools(dagster_home, (TRACELAKE_WRITER_POOL, device_pool()))
     return dagster_home
 
@@ -183,6 +209,6 @@ def _write_config(config: Path, *, postgres: bool, celery: bool) -> None:
         return
     settings = yaml.safe_load(TEMPLATE.read_text()) | POSTGRES_STORAGE
     if celery:
-        settings |= celery_launcher(default_target())
+        settings |= celery_launcher(default_target()) | RUN_RETRIES
     title = TEMPLATE.read_text().split("\n", 1)[0]
     config.write_text(title + "\n" + yaml.safe_dump(settings))

@@ -1,22 +1,46 @@
-"""The run launcher of a scaled-out instance: dagster-celery's, each run on its device's queue.
+"""The run launcher of a scaled-out instance: dagster-celery's, each run on its device's queue,
+and a health check that notices a device worker that died mid-run.
 
 dagster-celery picks the queue from the run's `dagster-celery/queue` tag. The sensors, the
 schedule and `aaco sweep` set it (`sensors.jobs.run_tags`), but a run launched from the UI's
 Materialize for a `model|gpu3` partition carries only the partition's own tags, and would land on
 the head's queue. This launcher puts every run on the queue of the target it measures.
+
+The daemon's run monitoring asks the launcher, for every STARTED run, whether its worker still
+runs it. dagster-celery answers from the Celery task's state alone, which stays STARTED for ever
+after its worker was killed: the run stayed STARTED, kept its device busy and its pool slots
+held. This launcher also reads the worker's heartbeat (heartbeat.py): a run whose worker has
+written none for `heartbeat.ALIVE_FOR_S` seconds, on two checks at least `SILENT_FOR_S` apart,
+is reported FAILED; monitoring then marks it failed, its slots are freed and Dagster retries it
+on the same device's queue (dagster.yaml's run_monitoring and run_retries, README "Scaling out").
 """
 
 from __future__ import annotations
 
-from dagster._core.launcher import LaunchRunContext
+import time
+
+from celery.backends.redis import RedisBackend
+from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from dagster_celery.launcher import CeleryRunLauncher
+from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
+
+from aaco_pipelines.instance.heartbeat import ALIVE_FOR_S, BEAT_S, alive_key
 
 QUEUE_TAG = "dagster-celery/queue"
 PARTITION_TARGET_TAG = "dagster/partition/target"  # Dagster's tag for a multi-partition dimension
+# A heartbeat missing at one check may be a broker that just restarted empty: the worker writes
+# it again within a beat. Missing on a later check too, this long after, it is a death.
+SILENT_FOR_S = 2 * BEAT_S
+FINAL = (WorkerStatus.SUCCESS, WorkerStatus.FAILED)
 
 
 class DeviceQueueRunLauncher(CeleryRunLauncher):
-    """A run of a model x target partition goes to its target's queue, whatever else it says."""
+    """A run of a model x target partition goes to its target's queue, whatever else it says;
+    a run whose device worker died is reported failed."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._silent_since: dict[str, float] = {}  # run id -> when its heartbeat was first missed
 
     def launch_run(self, context: LaunchRunContext) -> None:
         run = context.dagster_run
@@ -26,3 +50,37 @@ class DeviceQueueRunLauncher(CeleryRunLauncher):
             run = self._instance.get_run_by_id(run.run_id)
             context = LaunchRunContext(dagster_run=run, workspace=context.workspace)
         super().launch_run(context)
+
+    def check_run_worker_health(self, run) -> CheckRunHealthResult:
+        """The task's state when it has ended; else RUNNING while its worker beats, FAILED once
+        the worker has been silent on two checks (the state read again after the heartbeat, so
+        a run that just finished is not called dead)."""
+        health = super().check_run_worker_health(run)
+        task_id = run.tags.get(DAGSTER_CELERY_TASK_ID_TAG)
+        if health.status in FINAL or task_id is None or not self._beats_readable():
+            return health
+        if self.celery.backend.client.exists(alive_key(task_id)):
+            self._silent_since.pop(run.run_id, None)
+            return CheckRunHealthResult(WorkerStatus.RUNNING)
+        health = super().check_run_worker_health(run)
+        if health.status in FINAL:
+            self._silent_since.pop(run.run_id, None)
+            return health
+        silent_since = self._silent_since.setdefault(run.run_id, time.monotonic())
+        if time.monotonic() - silent_since < SILENT_FOR_S:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "no heartbeat at the last check")
+        del self._silent_since[run.run_id]
+        return CheckRunHealthResult(WorkerStatus.FAILED, self._death(run, task_id))
+
+    def _beats_readable(self) -> bool:
+        """Heartbeats live in a redis result backend (the only kind `aaco worker` writes to)."""
+        return isinstance(self.celery.backend, RedisBackend)
+
+    def _death(self, run, task_id: str) -> str:
+        info = self.celery.AsyncResult(task_id).info
+        worker = info.get("hostname") if isinstance(info, dict) else None
+        device = run.tags.get(QUEUE_TAG, self.default_queue)
+        return (
+            f"the worker of device {device} ({worker or 'unknown'}) died: no heartbeat for "
+            f"over {ALIVE_FOR_S} s while its Celery task {task_id} was not finished"
+        )

@@ -96,9 +96,10 @@ class ReportData:
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
-    """The TraceLake, refusing a missing file (a query would otherwise read an empty lake)."""
+    """The TraceLake, refusing a missing file (a query would otherwise read an empty lake). A
+    shared lake is there to read: one that cannot be reached says so when first read."""
     lake = lake if isinstance(lake, TraceLake) else TraceLake(lake)
-    if not lake.path.is_file():
+    if not lake.exists():
         raise AacoInputError(
             "no TraceLake here",
             path=lake.path,

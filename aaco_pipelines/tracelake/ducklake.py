@@ -11,6 +11,9 @@ DuckLake has no primary keys, so two writers replacing the same new session woul
 and double its rows; and two processes creating the catalog at once fail. Every writer holds a
 PostgreSQL advisory lock on the catalog database for its whole write, the role the file lock
 plays for a DuckDB file.
+
+A catalog that refuses us or cannot be reached is one line naming its server and the fix
+(service_errors), never DuckDB's message: that quotes the connection string, password and all.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.redaction import redact
+from aaco_pipelines.service_errors import cannot_connect, postgres_failure
 from aaco_pipelines.sql import sql_literal
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
@@ -32,6 +36,7 @@ from aaco_pipelines.tracelake.locking import TraceLakeBusy
 CATALOG_ENV = "AACO_DUCKLAKE_CATALOG"
 DATA_ENV = "AACO_DUCKLAKE_DATA"
 ALIAS = "lake"
+CATALOG = "the shared TraceLake's catalog"  # the service, in its errors
 WRITER_LOCK_KEY = 0x4141434F  # "AACO": the advisory lock every TraceLake writer takes
 
 
@@ -46,8 +51,7 @@ class SharedLake:
 
     def __str__(self) -> str:
         """Where the lake is, for people: never the catalog's password."""
-        catalog = re.sub(r"password\s*=\s*('[^']*'|\S+)", "password=***", self.catalog)
-        return f"the shared DuckLake at {self.data_path} (catalog: {catalog})"
+        return redact(f"the shared DuckLake at {self.data_path} (catalog: {self.catalog})")
 
 
 def shared_lake() -> SharedLake | None:
@@ -96,8 +100,9 @@ def connect(
         try:
             con.execute(f"USE {ALIAS}")
             yield con
-        except duckdb.Error:
+        except duckdb.Error as exc:
             _ATTACHED.pop((os.getpid(), lake, write), None)  # a lost catalog: attach anew
+            _raise_if_unreachable(exc, lake)
             raise
         finally:
             con.close()
@@ -122,9 +127,11 @@ def _attached(lake: SharedLake, write: bool) -> duckdb.DuckDBPyConnection:
             con.execute(
                 f"ATTACH {sql_literal('ducklake:postgres:' + lake.catalog)} AS {ALIAS} ({options})"
             )
-        except duckdb.InvalidInputException as exc:
-            if not write and "does not exist" in str(exc):
-                raise NotCreated(lake.catalog) from exc  # a reader never creates it
+        except duckdb.Error as exc:
+            _raise_if_unreachable(exc, lake)
+            if not write and isinstance(exc, duckdb.InvalidInputException):
+                if "does not exist" in str(exc):
+                    raise NotCreated(str(lake)) from None  # a reader never creates it
             raise
     except BaseException:
         con.close()
@@ -142,6 +149,14 @@ def delete_orphaned_files(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [path for (path,) in rows]
 
 
+def _raise_if_unreachable(exc: Exception, lake: SharedLake) -> None:
+    """A catalog that refused us or could not be reached, as one line naming its server and the
+    fix; DuckDB's own message is not chained (it quotes the catalog's password)."""
+    error = postgres_failure(str(exc), lake.catalog, service=CATALOG, variable=CATALOG_ENV)
+    if error is not None:
+        raise error from None
+
+
 @contextlib.contextmanager
 def _writer_lock(lake: SharedLake, timeout_s: float) -> Iterator[None]:
     """The catalog database's advisory lock, held by this session until it ends: a killed
@@ -149,7 +164,12 @@ def _writer_lock(lake: SharedLake, timeout_s: float) -> Iterator[None]:
     import psycopg2
     import psycopg2.errors
 
-    pg = psycopg2.connect(lake.catalog)
+    try:
+        pg = psycopg2.connect(lake.catalog)
+    except psycopg2.Error as exc:
+        raise cannot_connect(
+            str(exc), lake.catalog, service=CATALOG, variable=CATALOG_ENV
+        ) from None
     try:
         pg.autocommit = True
         with pg.cursor() as cursor:

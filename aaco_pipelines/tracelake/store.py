@@ -315,7 +315,7 @@ class TraceLake:
                 if write:
                     self._ensure_schema(con)
                 elif _stored_version(con) is None:  # created, but no writer has committed yet
-                    raise ducklake.NotCreated(shared.catalog)
+                    raise ducklake.NotCreated(str(shared))
                 yield con
         except ducklake.NotCreated:
             with self._empty() as con:
