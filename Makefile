@@ -56,7 +56,7 @@ services:
 # The suite on DuckDB 2.0, then the TraceLake's tests again on DuckDB 1.5 with the shared
 # (DuckLake) backend's.
 test: setup browser services ducklake-setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/tracelake/test_ducklake.py \
 	  tests/tracelake/test_tracelake.py tests/tracelake/test_lake_integrity.py \
 	  tests/tracelake/test_shared_lake_errors.py tests/collectors/test_trace_readers.py

@@ -258,6 +258,20 @@ def _check(stop: threading.Event) -> None:
         raise InterruptedError("the copy was stopped")
 
 
+def copy_folder(source: Path, target: Path) -> None:
+    """Copy a folder file by file. The first write that fails raises its own OSError, errno
+    kept, so a full disk is named as one (errors.out_of_space): shutil.copytree gathers every
+    failure into one shutil.Error that carries no errno."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in sorted(source.rglob("*")):
+        copy = target / path.relative_to(source)
+        if path.is_dir():
+            copy.mkdir(parents=True, exist_ok=True)
+        else:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, copy)
+
+
 def write_json(path: Path, data: dict) -> None:
     """Write JSON atomically (temp file + rename) so a reader never sees half a file. Its
     strings are redacted: a failure's message may quote a connection string."""

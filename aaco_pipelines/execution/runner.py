@@ -28,7 +28,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle, record_evidence, write_json
+from aaco_pipelines.bundle import SessionBundle, copy_folder, record_evidence, write_json
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.execution.gpu_sampler import GpuSampler, request_performance_determinism
@@ -166,7 +166,7 @@ def run_benchmark(
 def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final: Path) -> None:
     """session.json and the evidence digests written, the folder renamed into sessions/."""
     if graph_dir is not None:
-        shutil.copytree(graph_dir, staging / "graph")
+        copy_folder(graph_dir, staging / "graph")
     worker = _merge_worker_results(staging, [call.passes for call in outcome["calls"]])
     write_json(
         staging / "session.json",

@@ -25,7 +25,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aaco_pipelines.bundle import SessionBundle, copy_with_digest, record_evidence, write_json
+from aaco_pipelines.bundle import (
+    SessionBundle,
+    copy_folder,
+    copy_with_digest,
+    record_evidence,
+    write_json,
+)
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
@@ -118,7 +124,7 @@ def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
         from aaco_pipelines.stages.prepare import prepare_model_version  # onnx: only with a model
 
         version, _ = prepare_model_version(registered_model(model.absolute(), slug), paths)
-        shutil.copytree(version.graph_dir, staging / "graph")
+        copy_folder(version.graph_dir, staging / "graph")
         derive_optimized_model(
             version.snapshot_path, staging / "optimized_model.onnx", version.registry_path
         )
