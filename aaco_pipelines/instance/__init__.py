@@ -4,7 +4,7 @@ Embedded by default (SQLite files in DAGSTER_HOME, no services). With AACO_DAGST
 set, runs, event logs, schedules, sensor cursors and dynamic partitions live in PostgreSQL
 (dagster-postgres), so several hosts can share one instance. The URL's driver is made explicit:
 SQLAlchemy 2.1 reads a plain `postgresql://` as psycopg 3, which is not what dagster-postgres
-ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis or RabbitMQ URL), runs are
+ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis URL), runs are
 launched as Celery tasks on the queue of their partition's target (launcher.py), which that
 device's worker on the host that owns it takes (`aaco worker --target gpu3`).
 

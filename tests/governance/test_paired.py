@@ -95,17 +95,20 @@ def test_a_baseline_without_its_session_folders_is_one_clear_error(swap, tmp_pat
 
 def test_auto_decides_side_by_side_only_when_the_stored_sessions_cannot(swap):
     """--paired auto: a regression by the stored sessions is checked side by side; a session
-    that repeats its baseline exactly (a replayed copy), judged at a threshold well above its
-    interval (the noise floor's and a 28 us model's iterations', a few % on a busy host), is
-    settled without measuring again."""
+    that repeats its baseline exactly (a replayed copy), judged at a threshold above its
+    interval (the noise floor's and a 28 us model's iterations': a few % on a busy host, 30 %
+    when this host's tails made the baseline suspect), is settled without measuring again."""
     paths, lake, (t0, _, _, slower) = swap
     assert unsure(gate_verdict(lake, slower, baseline=t0, resamples=200)) == (
         "the stored sessions say regression"
     )
     replay_session(lake, t0)
     try:
-        replayed = gate_verdict(lake, "replay", baseline=t0, threshold_pct=15.0, resamples=500)
-        assert unsure(replayed) is None
+        first = gate_verdict(lake, "replay", baseline=t0, threshold_pct=15.0, resamples=500)
+        p50 = first.metrics["latency_p50_ns"]
+        above = max(15.0, p50["ci_high"] - p50["ci_low"])  # twice the interval's half width
+        replayed = gate_verdict(lake, "replay", baseline=t0, threshold_pct=above, resamples=500)
+        assert not replayed.regression and unsure(replayed) is None, replayed.metrics
     finally:
         lake.delete_sessions(["replay"])
 
