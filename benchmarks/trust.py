@@ -178,11 +178,6 @@ LEFT JOIN measurement_quality q USING (session_id)
 ORDER BY s.model_slug, s.started_at
 """
 
-NODES_SQL = """
-SELECT session_id, name, share, p50_ns, p_top FROM op_breakdown WHERE level = 'node'
-ORDER BY session_id, p50_ns DESC NULLS LAST, mean_ns DESC
-"""
-
 
 def diagnosis_trust(root: Path, runs: int) -> dict:
     sys.path.insert(0, str(HERE))
@@ -190,6 +185,7 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
 
     from aaco_pipelines.analysis.envelope import HardwareEnvelope
     from aaco_pipelines.analysis.ranking_stability import tied_with_top
+    from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
     paths = fresh_paths(root, "zoo")
@@ -198,12 +194,10 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
         bare_sweep(paths)
         print(f"   zoo sweep {i + 1}/{runs}: {time.perf_counter() - t0:.1f} s", flush=True)
     lake = TraceLake(paths.tracelake)
-    nodes: dict = {}
-    for row in lake.query(NODES_SQL).to_pylist():
-        nodes.setdefault(row["session_id"], []).append(row)
     per_model: dict = {}
     for row in lake.query(AGREEMENT_SQL).to_pylist():
-        ranked = nodes.get(row["session_id"], [])
+        top = queries.top_op(lake, row["session_id"])  # the ranking aaco run's summary reads
+        ranked = top["ranked"] if top else []
         row["top_op"] = ranked[0]["name"] if ranked else None
         row["tied"] = [t["name"] for t in tied_with_top(ranked)]
         row["close_calls"] = [c["bottleneck"] for c in json.loads(row["close_calls_json"] or "[]")]
