@@ -11,6 +11,7 @@ key in any case, `PGPASSWORD=` too). It errs towards masking too much: `http://h
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 MASK = "***"
 
@@ -37,3 +38,11 @@ def redact_values(data):
     if isinstance(data, list | tuple):
         return [redact_values(value) for value in data]
     return data
+
+
+def redact_file(path: Path) -> None:
+    """A log another program wrote (a benchmark worker's output), redacted in place."""
+    text = path.read_text(errors="replace")
+    redacted = redact(text)
+    if redacted != text:
+        path.write_text(redacted)

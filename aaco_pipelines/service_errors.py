@@ -69,6 +69,15 @@ def postgres_failure(
     return None
 
 
+def unreachable(message: str) -> bool:
+    """Whether libpq's `message` says the server is away, which may heal by itself (a restart,
+    a failover), rather than that it refused us (a password, a database), which will not."""
+    for pattern, problem, _ in FAILURES:
+        if re.search(pattern, message, re.I):
+            return problem.startswith("is unreachable")
+    return False
+
+
 def cannot_connect(message: str, connection: str, *, service: str, variable: str) -> AacoInputError:
     """`postgres_failure`, or for a failure libpq told in other words, its first line."""
     known = postgres_failure(message, connection, service=service, variable=variable)

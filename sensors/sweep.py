@@ -182,7 +182,13 @@ def launch(
         on_progress(
             f"submitted {len(keys)} runs ({', '.join(targets)}), tagged {SWEEP_TAG}={sweep_id}"
         )
-    return wait_for_runs(instance, sweep_id, len(keys), on_result, on_progress, poll_s)
+    try:
+        return wait_for_runs(instance, sweep_id, len(keys), on_result, on_progress, poll_s)
+    except AacoInputError as exc:  # the instance's database away past its patience
+        raise AacoInputError(
+            f"stopped waiting for sweep {sweep_id}: {exc.problem}; its runs go on in the instance",
+            fix=f"{exc.fix} (the runs tagged {SWEEP_TAG}={sweep_id} show in the UI)",
+        ) from None
 
 
 def wait_for_runs(

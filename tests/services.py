@@ -87,19 +87,37 @@ def postgres_server(password: str | None = None) -> Iterator[str]:
             check=True, capture_output=True,
         )  # fmt: skip
         options = f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1 -c fsync=off"
-        subprocess.run(
-            _as_postgres([str(binaries / "pg_ctl"), "-D", str(data), "-o", options,
-                          "-l", str(base / "server.log"), "-w", "-t", "60", "start"]),
-            check=True, capture_output=True,
-        )  # fmt: skip
-        pid = int((data / "postmaster.pid").read_text().split()[0])
+
+        def start() -> int:
+            subprocess.run(
+                _as_postgres([str(binaries / "pg_ctl"), "-D", str(data), "-o", options,
+                              "-l", str(base / "server.log"), "-w", "-t", "60", "start"]),
+                check=True, capture_output=True,
+            )  # fmt: skip
+            return int((data / "postmaster.pid").read_text().split()[0])
+
+        pid = start()
+
         subprocess.run(
             [str(binaries / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U",
              POSTGRES_USER, "dagster"],
             check=True, capture_output=True, env={**os.environ, **login},
         )  # fmt: skip
         user = POSTGRES_USER if password is None else f"{POSTGRES_USER}:{quote(password, safe='')}"
-        yield f"postgresql+psycopg2://{user}@127.0.0.1:{port}/dagster"
+        url = f"postgresql+psycopg2://{user}@127.0.0.1:{port}/dagster"
+        server = {"pid": pid}
+
+        def stop_then_start() -> Iterator[None]:
+            _stop(server["pid"])
+            yield
+            server["pid"] = start()
+
+        _OUTAGES[url] = stop_then_start
+        try:
+            yield url
+        finally:
+            _OUTAGES.pop(url, None)
+            pid = server["pid"]
     except subprocess.CalledProcessError as exc:
         log = base / "server.log"
         detail = log.read_text()[-2000:] if log.is_file() else ""
@@ -126,32 +144,73 @@ def _stop(pid: int, timeout_s: float = 30.0) -> None:
 
 
 @contextlib.contextmanager
-def redis_server() -> Iterator[str]:
-    """A redis server on a free loopback port, nothing persisted; yields its URL."""
+def redis_server(persist: bool = False) -> Iterator[str]:
+    """A redis server on a free loopback port; yields its URL. Nothing persisted, or with
+    `persist` what Debian's redis does: a snapshot saved when it stops, loaded when it starts
+    (queued tasks outlive a restart)."""
     binary = shutil.which("redis-server")
     if binary is None:
         missing("redis", "redis-server not found (Debian package redis-server)")
     port = free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
+    folder = Path(tempfile.mkdtemp(prefix="aaco-redis-"))
+    saving = ["--save", "3600 1", "--dir", str(folder)] if persist else ["--save", ""]
+    command = [binary, "--port", str(port), "--bind", "127.0.0.1", *saving, "--appendonly", "no"]
+    url = f"redis://127.0.0.1:{port}/0"
+    server = {"process": _start_redis(command, port)}
+
+    def stop_then_start() -> Iterator[None]:
+        _stop_redis(server["process"])
+        yield
+        server["process"] = _start_redis(command, port)
+
+    _OUTAGES[url] = stop_then_start
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.05)
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:  # our child: wait() reaps it (a zombie would look alive to _stop for 30 s)
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        yield url
+    finally:
+        _OUTAGES.pop(url, None)
+        _stop_redis(server["process"])
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start_redis(command: list[str], port: int) -> subprocess.Popen:
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return process
+        if time.monotonic() > deadline or process.poll() is not None:
             process.kill()
-            process.wait()
+            raise RuntimeError("redis-server did not start")
+        time.sleep(0.05)
+
+
+def _stop_redis(process: subprocess.Popen) -> None:
+    """SIGTERM (it saves its snapshot, if it keeps one); our child: wait() reaps it (a zombie
+    would look alive)."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+# url -> a generator that stops the server, and starts it again (same port, same data) when
+# resumed: what away() runs.
+_OUTAGES: dict = {}
+
+
+@contextlib.contextmanager
+def away(url: str) -> Iterator[None]:
+    """The server of `url` (a postgres_server's or redis_server's, running) is down inside the
+    block: stopped as a restart or a failover would (fast shutdown, connections dropped), and
+    started again on the same port with the same data when the block ends."""
+    outage = _OUTAGES[url]()
+    next(outage)
+    try:
+        yield
+    finally:
+        next(outage, None)
 
 
 @contextlib.contextmanager

@@ -161,3 +161,12 @@ def test_a_server_is_described_by_host_port_database_and_user(connection):
         "database": "dagster",
         "user": "aaco",
     }
+
+
+def test_a_log_another_program_wrote_is_redacted_in_place(tmp_path):
+    from aaco_pipelines.redaction import redact_file
+
+    log = tmp_path / "worker.log"
+    log.write_text("loading\nerror: could not connect to postgresql://aaco:Sentinel-77@db/x\n")
+    redact_file(log)
+    assert log.read_text() == "loading\nerror: could not connect to postgresql://aaco:***@db/x\n"

@@ -9,6 +9,7 @@ half-written is ever ingested.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import errno
@@ -39,6 +40,7 @@ from aaco_pipelines.execution.profiled_count import MAX_SECONDS as MAX_PROFILED_
 from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
 from aaco_pipelines.graph.external_data import total_bytes
+from aaco_pipelines.redaction import redact_file
 from aaco_pipelines.registry.sidecar import InputSpec
 from aaco_pipelines.session_folders import session_folder_held
 
@@ -351,6 +353,8 @@ def _watch_worker(
         raw_samples = sampler.stop()
         forwarder.join(timeout=5)
         log.close()
+        with contextlib.suppress(OSError):  # a library's error may quote a connection string
+            redact_file(staging / "worker.log")
         if cgroup:
             remove_cgroup(cgroup)
     observed = {

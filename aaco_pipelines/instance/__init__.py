@@ -2,7 +2,8 @@
 
 Embedded by default (SQLite files in DAGSTER_HOME, no services). With AACO_DAGSTER_POSTGRES_URL
 set, runs, event logs, schedules, sensor cursors and dynamic partitions live in PostgreSQL
-(dagster-postgres), so several hosts can share one instance. The URL's driver is made explicit:
+(dagster-postgres's storages, patient with a server away for a moment: patient_postgres.py), so
+several hosts can share one instance. The URL's driver is made explicit:
 SQLAlchemy 2.1 reads a plain `postgresql://` as psycopg 3, which is not what dagster-postgres
 ships with (psycopg2). With AACO_CELERY_BROKER set too (a redis URL), runs are
 launched as Celery tasks on the queue of their partition's target (launcher.py), which that
@@ -22,14 +23,11 @@ import yaml
 
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
 from aaco_pipelines.service_errors import cannot_connect
 
 TEMPLATE = Path(__file__).with_name("dagster.yaml")
-POSTGRES_ENV = "AACO_DAGSTER_POSTGRES_URL"
 DRIVER = "postgresql+psycopg2"
-# dagster.yaml's storage section: the URL is read from the environment, never written down.
-POSTGRES_STORAGE = {"storage": {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}}
-BROKER_ENV = "AACO_CELERY_BROKER"
 TARGETS_PARTITIONS = "targets"  # assets.partitions.targets_partitions
 CONNECT_TIMEOUT_S = 10  # the up-front check's longest wait for the server
 EVENT_LOG_TITLE = (
@@ -143,7 +141,7 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
         os.environ[POSTGRES_ENV] = postgres_url(raw)
     stored = yaml.safe_load(config.read_text()) or {}
     _check_event_log_place(config, stored)
-    if raw and "postgres" not in (stored.get("storage") or {}):
+    if raw and not stores_on_postgres(stored):
         raise AacoInputError(
             f"{POSTGRES_ENV} is set but this DAGSTER_HOME's dagster.yaml stores on SQLite",
             path=config,
@@ -160,6 +158,15 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
         check_postgres(os.environ[POSTGRES_ENV])
         initialize_pools(dagster_home, (TRACELAKE_WRITER_POOL, device_pool()))
     return dagster_home
+
+
+def stores_on_postgres(stored: dict) -> bool:
+    """Whether a dagster.yaml stores on PostgreSQL: AACO's patient storages, or Dagster's own
+    (`storage: postgres`, what AACO wrote before)."""
+    if "postgres" in (stored.get("storage") or {}):
+        return True
+    run_storage = stored.get("run_storage") or {}
+    return str(run_storage.get("module", "")).startswith(("dagster_postgres", __name__))
 
 
 def routes_runs(instance) -> bool:
@@ -207,7 +214,10 @@ def _write_config(config: Path, *, postgres: bool, celery: bool) -> None:
         section = yaml.safe_dump(event_log_settings(config.parent), sort_keys=False)
         config.write_text(TEMPLATE.read_text() + EVENT_LOG_TITLE + section)
         return
-    settings = yaml.safe_load(TEMPLATE.read_text()) | POSTGRES_STORAGE
+    from aaco_pipelines.instance.patient_postgres import storage_settings
+
+    # the URL is read from the environment, never written down
+    settings = yaml.safe_load(TEMPLATE.read_text()) | storage_settings(POSTGRES_ENV)
     if celery:
         settings |= celery_launcher(default_target()) | RUN_RETRIES
     title = TEMPLATE.read_text().split("\n", 1)[0]

@@ -42,14 +42,18 @@ def start(url: str, task_id: str) -> subprocess.Popen:
 
 
 def stop(beating: subprocess.Popen, client, task_id: str) -> None:
-    """The run is over (its result is stored before this): stop beating, drop the key."""
+    """The run is over (its result is stored before this): stop beating, drop the key (with
+    the broker away, the key lapses by itself)."""
+    import redis
+
     beating.terminate()
     try:
         beating.wait(timeout=BEAT_S * 2)
     except subprocess.TimeoutExpired:
         beating.kill()
         beating.wait()
-    client.delete(alive_key(task_id))
+    with contextlib.suppress(redis.RedisError):
+        client.delete(alive_key(task_id))
 
 
 def beat(client, task_id: str, parent: int) -> None:

@@ -13,18 +13,26 @@ held. This launcher also reads the worker's heartbeat (heartbeat.py): a run whos
 written none for `heartbeat.ALIVE_FOR_S` seconds, on two checks at least `SILENT_FOR_S` apart,
 is reported FAILED; monitoring then marks it failed, its slots are freed and Dagster retries it
 on the same device's queue (dagster.yaml's run_monitoring and run_retries, README "Scaling out").
+
+A broker away for a moment (a redis restart, a failover) is waited for: a run the daemon
+dequeues then is sent once the broker is back (within `BROKER_PATIENCE_S`; Dagster would fail
+it at the first error, for good), and a health check that cannot reach it calls the run
+running: nothing says its worker died.
 """
 
 from __future__ import annotations
 
 import time
 
+import kombu.exceptions
+import redis.exceptions
 from celery.backends.redis import RedisBackend
 from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, WorkerStatus
 from dagster_celery.launcher import CeleryRunLauncher
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
 from aaco_pipelines.instance.heartbeat import ALIVE_FOR_S, BEAT_S, alive_key
+from aaco_pipelines.patience import patiently
 
 QUEUE_TAG = "dagster-celery/queue"
 PARTITION_TARGET_TAG = "dagster/partition/target"  # Dagster's tag for a multi-partition dimension
@@ -32,6 +40,14 @@ PARTITION_TARGET_TAG = "dagster/partition/target"  # Dagster's tag for a multi-p
 # it again within a beat. Missing on a later check too, this long after, it is a death.
 SILENT_FOR_S = 2 * BEAT_S
 FINAL = (WorkerStatus.SUCCESS, WorkerStatus.FAILED)
+# A broker that refuses or drops connections: redis's own errors (the result backend's), and
+# kombu's wrapping of them (sending the task).
+BROKER_AWAY = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    kombu.exceptions.OperationalError,
+)
+BROKER_PATIENCE_S = 60.0
 
 
 class DeviceQueueRunLauncher(CeleryRunLauncher):
@@ -49,12 +65,27 @@ class DeviceQueueRunLauncher(CeleryRunLauncher):
             self._instance.add_run_tags(run.run_id, {QUEUE_TAG: target})
             run = self._instance.get_run_by_id(run.run_id)
             context = LaunchRunContext(dagster_run=run, workspace=context.workspace)
-        super().launch_run(context)
+        # Nothing is sent before the backend subscribes to the task's result (where a broker
+        # away fails first): trying again sends the task once.
+        patiently(
+            lambda: CeleryRunLauncher.launch_run(self, context),
+            lambda exc: isinstance(exc, BROKER_AWAY),
+            patience_s=BROKER_PATIENCE_S,
+            what=f"the Celery broker (run {run.run_id})",
+        )
 
     def check_run_worker_health(self, run) -> CheckRunHealthResult:
         """The task's state when it has ended; else RUNNING while its worker beats, FAILED once
         the worker has been silent on two checks (the state read again after the heartbeat, so
-        a run that just finished is not called dead)."""
+        a run that just finished is not called dead). With the broker away, nothing is known:
+        RUNNING, for run monitoring fails a run on any other answer."""
+        try:
+            return self._health(run)
+        except BROKER_AWAY as exc:
+            self._silent_since.pop(run.run_id, None)
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"broker unreachable: {exc}")
+
+    def _health(self, run) -> CheckRunHealthResult:
         health = super().check_run_worker_health(run)
         task_id = run.tags.get(DAGSTER_CELERY_TASK_ID_TAG)
         if health.status in FINAL or task_id is None or not self._beats_readable():

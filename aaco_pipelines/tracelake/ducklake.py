@@ -38,6 +38,9 @@ DATA_ENV = "AACO_DUCKLAKE_DATA"
 ALIAS = "lake"
 CATALOG = "the shared TraceLake's catalog"  # the service, in its errors
 WRITER_LOCK_KEY = 0x4141434F  # "AACO": the advisory lock every TraceLake writer takes
+# libpq waits for a server that does not answer (a host down behind a firewall) for ever unless
+# told otherwise: the catalog gets this unless its connection string says.
+CONNECT_TIMEOUT_S = 10
 
 
 class NotCreated(Exception):
@@ -65,7 +68,20 @@ def shared_lake() -> SharedLake | None:
             f"{CATALOG_ENV} is set without {DATA_ENV}",
             fix=f"set {DATA_ENV} to the folder (or object-store URL) every host sees",
         )
-    return SharedLake(catalog, data.rstrip("/") + "/")
+    return SharedLake(with_connect_timeout(catalog), data.rstrip("/") + "/")
+
+
+def with_connect_timeout(catalog: str) -> str:
+    """The catalog's connection string with libpq's connect_timeout, unless it has one."""
+    from psycopg2 import ProgrammingError
+    from psycopg2.extensions import make_dsn, parse_dsn
+
+    try:
+        if "connect_timeout" in parse_dsn(catalog):
+            return catalog
+    except ProgrammingError:
+        return catalog  # libpq will say what is wrong with it
+    return make_dsn(catalog, connect_timeout=CONNECT_TIMEOUT_S)
 
 
 def extension_file(name: str) -> str:

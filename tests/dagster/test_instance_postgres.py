@@ -1,19 +1,25 @@
 """The Dagster instance on a real PostgreSQL server: one environment variable moves runs, event
-logs and dynamic partitions off SQLite, and `aaco sweep` records into it."""
+logs and dynamic partitions off SQLite, and `aaco sweep` records into it. Its storages wait for a
+server that restarts (bounded), and then say in one line which server is away."""
 
 from __future__ import annotations
+
+import threading
+import time
 
 import dagster as dg
 import psycopg2
 import pytest
+import sqlalchemy
 import yaml
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance import POSTGRES_ENV, postgres_url, prepare_dagster_home
+from aaco_pipelines.instance.patient_postgres import connect_patiently
 from tests import models
 from tests.helpers import add_model
-from tests.services import postgres_server
+from tests.services import away, postgres_server
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +73,11 @@ def test_sweep_records_its_runs_and_partitions_in_postgres(
     capsys.readouterr()
 
     config = yaml.safe_load((aaco_paths.dagster_home / "dagster.yaml").read_text())
-    assert config["storage"] == {"postgres": {"postgres_url": {"env": POSTGRES_ENV}}}
+    assert config["run_storage"] == {
+        "module": "aaco_pipelines.instance.patient_postgres",
+        "class": "PatientRunStorage",
+        "config": {"postgres_url": {"env": POSTGRES_ENV}},
+    }  # the URL (and its password) is read from the environment, never written down
     assert "aaco/device" in str(config["concurrency"])  # the template's limits are kept
     # Nothing of the instance went to SQLite files in DAGSTER_HOME.
     assert not list(aaco_paths.dagster_home.rglob("*.db"))
@@ -87,6 +97,47 @@ def test_sweep_records_its_runs_and_partitions_in_postgres(
     ]
     # ... and a second process on another host reads the same history through the instance.
     with dg.DagsterInstance.from_config(str(aaco_paths.dagster_home)) as instance:
-        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.run_storage).__name__ == "PatientRunStorage"
         (run,) = instance.get_runs()
         assert run.tags["dagster/partition"] == "tiny|cpu" and run.tags["aaco/trigger"] == "sweep"
+
+
+def test_a_connection_waits_for_a_server_that_restarts(postgres):
+    """Down for 3 s (a restart): the connection is made once it is back, and works."""
+    engine = sqlalchemy.create_engine(postgres, poolclass=sqlalchemy.pool.NullPool)
+    got: dict = {}
+
+    def connect() -> None:
+        started = time.monotonic()
+        with connect_patiently(engine, patience_s=60) as connection:
+            got["one"] = connection.execute(sqlalchemy.text("SELECT 1")).scalar()
+        got["waited_s"] = time.monotonic() - started
+
+    with away(postgres):
+        waiting = threading.Thread(target=connect)
+        waiting.start()
+        time.sleep(3)
+        assert waiting.is_alive()  # still waiting: the server is down
+    waiting.join(timeout=60)
+    assert got["one"] == 1 and got["waited_s"] >= 3, got
+
+
+def test_a_server_away_past_the_patience_is_one_line_naming_it():
+    secret = "S3ntinel-pw-33"
+    with postgres_server(password=secret) as url:
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        with away(url):
+            started = time.monotonic()
+            with pytest.raises(AacoInputError) as info:
+                connect_patiently(engine, patience_s=2)
+            waited = time.monotonic() - started
+        wrong = sqlalchemy.create_engine(url.replace(secret, "wrong"))
+        started = time.monotonic()
+        with pytest.raises(sqlalchemy.exc.OperationalError):
+            connect_patiently(wrong, patience_s=60)  # a refusal will not heal: not waited for
+        refused_in = time.monotonic() - started
+    line = str(info.value)
+    assert "the Dagster instance's database" in line and "is unreachable" in line, line
+    assert "for over 2 s" in line and POSTGRES_ENV in line and "Fix:" in line, line
+    assert secret not in line and "\n" not in line
+    assert 1.5 < waited < 10 and refused_in < 10, (waited, refused_in)

@@ -25,7 +25,7 @@ from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, _write_config, pre
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import REPO, add_model
-from tests.services import postgres_server, redis_server
+from tests.services import away, postgres_server, redis_server
 
 BIN = Path(sys.executable).parent
 # The test's instance looks at its runs every 2 s and frees a finished run's slots after 1 s;
@@ -41,6 +41,8 @@ class Cluster:
     home: Path
     env: dict
     logs_dir: Path
+    postgres: str  # the instance's URL
+    broker: str  # redis's URL
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     logs: list = field(default_factory=list)
 
@@ -80,7 +82,7 @@ class Cluster:
 @pytest.fixture
 def cluster(aaco_paths, monkeypatch, tmp_path):
     """Head node (daemon) and two device workers, sharing PostgreSQL and redis."""
-    with postgres_server() as postgres, redis_server() as broker:
+    with postgres_server() as postgres, redis_server(persist=True) as broker:
         monkeypatch.setenv(POSTGRES_ENV, postgres)
         monkeypatch.setenv(BROKER_ENV, broker)
         monkeypatch.setenv("DAGSTER_HOME", str(aaco_paths.dagster_home))
@@ -91,7 +93,7 @@ def cluster(aaco_paths, monkeypatch, tmp_path):
         # a 2 s heartbeat (12 s to lapse) instead of 5 s (30 s): the same path, sooner
         env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
                "AACO_HEARTBEAT_S": "2"}  # fmt: skip
-        nodes = Cluster(home, env, tmp_path)
+        nodes = Cluster(home, env, tmp_path, postgres, broker)
         # The daemon's registry sensor watches an empty folder: it would queue runs of its own
         # for the models this test adds.
         unwatched = tmp_path / "unwatched"
@@ -112,10 +114,10 @@ def _sweep(env: dict, *options: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 
-def _two_models_two_devices(aaco_paths) -> TraceLake:
+def _two_models_two_devices(aaco_paths, names: tuple[str, ...] = ("a", "b")) -> TraceLake:
     """Models a and b; gpu0's and gpu1's envelope: this host's, measured once by the suite (each
     worker would otherwise spend 10 s measuring this same CPU again under its device's name)."""
-    for name, seed in (("a", 1), ("b", 2)):
+    for seed, name in enumerate(names, start=1):
         add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
     lake = TraceLake(aaco_paths.tracelake)
     for device in ("gpu0", "gpu1"):
@@ -193,6 +195,64 @@ def test_a_killed_worker_s_run_is_failed_freed_and_retried_on_its_restarted_work
         (m, d) for m in ("a", "b") for d in ("gpu0", "gpu1")
     ]  # once each, each by its device's worker: the killed run's write never committed
     _one_run_at_a_time_per_device_and_both_at_once(cluster.home)
+
+
+def test_runs_survive_a_broker_and_a_database_that_restart_mid_sweep(aaco_paths, cluster):
+    """redis down for 20 s while the daemon hands the sweep's runs to the workers, then
+    PostgreSQL down for 15 s while they measure: every run is sent once redis is back, and waits
+    for PostgreSQL; each model succeeds once per device (a run whose write was in flight at the
+    moment PostgreSQL stopped fails, and Dagster retries it), is measured once per device, and
+    the sweep waits through both and ends all ok."""
+    lake = _two_models_two_devices(aaco_paths, ("a",))  # one model on each device
+    _wait_for_workers(cluster.home, {"gpu0", "gpu1"})
+    out = open(cluster.logs_dir / "sweep.out", "w+")  # noqa: SIM115 - closed below
+    sweep = None
+    try:
+        with dg.DagsterInstance.from_config(str(cluster.home)) as instance:
+            with away(cluster.broker):
+                down = time.monotonic()
+                sweep = subprocess.Popen([str(BIN / "aaco"), "sweep"], cwd=REPO, env=cluster.env,
+                                         stdout=out, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+                # down until the daemon is sending a run (it waits for the broker), 20 s at least
+                _poll(lambda: _in(instance, dg.DagsterRunStatus.STARTING), 240, "run dequeued")
+                time.sleep(max(0.0, 20 - (time.monotonic() - down)))
+            back = time.monotonic()
+            _poll(lambda: _in(instance, dg.DagsterRunStatus.STARTED), 120, "run started")
+            started_after = time.monotonic() - back
+            with away(cluster.postgres):
+                time.sleep(15)
+            assert sweep.wait(timeout=240) == 0
+            runs = instance.get_run_records()
+            print(f"redis down {back - down:.1f} s; first run started {started_after:.1f} s later")
+            for record in runs:  # what each run went through, for a failure's reader
+                events = instance.all_logs(record.dagster_run.run_id)
+                print(record.dagster_run.tags["dagster/partition"], record.dagster_run.status)
+                for e in events:
+                    if e.dagster_event is None or not e.dagster_event.is_step_event:
+                        kind = e.dagster_event.event_type_value if e.dagster_event else "-"
+                        print(f"   {e.timestamp:.1f} {kind} {(e.message or '')[:100]!r}")
+    finally:
+        if sweep is not None and sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+        out.seek(0)
+        printed = out.read()
+        out.close()
+    succeeded = [r.dagster_run for r in runs if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS]
+    assert sorted(run.tags["dagster/partition"] for run in succeeded) == ["a|gpu0", "a|gpu1"], (
+        printed
+    )  # the model on each device succeeded once
+    failed = [r.dagster_run for r in runs if r.dagster_run not in succeeded]
+    retried = {run.tags.get("dagster/parent_run_id") for run in succeeded}
+    assert all(run.run_id in retried for run in failed), printed  # and any failure was retried
+    print(f"{len(failed)} of {len(succeeded)} runs failed in an outage and were retried")
+    assert printed.splitlines()[-1] == "2 runs: 0 failed, 0 regressed", printed
+    sessions = lake.query("SELECT model_slug, target FROM sessions ORDER BY 1, 2").to_pylist()
+    assert [(r["model_slug"], r["target"]) for r in sessions] == [("a", "gpu0"), ("a", "gpu1")]
+
+
+def _in(instance, status: dg.DagsterRunStatus) -> bool:
+    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=[status])))
 
 
 def _one_run_at_a_time_per_device_and_both_at_once(home: Path) -> None:

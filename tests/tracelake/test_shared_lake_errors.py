@@ -7,8 +7,10 @@ Runs in the DuckLake environment (DuckDB 1.5 and its extensions); skipped in the
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -103,4 +105,20 @@ def test_run_ends_in_one_line_and_keeps_no_password(down_lake):
     env, server, base = down_lake
     result = aaco(env, "run", "--model", "tiny")
     the_error(result, server)  # before measuring: the series' owner is read from the lake first
+    no_secret_anywhere(result, base)
+
+
+def test_a_catalog_that_never_answers_is_given_up_on_after_the_connect_timeout(down_lake):
+    """A host that takes the connection and says nothing (down behind a firewall, a hung
+    server): libpq alone would wait for ever; the command ends in one line after 10 s."""
+    env, _, base = down_lake
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        port = silent.getsockname()[1]
+        catalog = f"dbname=lake host=127.0.0.1 port={port} user=aaco password={SECRET}"
+        started = time.monotonic()
+        result = aaco({**env, ducklake.CATALOG_ENV: catalog}, "diff")
+        took = time.monotonic() - started
+    line = the_error(result, f"127.0.0.1:{port}")
+    assert "timeout expired" in line, line
+    assert ducklake.CONNECT_TIMEOUT_S <= took < ducklake.CONNECT_TIMEOUT_S + 30, took
     no_secret_anywhere(result, base)
