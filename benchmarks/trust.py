@@ -136,8 +136,20 @@ def gate_trust(root: Path, comparisons: int, detections: int, paired: int) -> di
             "median_side_by_side_p50_pct": float(
                 np.median([d.paired["latency_p50"]["effect_pct"] for d in side_by_side])
             ) if side_by_side else None,
+            "alarms": [_paired_alarm(d.paired) for d in side_by_side if d.regression],
         }  # fmt: skip
     return results
+
+
+def _paired_alarm(paired: dict) -> dict:
+    """A side-by-side regression's figures: how far, how sure, on how many rounds."""
+    p50 = paired["latency_p50"]
+    return {
+        "effect_pct": round(p50["effect_pct"], 1),
+        "ci": [round(p50["ci_low"], 1), round(p50["ci_high"], 1)],
+        "threshold_pct": paired["threshold_pct"],
+        "rounds": paired["rounds"],
+    }
 
 
 def _rates(verdicts) -> dict:
@@ -324,6 +336,8 @@ def main() -> int:
                         f"({p['rate']:.0%}), {p['side_by_side']} decided side by side"
                         + (f" (median p50 {median:+.1f} %)" if median is not None else "")
                     )
+                    for alarm in p["alarms"] if name == "unchanged" else ():
+                        line += f"\n   {'':12} side-by-side alarm: {alarm}"
                 print(line, flush=True)
         if "diagnosis" not in args.skip:
             print(f"2. class and top op over {args.runs} runs of every zoo model", flush=True)

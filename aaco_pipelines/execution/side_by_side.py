@@ -51,16 +51,22 @@ class SideBySide:
     a: list[np.ndarray]
     b: list[np.ndarray]
     block_iterations: int
-    order: str  # e.g. "ABBA ABBA ..."
+    order: str  # e.g. "AB BA AB BA ..."
+    batches: tuple[int, ...] = ()  # rounds per measuring process, in order (empty: one)
 
     def extended(self, more: SideBySide) -> SideBySide:
-        """These rounds and `more`'s (measured after them), as one measurement."""
+        """These rounds and `more`'s (measured after them, by another process), as one
+        measurement that remembers which process measured which rounds."""
         return SideBySide(
             self.a + more.a,
             self.b + more.b,
             min(self.block_iterations, more.block_iterations),
             f"{self.order} {more.order}".strip(),
+            self.process_rounds() + more.process_rounds(),
         )
+
+    def process_rounds(self) -> tuple[int, ...]:
+        return self.batches or (len(self.a),)
 
 
 def measure_side_by_side(

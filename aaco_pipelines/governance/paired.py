@@ -4,12 +4,20 @@ again together, interleaved on this host now, and judged on that paired comparis
 Two sessions measured apart compare the host at two moments as much as the two versions: on a
 busy host an unchanged model is "slower" whenever a neighbour woke up. Side by side
 (execution.side_by_side), each round holds a block of each version run back to back, so the host
-hits both alike; a round's effect is the ratio of its two medians (and of its two means, for
-throughput), and the verdict rests on the median of the rounds' effects with a bootstrap CI over
-rounds. A regression needs what the gate always asks: the CI clear of 0 on the slower side and
-the effect at least the threshold. Where the rounds do not settle it (the interval reaches from
-under the threshold to over it, a regression's included), as many rounds again are measured, up
-to BATCHES batches.
+hits both alike. A round's effect is the ratio of its two medians (and of its two means, for
+throughput); two consecutive rounds (A B, then B A) make one pair, whose effect is their
+geometric mean: the block that runs second in a round is a few % slower (measured +3.4 % and
+-4.4 % for the two orders of one unchanged model), and the mirrored pair cancels it. The verdict
+rests on the median of the pairs' effects with a bootstrap CI over pairs.
+
+A regression needs what the gate always asks, the CI clear of 0 on the slower side and the
+effect at least the threshold, and one thing more: a second measuring process that finds it too
+(each process's own effect at least half the threshold). Within one process the two versions'
+sessions differ by a few % for reasons of their own (memory placement, thread pools: +-1.8 %
+from process to process for one unchanged model on a quiet host, +-3.4 % on a busy one), the
+same in every round, so no number of rounds in one process tells that from a change. Where the
+pairs do not settle it (the interval reaches from under the threshold to over it, an unconfirmed
+regression's included), as many rounds again are measured by a new process, up to BATCHES.
 
 Version A is the one the baseline's most recent session measured (its bundle's request.json: the
 content-addressed model snapshot, inputs, providers, optimization level), version B the current
@@ -35,9 +43,11 @@ from aaco_pipelines.graph.store import stored_snapshot
 from aaco_pipelines.tracelake.store import TraceLake
 
 RESAMPLES = 4000
-# Unsettled after its rounds (settled()), the comparison measures that many rounds again, up to
-# BATCHES times in all, and decides on all of them: more rounds only where they are needed.
+# Unsettled after its rounds (settled()), the comparison measures that many rounds again in a new
+# process, up to BATCHES batches in all, and decides on all of them: more rounds only where
+# they are needed, and a second process for every regression.
 BATCHES = 3
+CONFIRMING_SHARE = 0.5  # of the threshold: each process's own effect, for a regression
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a folder name, never a path
 
 
@@ -51,6 +61,7 @@ class PairedComparison:
     rounds: int
     block_iterations: int
     order: str
+    processes: list  # each measuring process's rounds and p50 effect (%)
     latency_p50: dict  # effect_pct, ci_low, ci_high, baseline_ms, current_ms
     throughput: dict  # effect_pct, ci_low, ci_high, baseline_per_s, current_per_s
     threshold_pct: float
@@ -122,35 +133,40 @@ def paired_comparison(
     baseline_sha256: str,
     current_sha256: str,
 ) -> PairedComparison:
-    """The rounds' paired effects, their median, its CI and the decision."""
+    """The pairs' effects, their median, its CI and the decision."""
     a_p50 = np.array([np.median(r) for r in measured.a])
     b_p50 = np.array([np.median(r) for r in measured.b])
     a_mean = np.array([r.mean() for r in measured.a])
     b_mean = np.array([r.mean() for r in measured.b])
-    latency = (b_p50 / a_p50 - 1.0) * 100.0  # per round, + is slower
-    throughput = (a_mean / b_mean - 1.0) * 100.0  # per round, - is slower
+    batches = measured.process_rounds()
+    latency = _pairs(np.log(b_p50 / a_p50), batches)  # per pair, + is slower
+    throughput = _pairs(np.log(a_mean / b_mean), batches)  # per pair, - is slower
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, latency.size, size=(RESAMPLES, latency.size))
     tail = (1.0 - confidence) / 2.0
-    latency_resampled = np.median(latency[picks], axis=1)
+    latency_resampled = _pct(np.median(latency[picks], axis=1))
     low, high = (float(v) for v in np.quantile(latency_resampled, [tail, 1.0 - tail]))
-    t_low, t_high = np.quantile(np.median(throughput[picks], axis=1), [tail, 1.0 - tail])
-    effect = float(np.median(latency))
+    t_low, t_high = np.quantile(_pct(np.median(throughput[picks], axis=1)), [tail, 1.0 - tail])
+    effect = float(_pct(np.median(latency)))
+    processes = _processes(np.log(b_p50 / a_p50), batches)
     decision = decide(effect, [low, high], threshold_pct)
+    if decision == "regression" and not _confirmed(processes, threshold_pct):
+        decision = "uncertain"
     return PairedComparison(
         baseline_session=baseline_session,
         baseline_sha256=baseline_sha256,
         current_sha256=current_sha256,
-        rounds=latency.size,
+        rounds=len(measured.a),
         block_iterations=measured.block_iterations,
         order=measured.order,
+        processes=processes,
         latency_p50={
             "effect_pct": effect, "ci_low": low, "ci_high": high,
             "baseline_ms": float(np.median(a_p50)) / 1e6,
             "current_ms": float(np.median(b_p50)) / 1e6,
         },
         throughput={
-            "effect_pct": float(np.median(throughput)),
+            "effect_pct": float(_pct(np.median(throughput))),
             "ci_low": float(t_low), "ci_high": float(t_high),
             "baseline_per_s": 1e9 / float(np.median(a_mean)),
             "current_per_s": 1e9 / float(np.median(b_mean)),
@@ -162,19 +178,60 @@ def paired_comparison(
     )  # fmt: skip
 
 
+def _pct(log_ratio):
+    return (np.exp(log_ratio) - 1.0) * 100.0
+
+
+def _pairs(log_ratios: np.ndarray, batches: tuple[int, ...]) -> np.ndarray:
+    """Each process's rounds two by two (A B then B A), as the mean of their log ratios; a
+    process's last round without a partner counts alone."""
+    pairs, start = [], 0
+    for count in batches:
+        rounds = log_ratios[start : start + count]
+        even = count - count % 2
+        pairs.append((rounds[0:even:2] + rounds[1:even:2]) / 2.0)
+        pairs.append(rounds[even:])
+        start += count
+    return np.concatenate(pairs)
+
+
+def _processes(log_ratios: np.ndarray, batches: tuple[int, ...]) -> list[dict]:
+    """Each measuring process's rounds and its own p50 effect (the median of its pairs)."""
+    found, start = [], 0
+    for count in batches:
+        own = _pairs(log_ratios[start : start + count], (count,))
+        found.append({"rounds": count, "effect_pct": float(_pct(np.median(own)))})
+        start += count
+    return found
+
+
+def _confirmed(processes: list[dict], threshold_pct: float) -> bool:
+    """A regression seen by two processes at least, each finding half the threshold or more."""
+    floor = CONFIRMING_SHARE * threshold_pct
+    return len(processes) >= 2 and all(p["effect_pct"] >= floor for p in processes)
+
+
 def settled(paired: PairedComparison) -> bool:
-    """Whether the rounds decide it: an improvement, or an interval wholly on one side of the
-    threshold. One that reaches from under the threshold to over it could hold a change of the
-    threshold's size or none (20 rounds of a ~10 % slower version gave [-2.5, +17.0] % once in
-    ten on the CI host; an unchanged one was called a regression once in fifty)."""
+    """Whether the measurement decides it: an improvement, an interval wholly under the
+    threshold, or a confirmed regression whose interval is wholly over it. One that reaches from
+    under the threshold to over it could hold a change of the threshold's size or none (20
+    rounds of a ~10 % slower version gave [-2.5, +17.0] % once in ten on the CI host), and one
+    process alone cannot tell a change from its two sessions' own difference."""
     p50 = paired.latency_p50
-    if paired.decision == "improvement":
+    if paired.decision == "improvement" or p50["ci_high"] < paired.threshold_pct:
         return True
-    return p50["ci_high"] < paired.threshold_pct or p50["ci_low"] >= paired.threshold_pct
+    return paired.decision == "regression" and p50["ci_low"] >= paired.threshold_pct
 
 
 def _calm(paired: PairedComparison) -> str:
     p50 = paired.latency_p50
+    if paired.decision == "uncertain":
+        each = ", ".join(f"{process['effect_pct']:+.1f} %" for process in paired.processes)
+        return (
+            f"measure again before acting: side by side, the current version's p50 is "
+            f"{p50['effect_pct']:+.1f} % [{p50['ci_low']:+.1f}, {p50['ci_high']:+.1f}] of the "
+            f"baseline's, but not in every measuring process ({each})"
+        )
     return (
         f"no action: side by side, the current version's p50 is {p50['effect_pct']:+.1f} % "
         f"[{p50['ci_low']:+.1f}, {p50['ci_high']:+.1f}] of the baseline's ({paired.rounds} "

@@ -71,13 +71,19 @@ def paired_text(p: dict) -> str:
     p50, decision = p["latency_p50"], DECISION_TEXT[p["decision"]]
     if p["decision"] == "regression":
         decision += f" ({p['severity']})"
+    if p["decision"] == "uncertain":  # side by side: a regression no second process confirmed
+        decision = "unconfirmed: a regression one measuring process found and another did not"
+    processes = p.get("processes") or []
+    by = ", ".join(f"{q['effect_pct']:+.1f} %" for q in processes)
     same = "the same version" if p["baseline_sha256"] == p["current_sha256"] else (
         f"{p['baseline_sha256'][:12]} -> {p['current_sha256'][:12]}"
     )  # fmt: skip
     return (
         f"p50 {p50['baseline_ms']:.4g} ms -> {p50['current_ms']:.4g} ms  "
         f"{p50['effect_pct']:+.2f} % [{p50['ci_low']:+.2f}, {p50['ci_high']:+.2f}]  {decision}; "
-        f"{p['rounds']} interleaved rounds of {p['block_iterations']} iterations, {same} "
+        f"{p['rounds']} interleaved rounds of {p['block_iterations']} iterations"
+        + (f" in {len(processes)} processes ({by})" if len(processes) > 1 else "")
+        + f", {same} "
         f"(this verdict's decision; the rows below are the stored sessions')"
     )
 

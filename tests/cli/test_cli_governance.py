@@ -92,7 +92,8 @@ def test_diff_paired_decides_side_by_side(mlp_swap_session_ids, capsys):
         "--fail-on-regression",
     )  # fmt: skip
     assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
-    assert "side by side with session" in out.splitlines()[0] and "6 interleaved rounds" in out
+    assert "side by side with session" in out.splitlines()[0]
+    assert "12 interleaved rounds" in out and "in 2 processes" in out  # confirmed by a second
     assert "side by side (6 interleaved rounds): asked for" in err
     code, out, err = _run(capsys, "diff", "--baseline", t0, "--current", slower, "--rounds", "6")
     assert code == 0 and "side by side with session" in out.splitlines()[0]
