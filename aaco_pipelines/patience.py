@@ -9,11 +9,15 @@ and the final error in their own words, which is about all either library would 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+# How long a service may be away before the operation that needs it fails: AACO_SERVICE_PATIENCE_S
+# seconds (default 60: a restart, a failover), read by every process that uses the instance.
+PATIENCE_ENV = "AACO_SERVICE_PATIENCE_S"
 FIRST_PAUSE_S = 0.25
 LONGEST_PAUSE_S = 5.0  # back within 5 s of the service
 log = logging.getLogger(__name__)
@@ -46,3 +50,12 @@ def patiently(
             log.log(level, "%s is unreachable; trying again for up to %.0f s", what, patience_s)
             time.sleep(pause)
             pause = min(pause * 2, LONGEST_PAUSE_S)
+
+
+def service_patience_s() -> float:
+    """AACO_SERVICE_PATIENCE_S, or 60 s."""
+    raw = os.environ.get(PATIENCE_ENV)
+    try:
+        return max(0.0, float(raw)) if raw else 60.0
+    except ValueError:
+        return 60.0

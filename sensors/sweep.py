@@ -171,7 +171,10 @@ def launch(
         "-j", "measure_model", "--partitions", ",".join(keys), "--tags", json.dumps(tags),
         "--noprompt",
     ]  # fmt: skip
-    done = subprocess.run(command, cwd=WORKSPACE.parent, capture_output=True, text=True)
+    home = {"DAGSTER_HOME": str(instance.root_directory)}  # AACO_HOME's when DAGSTER_HOME is unset
+    done = subprocess.run(
+        command, cwd=WORKSPACE.parent, capture_output=True, text=True, env=os.environ | home
+    )
     if done.returncode != 0:
         raise AacoInputError(
             f"the instance refused the sweep's backfill: {done.stderr.strip()[-400:]}",

@@ -15,7 +15,7 @@ is reported FAILED; monitoring then marks it failed, its slots are freed and Dag
 on the same device's queue (dagster.yaml's run_monitoring and run_retries, README "Scaling out").
 
 A broker away for a moment (a redis restart, a failover) is waited for: a run the daemon
-dequeues then is sent once the broker is back (within `BROKER_PATIENCE_S`; Dagster would fail
+dequeues then is sent once the broker is back (within AACO_SERVICE_PATIENCE_S; Dagster would fail
 it at the first error, for good), and a health check that cannot reach it calls the run
 running: nothing says its worker died.
 """
@@ -32,7 +32,7 @@ from dagster_celery.launcher import CeleryRunLauncher
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
 from aaco_pipelines.instance.heartbeat import ALIVE_FOR_S, BEAT_S, alive_key
-from aaco_pipelines.patience import patiently
+from aaco_pipelines.patience import patiently, service_patience_s
 
 QUEUE_TAG = "dagster-celery/queue"
 PARTITION_TARGET_TAG = "dagster/partition/target"  # Dagster's tag for a multi-partition dimension
@@ -47,7 +47,6 @@ BROKER_AWAY = (
     redis.exceptions.TimeoutError,
     kombu.exceptions.OperationalError,
 )
-BROKER_PATIENCE_S = 60.0
 
 
 class DeviceQueueRunLauncher(CeleryRunLauncher):
@@ -70,7 +69,7 @@ class DeviceQueueRunLauncher(CeleryRunLauncher):
         patiently(
             lambda: CeleryRunLauncher.launch_run(self, context),
             lambda exc: isinstance(exc, BROKER_AWAY),
-            patience_s=BROKER_PATIENCE_S,
+            patience_s=service_patience_s(),
             what=f"the Celery broker (run {run.run_id})",
         )
 

@@ -3,9 +3,9 @@
 dagster-postgres tries a connection six times over about six seconds, then raises
 `DagsterPostgresException: too many retries`: a 15 s restart of the server (an upgrade, a
 failover) failed every run in flight, killed the daemon's iterations and the waiting `aaco sweep`.
-These storages keep trying for `PATIENCE_S` while the server is unreachable (refused, shutting
-down, starting up), then give up with the one-line error of `service_errors` naming the server
-and the fix. A refused password or a missing database is not waited for: it will not heal.
+These storages keep trying while the server is unreachable (refused, shutting down, starting
+up), for AACO_SERVICE_PATIENCE_S (60 s), then give up with the one-line error of
+`service_errors` naming the server and the fix. A refused password or a missing database is not waited for: it will not heal.
 
 The storages open a new connection for every operation (dagster-postgres's NullPool), so a
 patient connect covers a server that restarts between two operations; the few milliseconds of
@@ -25,17 +25,18 @@ from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_c
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance.variables import POSTGRES_ENV
-from aaco_pipelines.patience import patiently
+from aaco_pipelines.patience import patiently, service_patience_s
 from aaco_pipelines.service_errors import cannot_connect, unreachable
 
-PATIENCE_S = 60.0  # how long the server may be away before an operation fails
 SERVICE = "the Dagster instance's database"
 CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
 
 
-def connect_patiently(engine: sqlalchemy.engine.Engine, patience_s: float = PATIENCE_S):
+def connect_patiently(engine: sqlalchemy.engine.Engine, patience_s: float | None = None):
     """A connection of `engine`, tried again while the server is unreachable, for up to
-    `patience_s`; then the one-line error."""
+    `patience_s` (AACO_SERVICE_PATIENCE_S, 60 s); then the one-line error."""
+    if patience_s is None:
+        patience_s = service_patience_s()
 
     def away(exc: Exception) -> bool:
         return isinstance(exc, CONNECTION_ERRORS) and unreachable(str(exc.orig or exc))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV
 from tests import models
 from tests.helpers import REPO, add_model, home_paths
-from tests.services import free_port, postgres_server
+from tests.services import away, free_port, postgres_server
 
 SECRET = "S3ntinel-pw-91"  # a wrong password
 RIGHT = "R1ght-pw-17"  # the server's
@@ -85,3 +86,40 @@ def test_doctor_reports_a_wrong_password_in_the_instance_row(server, home):
     (row,) = [line for line in result.stdout.splitlines() if line.startswith("Dagster instance")]
     assert "problem" in row and "refused the password" in row
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_waiting_sweep_whose_database_stays_away_gives_up_in_one_line(home):
+    """A routed sweep waits for its runs (no daemon here: they stay queued); its database
+    stops and stays away past the patience (AACO_SERVICE_PATIENCE_S, 3 s here): one line
+    naming the server, exit 2, and the password nowhere."""
+    with postgres_server(password=RIGHT) as url:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AACO_", "DAGSTER_"))}
+        env |= {"AACO_HOME": str(home), POSTGRES_ENV: url, "AACO_SERVICE_PATIENCE_S": "3",
+                BROKER_ENV: f"redis://:{SECRET}@127.0.0.1:{free_port()}/0"}  # fmt: skip
+        register = "from aaco_pipelines.instance import *; import pathlib; h = pathlib.Path("
+        register += f"'{home}/dagster'); prepare_dagster_home(h); register_target(h, 'gpu0')"
+        subprocess.run([sys.executable, "-c", register], env=env, cwd=REPO, check=True)
+        log = home / "sweep.err"
+        with open(log, "w") as err:
+            sweep = subprocess.Popen([sys.executable, "-m", "aaco_pipelines.cli", "sweep"],
+                                     env=env, cwd=REPO, stderr=err, text=True)  # fmt: skip
+            try:
+                deadline = time.monotonic() + 120
+                while "submitted 1 runs" not in log.read_text():
+                    assert sweep.poll() is None and time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.2)
+                with away(url):
+                    sweep.wait(timeout=120)
+            finally:
+                if sweep.poll() is None:
+                    sweep.kill()
+                    sweep.wait()
+    printed = log.read_text()
+    log.unlink()
+    assert sweep.returncode == 2, printed
+    (line,) = [line for line in printed.splitlines() if line.startswith("aaco: error:")]
+    assert line == printed.strip().splitlines()[-1] and "stopped waiting for sweep" in line
+    assert "the Dagster instance's database" in line and "for over 3 s" in line, line
+    assert "its runs go on in the instance" in line and "Traceback" not in printed
+    for secret in (SECRET, RIGHT):
+        assert secret not in printed
