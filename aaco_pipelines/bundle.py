@@ -17,10 +17,14 @@
       tables/               normalized TraceLake tables, written by collection; a device trace
                             is not copied into them but named by tables/device_trace.json and
                             loaded from its raw file straight into the TraceLake
+      manifest.json         size, mtime and sha256 of every other file, tables/ included; its
+                            own sha256 is kept in the TraceLake (aaco_pipelines.manifest)
 
 Raw files are written once, by the run, and never modified; `tables/` is derived from them and
-can be rebuilt at any time. A bundle only appears under sessions/ once the run succeeded: work in
-progress lives under sessions/.staging/ and failures are moved to failed/ with their evidence.
+can be rebuilt at any time (replaced whole, never edited). A bundle only appears under sessions/
+once the run succeeded: work in progress lives under sessions/.staging/ and failures are moved
+to failed/ with their evidence. One permission rule for every part: files read-only (0444),
+folders 0755, both less the umask (so a private umask keeps bundles private).
 """
 
 from __future__ import annotations
@@ -40,11 +44,21 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from aaco_pipelines.atomic_file import replacing, write_atomically
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.manifest import (
+    MANIFEST,
+    changes,
+    file_digest,
+    manifest_digest,
+    refresh_manifest,
+    write_manifest,
+)
 from aaco_pipelines.redaction import redact, redact_values
 
 DEVICE_TRACE = "device_trace.json"
 EVIDENCE = "evidence.json"
+FILE_MODE, FOLDER_MODE = 0o444, 0o755  # of every bundle part, less the umask
 _CHUNK = 8 << 20
 _FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int)
 # Derived from the evidence and rebuilt at will, so not part of it.
@@ -99,31 +113,40 @@ class SessionBundle:
         return json.loads(manifest.read_text()) if manifest.is_file() else None
 
     def write_tables(self, tables: dict[str, pa.Table], device_trace: dict | None = None) -> None:
-        """Replace tables/ as a whole: written beside it, then swapped in, never half there."""
+        """Replace tables/ as a whole: written beside it, then swapped in, never half there;
+        the manifest then lists the new files."""
         staging = Path(tempfile.mkdtemp(prefix=".tables-", dir=self.path))
-        staging.chmod(0o755)  # mkdtemp's 0700 would make tables/ unlike every other folder
         try:
             for name, table in tables.items():
                 pq.write_table(table, staging / f"{name}.parquet", compression="zstd")
             if device_trace is not None:
                 (staging / DEVICE_TRACE).write_text(json.dumps(device_trace, sort_keys=True))
             (staging / "_COMPLETE").write_text(json.dumps(sorted(tables)))
+            set_modes(staging, *staging.iterdir())  # mkdtemp's folder is 0700
             if self.tables_dir.exists():
                 shutil.rmtree(self.tables_dir)
             os.replace(staging, self.tables_dir)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        self._refresh_manifest()
 
     def add_tables(self, tables: dict[str, pa.Table]) -> None:
         """Add or replace single tables in tables/ (rows derived once the trace is loaded),
         each file swapped in whole."""
         for name, table in tables.items():
-            target = self.table_path(name)
-            partial = target.with_name(f".{target.name}.tmp")
-            pq.write_table(table, partial, compression="zstd")
-            os.replace(partial, target)
+            with replacing(self.table_path(name)) as partial:
+                pq.write_table(table, partial, compression="zstd")
+                set_modes(partial)
         listed = json.loads((self.tables_dir / "_COMPLETE").read_text())
-        (self.tables_dir / "_COMPLETE").write_text(json.dumps(sorted({*listed, *tables})))
+        complete = self.tables_dir / "_COMPLETE"
+        write_atomically(complete, json.dumps(sorted({*listed, *tables})))
+        set_modes(complete)
+        self._refresh_manifest()
+
+    def _refresh_manifest(self) -> None:
+        refresh_manifest(self.path, "tables")
+        if (self.path / MANIFEST).is_file():
+            set_modes(self.path / MANIFEST)
 
     def read_table(self, table: str) -> pa.Table:
         return pq.read_table(self.table_path(table))
@@ -159,35 +182,67 @@ class SessionBundle:
                     "ingest it as a new session",
                 )
 
+    def verify_manifest(self, recorded: str | None) -> None:
+        """At a load: the bundle agrees with its own manifest (tables/, what gets loaded, and
+        evidence.json hashed; raw files are hashed by verify_evidence). A bundle missing the
+        manifest the TraceLake has a digest of (`recorded`) was tampered with."""
+        own = manifest_digest(self.path)
+        if own is not None:
+            found = changes(self.path, own, hashed=("tables/", EVIDENCE))
+        elif recorded is not None:
+            found = [f"{MANIFEST} is missing"]
+        else:
+            return  # published before manifests
+        if found:
+            raise AacoInputError(
+                f"the bundle changed since the session was recorded ({found[0]})",
+                path=self.path,
+                fix="restore the bundle's files from a backup, or measure the model again",
+            )
+
 
 def record_evidence(folder: Path, known: dict[str, dict] | None = None) -> None:
-    """Write evidence.json: the size and sha256 of every file of a bundle about to be
-    published (`known` digests, taken while copying, are not computed twice); tables/ is
-    derived and left out. Files are made read-only and folders 0755, whatever mode the
-    tools that wrote them chose (mkdtemp's 0700, a snapshot's 0600)."""
+    """Write evidence.json (the size and sha256 of every raw file of a bundle about to be
+    published; tables/ is derived and left out) and the manifest of every file; `known`
+    digests, taken while copying, are not computed twice. Every part then gets the bundle's
+    modes, whatever mode the tools that wrote it chose (mkdtemp's 0700, a snapshot's 0600)."""
     known = known or {}
     digests = {}
-    for sub in [folder, *(p for p in folder.rglob("*") if p.is_dir())]:
-        sub.chmod(0o755)
     for file in sorted(p for p in folder.rglob("*") if p.is_file()):
         relative = file.relative_to(folder).as_posix()
-        if relative == EVIDENCE or relative.split("/")[0] in _DERIVED:
+        if relative in (EVIDENCE, MANIFEST) or relative.split("/")[0] in _DERIVED:
             continue
         digests[relative] = known.get(relative) or file_digest(file)
-        file.chmod(0o444)
     write_json(folder / EVIDENCE, digests)
+    write_manifest(folder, digests)
+    set_modes(folder, *folder.rglob("*"))
 
 
-def file_digest(path: Path) -> dict:
-    """{"bytes", "sha256"} of a file, read in large chunks into one reused buffer."""
-    digest, size = hashlib.sha256(), 0
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while count := handle.readinto(buffer):
-            digest.update(view[:count])
-            size += count
-    return {"bytes": size, "sha256": digest.hexdigest()}
+def set_modes(*paths: Path) -> None:
+    """The bundle's permission rule on each part: a file read-only (0444), a folder 0755, less
+    the umask (the owner always keeps reading, and entering folders)."""
+    mask = _umask()
+    for path in paths:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(FOLDER_MODE & ~mask | 0o700)
+        else:
+            path.chmod(FILE_MODE & ~mask | 0o400)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells (/proc), else set and
+    set back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def copy_with_digest(source: Path, target: Path, stop: threading.Event | None = None) -> dict:
@@ -273,11 +328,10 @@ def copy_folder(source: Path, target: Path) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """Write JSON atomically (temp file + rename) so a reader never sees half a file. Its
-    strings are redacted: a failure's message may quote a connection string."""
+    """Write JSON atomically (temp file + rename, none left on a failure) so a reader never
+    sees half a file. Its strings are redacted: a failure's message may quote a connection
+    string."""
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
     if redact(text) != text:  # rare: walk the values only then (latencies are long lists)
         text = json.dumps(redact_values(data), indent=2, sort_keys=True, default=str)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_atomically(path, text)

@@ -33,6 +33,12 @@ class AacoPaths:
         return self.home / "graphs"
 
     @property
+    def scratch(self) -> Path:
+        """Temporary files of one command (a gzip trace inflated for SQLite), removed when it
+        ends: on AACO_HOME's disk, whose free space aaco checks, not in TMPDIR."""
+        return self.home / "scratch"
+
+    @property
     def dagster_home(self) -> Path:
         return self.home / "dagster"
 

@@ -186,6 +186,36 @@ def check_tracelake(paths: AacoPaths) -> Check:
     return Check("TraceLake", OK, detail, "sessions are stored and queryable")
 
 
+def check_registry(paths: AacoPaths) -> Check:
+    """The registry as the sensor and sweeps see it: each model file that cannot be measured
+    is named with why and the fix (the first in full; `aaco registry list` shows them all)."""
+    from aaco_pipelines.registry.scan import read_registry
+
+    registry = paths.registry
+    if not registry.is_dir():
+        return Check(
+            "Model registry", MISSING, f"{registry} (no such folder)", "no model is measured"
+        )
+    scan = read_registry(registry)
+    detail = f"{len(scan.models)} models in {registry}"
+    if not scan.problems:
+        if scan.models:
+            return Check("Model registry", OK, detail, "every model file is measured")
+        return Check(
+            "Model registry", MISSING, detail, "no model is measured: aaco zoo build adds some"
+        )
+    first = next(iter(scan.problems.values()))
+    more = len(scan.problems) - 1
+    others = f" (and {more} more: aaco registry list)" if more else ""
+    return Check(
+        "Model registry",
+        WARNING,
+        f"{detail}; {len(scan.problems)} not measured: {first}{others}",
+        "those are skipped by the sensor, sweeps and runs until fixed; every other model is "
+        "measured",
+    )
+
+
 def check_interrupted(paths: AacoPaths) -> Check:
     """What killed or failed runs left behind (aaco_pipelines.session_folders)."""
     from aaco_pipelines.session_folders import find_leftovers, grace_s, lake_states
@@ -206,6 +236,36 @@ def check_interrupted(paths: AacoPaths) -> Check:
         "invisible to reports; moved to failed/ at the next run's start (sessions once "
         f"{grace_s():.0f} s old, AACO_ORPHAN_GRACE_S)",
     )
+
+
+def check_evidence(paths: AacoPaths) -> Check:
+    """Every complete session's bundle against its manifest, as reports check it (size and
+    mtime; aaco_pipelines.manifest): a changed bundle is named, its numbers refused."""
+    from aaco_pipelines.manifest import check_bundles
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    lake = TraceLake(paths.tracelake, lock_timeout_s=5)
+    checks = check_bundles(lake) if lake.exists() else []
+    changed = [c for c in checks if c.state == "changed"]
+    if changed:
+        first = changed[0]
+        return Check(
+            "Evidence",
+            PROBLEM,
+            f"{len(changed)} of {len(checks)} sessions changed; session {first.session_id}: "
+            f"{first.line()}",
+            "reports and diffs refuse them: restore the files from a backup or measure again "
+            "(`aaco verify` hashes every file)",
+        )
+    if not checks:
+        return Check("Evidence", OK, "no sessions yet", "each session's bundle is checked")
+    counts = {state: sum(c.state == state for c in checks) for state in ("ok", "not_covered")}
+    elsewhere = len(checks) - sum(counts.values())
+    detail = (
+        f"{counts['ok']} sessions match their manifests; {counts['not_covered']} written "
+        f"before manifests; {elsewhere} without a bundle here"
+    )
+    return Check("Evidence", OK, detail, "`aaco verify` hashes every file in full")
 
 
 CHECKS: tuple[tuple[str, Callable], ...] = (
@@ -229,6 +289,8 @@ def run_checks(paths: AacoPaths) -> list[Check]:
     checks = [*CHECKS, ("Dagster instance", lambda: check_dagster_home(paths))]
     checks.append(("TraceLake", lambda: check_tracelake(paths)))
     checks.append(("Interrupted runs", lambda: check_interrupted(paths)))
+    checks.append(("Evidence", lambda: check_evidence(paths)))
+    checks.append(("Model registry", lambda: check_registry(paths)))
     return [_guarded(name, probe) for name, probe in checks]
 
 

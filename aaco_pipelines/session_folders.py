@@ -18,6 +18,10 @@ the grace, an hour by default, also keeps a failed run's bundle for re-execution
 was found (evidence is kept, never ingested) and deletes the rows of incomplete sessions (and,
 in a shared lake, the data files a killed writer left uncommitted); it runs at the start of
 every new session. `find_leftovers` lists them for `aaco doctor`.
+
+failed/ is pruned then too (`prune_failed`): oldest first, the folders older than
+AACO_FAILED_KEEP_DAYS (14) and, while the rest is larger than AACO_FAILED_KEEP_GB GiB (2), the
+oldest of the rest; never one changed in the last minute (being written now) or held.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ from aaco_pipelines.tracelake.store import TraceLake
 GRACE_VARIABLE = "AACO_ORPHAN_GRACE_S"
 DEFAULT_GRACE_S = 3600.0
 STAGING_MIN_AGE_S = 5.0
+FAILED_KEEP_DAYS = ("AACO_FAILED_KEEP_DAYS", 14.0)
+FAILED_KEEP_GB = ("AACO_FAILED_KEEP_GB", 2.0)  # GiB
+FAILED_MIN_AGE_S = 60.0  # a failed folder changed more recently may be being written
 _held: dict[str, tuple[int, int]] = {}  # session id -> (locked folder descriptor, depth)
 
 
@@ -147,6 +154,7 @@ CLEANUP_LOCK_WAIT_S = 2.0
 def clean_leftovers(paths: AacoPaths) -> list[Leftover]:
     """Quarantine every orphan (see the module docstring); what was done, one per orphan.
     Hygiene never stops a run: a TraceLake busy for more than a moment is judged next time."""
+    keep_s, keep_bytes = failed_limits()  # a malformed limit stops the run before any work
     lake = TraceLake(paths.tracelake, CLEANUP_LOCK_WAIT_S, on_wait=lambda *_: None)
     states = lake_states(lake)
     found = find_leftovers(paths, states)
@@ -165,7 +173,83 @@ def clean_leftovers(paths: AacoPaths) -> list[Leftover]:
             lake.delete_orphaned_files()
         except AacoInputError:  # busy: the rows stay invisible until the next clean-up
             pass
+    prune_failed(paths, keep_s, keep_bytes)
     return found
+
+
+def failed_limits() -> tuple[float, float]:
+    """(seconds, bytes) failed/ keeps, from AACO_FAILED_KEEP_DAYS and AACO_FAILED_KEEP_GB."""
+    days, gib = (_limit(*setting) for setting in (FAILED_KEEP_DAYS, FAILED_KEEP_GB))
+    return days * 86400.0, gib * float(1 << 30)
+
+
+def _limit(variable: str, default: float) -> float:
+    text = os.environ.get(variable, "").strip()
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        value = -1.0
+    if not value >= 0.0 or value == float("inf"):
+        raise AacoInputError(
+            f"{variable} must be a number of {'days' if 'DAYS' in variable else 'GiB'} (0 or "
+            f"more), not {text!r}",
+            fix=f"set {variable}={default:g} (the default), or unset it",
+        )
+    return value
+
+
+def prune_failed(paths: AacoPaths, keep_s: float, keep_bytes: float) -> list[Path]:
+    """Delete failed/<date>/<session>/ folders, oldest first: those older than `keep_s`, then
+    more while the rest holds more than `keep_bytes`; never one changed in the last
+    FAILED_MIN_AGE_S or held by a live process. What was deleted."""
+    now = time.time()
+    changed = {folder: _mtime(folder) for folder in _failed_folders(paths)}
+    folders = sorted(changed, key=changed.get)
+    sizes = {folder: _size(folder) for folder in folders}
+    total, pruned = sum(sizes.values()), []
+    for folder in folders:
+        age = now - changed[folder]
+        if age <= keep_s and total <= keep_bytes:
+            break
+        if age < FAILED_MIN_AGE_S or is_held(folder):
+            continue
+        _remove(folder)
+        total -= sizes[folder]
+        pruned.append(folder)
+    _remove_empty_days(paths)
+    return pruned
+
+
+def _failed_folders(paths: AacoPaths) -> list[Path]:
+    return [folder for day in _children(paths.failed_sessions) for folder in _children(day)]
+
+
+def _mtime(folder: Path) -> float:
+    """When the folder last changed; a folder gone meanwhile (another run's clean-up) counts
+    as new, so it is left alone."""
+    try:
+        return folder.stat().st_mtime
+    except OSError:
+        return float("inf")
+
+
+def _size(folder: Path) -> int:
+    """Bytes of the files under a folder (links not followed)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, name)).st_size
+    return total
+
+
+def _remove_empty_days(paths: AacoPaths) -> None:
+    """failed/<date>/ folders left empty; never today's, which a failing run may be entering."""
+    today = dt.date.today().isoformat()
+    for day in _children(paths.failed_sessions):
+        if day.name != today:
+            with contextlib.suppress(OSError):  # not empty
+                day.rmdir()
 
 
 def quarantine(folder: Path, paths: AacoPaths, reason: str, kind: str = "Interrupted") -> Path:

@@ -33,6 +33,14 @@ def stop_requested() -> str | None:
     return _received[0] if _received else None
 
 
+def raise_if_stopped() -> None:
+    """Interrupted, when a stop signal arrived: for code whose stop went through a library that
+    swallows exceptions (SQLite aborts a statement whose progress handler raised)."""
+    name = stop_requested()
+    if name is not None:
+        raise Interrupted(name)
+
+
 def exit_code(exc: Interrupted) -> int:
     """128 + the signal's number, as a shell reports a process ended by it."""
     return 128 + signal.Signals[exc.signal_name].value

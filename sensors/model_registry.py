@@ -5,15 +5,16 @@ model x target partition (`slug|target`) to the content key it was last requeste
 device registered later measures the models it has not seen. The run key is
 `<slug>:<sha256>@<target>` (plus the sidecar's hash when there is one), so a file overwritten
 with new content runs again while an unchanged one never does. Deleted models are left alone: their partition and
-history stay. Files whose names give one slug (see registry.scan) are not requested; the
-sensor logs why on every tick until one is renamed.
+history stay. A model file that cannot be measured (two files of one slug, external data named
+wrongly, a sidecar that would be refused: see registry.scan) is not requested: the sensor logs
+one line naming it and the fix on every tick until it is fixed, and requests every other model.
 """
 
 import json
 
 import dagster as dg
 
-from aaco_pipelines.registry.scan import RegisteredModel, file_sha256, slug_conflicts
+from aaco_pipelines.registry.scan import RegisteredModel, file_sha256, read_registry
 from assets.partitions import model_target_key, models_partitions
 from resources import ModelRegistryResource
 from resources.runner import default_target
@@ -37,10 +38,11 @@ def content_key(model: RegisteredModel) -> str:
 )
 def model_registry_sensor(context: dg.SensorEvaluationContext, registry: ModelRegistryResource):
     seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-    models = registry.models()
-    conflicts = [str(error) for error in slug_conflicts(registry.paths.registry).values()]
-    for conflict in conflicts:
-        context.log.warning(conflict)
+    scan = read_registry(registry.paths.registry)
+    models = scan.models
+    skipped = [f"not measured: {error}" for error in scan.problems.values()]
+    for line in skipped:
+        context.log.warning(line)
     targets = measured_targets(context.instance)
     changed = [
         (m, target)
@@ -52,7 +54,7 @@ def model_registry_sensor(context: dg.SensorEvaluationContext, registry: ModelRe
     if not changed:
         reason = f"{len(models)} models in {registry.registry} on {', '.join(targets)}, "
         return dg.SensorResult(
-            skip_reason=" ".join([reason + "none new or changed.", *conflicts]),
+            skip_reason=" ".join([reason + "none new or changed.", *skipped]),
             dynamic_partitions_requests=own_target,
         )
     existing = set(context.instance.get_dynamic_partitions(models_partitions.name))

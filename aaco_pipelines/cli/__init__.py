@@ -5,10 +5,10 @@ a bug's traceback too, is redacted: no connection-string password reaches the te
 
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
 registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
-governance (diff, baseline), detector (detector arl|design), services (ui, worker, sweep) and
-doctor; common holds what they share. Each imports its heavy modules inside its commands, so
-every command starts in well under 0.5 s. A surface: it calls the stages' pipeline, the
-readers and tracelake.queries, and runs no SQL of its own."""
+governance (diff, baseline), detector (detector arl|design), services (ui, worker, sweep),
+doctor and evidence (verify); common holds what they share. Each imports its heavy modules
+inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
+stages' pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
 
 from __future__ import annotations
 
@@ -23,7 +23,16 @@ from aaco_pipelines.address_space import (
     fit_address_space,
     require_headroom,
 )
-from aaco_pipelines.cli import detector, doctor, governance, measuring, registry, reports, services
+from aaco_pipelines.cli import (
+    detector,
+    doctor,
+    evidence,
+    governance,
+    measuring,
+    registry,
+    reports,
+    services,
+)
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.redaction import redact
@@ -47,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     governance.add_parser(sub)  # diff, baseline
     services.add_sweep_parser(sub)
     doctor.add_parser(sub)
+    evidence.add_parser(sub)  # verify
     return parser
 
 
@@ -75,7 +85,7 @@ def _main(argv: list[str] | None) -> int:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
         print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
         return exit_code(exc)
-    except (MemoryError, ImportError, RuntimeError) as exc:
+    except (MemoryError, ImportError, RuntimeError, SystemError) as exc:
         if not isinstance(exc, MemoryError) and not _out_of_address_space(exc):
             raise
         print(
@@ -92,10 +102,14 @@ def _main(argv: list[str] | None) -> int:
         return 2
 
 
-def _out_of_address_space(exc: ImportError | RuntimeError) -> bool:
-    """A native library that could not be mapped, or a thread whose stack could not be: the
-    address-space limit, not a missing package or a bug."""
+def _out_of_address_space(exc: ImportError | RuntimeError | SystemError) -> bool:
+    """A native library that could not be mapped, a thread whose stack could not be, or an
+    extension module whose allocation failed without saying so while it loaded (pyarrow under
+    300 MiB, now and then: "error return without exception set"): the address-space limit, not
+    a missing package or a bug."""
     message = str(exc).lower()
+    if isinstance(exc, SystemError):
+        return "without exception set" in message and address_space_limit() is not None
     if isinstance(exc, RuntimeError):
         return "can't start new thread" in message and address_space_limit() is not None
     return "failed to map segment" in message or "cannot allocate memory" in message

@@ -18,6 +18,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     import json
 
     from aaco_pipelines.governance.gate import gate_verdict
+    from aaco_pipelines.manifest import require_unchanged
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
 
@@ -29,6 +30,8 @@ def cmd_diff(args, paths: AacoPaths) -> int:
         threshold_pct=args.threshold,
         confidence=args.confidence,
     )
+    # Decided on these sessions' numbers: refused, before any is printed, if a bundle changed.
+    require_unchanged(lake, [verdict.session_id, *verdict.baseline["session_ids"]])
     paired = args.paired or "auto"  # args.paired None: --paired not written
     if paired != "never":
         from aaco_pipelines.governance.paired import judge_side_by_side, unsure

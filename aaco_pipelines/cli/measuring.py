@@ -147,7 +147,8 @@ def laboratory_cores(listed: str | None) -> tuple[int, ...] | None:
 def cmd_run(args, paths: AacoPaths) -> int:
     """Measure and analyse one model through the same pipeline the Dagster assets run."""
     from aaco_pipelines.execution.runner import RunnerLimits
-    from aaco_pipelines.registry.scan import find_model, model_slug, registered_model
+    from aaco_pipelines.registry.identity import model_at
+    from aaco_pipelines.registry.scan import find_model, model_slug
     from aaco_pipelines.stages.measure import MeasureOptions
     from aaco_pipelines.stages.pipeline import measure_model
 
@@ -159,7 +160,7 @@ def cmd_run(args, paths: AacoPaths) -> int:
         )
     candidate = Path(args.model)
     if candidate.suffix == ".onnx" and candidate.is_file():
-        model = registered_model(candidate)
+        model = model_at(candidate, paths.registry)  # outside the registry: its own series
     else:
         model = find_model(paths.registry, model_slug(args.model))
     cores = laboratory_cores(args.laboratory_cores)

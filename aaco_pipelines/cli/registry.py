@@ -20,48 +20,75 @@ def cmd_zoo_build(args, paths: AacoPaths) -> int:
     return 0
 
 
-def registry_history(lake_path: Path) -> tuple[dict[str, dict], str | None]:
-    """{slug: history} from the TraceLake, or ({}, why not) when it cannot be read."""
+# The longest `aaco registry list` waits for a busy TraceLake (or AACO_LOCK_TIMEOUT_S if shorter):
+# the registry is listed either way, its history marked unknown.
+HISTORY_WAIT_S = 10.0
+UNKNOWN = "?"
+
+
+def registry_history(lake_path: Path) -> tuple[dict[str, dict] | None, str | None]:
+    """({slug: history}, None) from the TraceLake; ({}, why) when there is no lake yet (no
+    sessions: 0 versions is true); (None, why) when it cannot be read now (busy, damaged):
+    the history is then unknown, never shown as none."""
     from aaco_pipelines.redaction import redact
     from aaco_pipelines.tracelake import queries
+    from aaco_pipelines.tracelake.locking import TraceLakeBusy, lock_timeout
     from aaco_pipelines.tracelake.store import TraceLake
 
-    lake = TraceLake(lake_path, lock_timeout_s=10)
+    lake = TraceLake(lake_path, lock_timeout_s=min(HISTORY_WAIT_S, lock_timeout()))
     if not lake.exists():
         return {}, f"no TraceLake at {lake_path} yet: no sessions"
+    unknown = f"versions and history unknown ({UNKNOWN}): "
     try:
         return queries.registry_history(lake), None
+    except TraceLakeBusy as exc:
+        return None, unknown + f"the TraceLake is busy: {exc}"
     except Exception as exc:  # noqa: BLE001 - the listing stays useful without the history
-        return {}, redact(f"TraceLake {lake_path} not readable ({type(exc).__name__}: {exc})")
+        return None, unknown + redact(
+            f"TraceLake {lake_path} not readable ({type(exc).__name__}: {exc})"
+        )
 
 
 def cmd_registry_list(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.registry.scan import scan_registry, slug_conflicts
+    """Every model file in the registry with its history; a file that cannot be measured has
+    its row (`not measured`) and, below the table, the line saying why and the fix. Exit 0
+    whenever the registry itself was read: a busy or unreadable TraceLake marks the history
+    columns unknown ("?") and says why, so no model reads as never measured."""
+    from aaco_pipelines.registry.scan import read_registry
 
-    models = scan_registry(paths.registry)
+    scan = read_registry(paths.registry)
     history, note = registry_history(paths.tracelake)
-    print(f"{len(models)} models in {paths.registry}")
+    skipped = f"; {len(scan.problems)} not measured (below)" if scan.problems else ""
+    print(f"{len(scan.models)} models in {paths.registry}{skipped}")
     rows = [("model", "sha256", "sidecar", "versions", "last session", "p50", "last verdict")]
-    for model in models:
-        h = history.get(model.slug, {})
-        last = h.get("last_at")
-        rows.append(
-            (
-                model.slug,
-                model.sha256[:12],
-                model.sidecar.name if model.sidecar else "-",
-                str(h.get("versions", 0)),
-                f"{last:%Y-%m-%d %H:%M}" if last else "-",
-                f"{h['last_p50_ns'] / 1e6:.3f} ms" if h.get("last_p50_ns") else "-",
-                h.get("verdict") or "-",
-            )
-        )
+    measured = {model.slug: model for model in scan.models}
+    for slug in sorted([*measured, *scan.problems]):
+        model = measured.get(slug)
+        cells = _history_cells(None if history is None else history.get(slug, {}))
+        if model is None:
+            rows.append((slug, "-", "-", *cells[:3], "NOT MEASURED"))
+            continue
+        sidecar = model.sidecar.name if model.sidecar else "-"
+        rows.append((slug, model.sha256[:12], sidecar, *cells))
     print_table(rows)
-    for conflict in slug_conflicts(paths.registry).values():
-        print(f"not measured: {conflict}")
+    for problem in scan.problems.values():
+        print(f"not measured: {problem}")
     if note:
         print(note)
     return 0
+
+
+def _history_cells(h: dict | None) -> tuple[str, str, str, str]:
+    """versions, last session, p50, last verdict: `?` each when the history is unknown."""
+    if h is None:
+        return (UNKNOWN,) * 4
+    last = h.get("last_at")
+    return (
+        str(h.get("versions", 0)),
+        f"{last:%Y-%m-%d %H:%M}" if last else "-",
+        f"{h['last_p50_ns'] / 1e6:.3f} ms" if h.get("last_p50_ns") else "-",
+        h.get("verdict") or "-",
+    )
 
 
 def add_parser(sub) -> None:

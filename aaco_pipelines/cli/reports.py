@@ -1,5 +1,5 @@
 """`aaco export` (a session's timeline as a Perfetto trace) and `aaco report` (a session's
-report as HTML, JSON or Markdown)."""
+report as HTML, JSON or Markdown), each refusing a session whose bundle changed (cli.evidence)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from aaco_pipelines.errors import AacoInputError
 def cmd_export(args, paths: AacoPaths) -> int:
     """One session as a trace file for ui.perfetto.dev (streamed: big traces stay cheap):
     Chrome trace-event JSON, or Perfetto's own protobuf format, several times smaller."""
+    from aaco_pipelines.cli.evidence import checked_session
     from aaco_pipelines.report.output_file import check_output
     from aaco_pipelines.report.perfetto import FORMATS, write_perfetto
     from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
@@ -22,8 +23,9 @@ def cmd_export(args, paths: AacoPaths) -> int:
             f"unknown export format {args.format!r}", fix="use --format perfetto or perfetto-proto"
         )
     output = check_output(Path(args.output))  # before the lake is read
+    session = checked_session(paths, args.session)
     write = write_perfetto_proto if args.format == "perfetto-proto" else write_perfetto
-    count = write(TraceLake(paths.tracelake), args.session, output)
+    count = write(TraceLake(paths.tracelake), session, output)
     print(f"wrote {count} events to {output} (open it in https://ui.perfetto.dev)")
     return 0
 
@@ -49,19 +51,21 @@ def cmd_report(args, paths: AacoPaths) -> int:
     opened (beside its path, renamed at the end) before the report is rendered."""
     import json
 
+    from aaco_pipelines.cli.evidence import checked_session
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.html import render_html
     from aaco_pipelines.report.markdown_report import render_markdown
     from aaco_pipelines.report.output_file import replacing
 
     output = Path(args.output)
+    session = checked_session(paths, args.session)  # before the output is opened
     with replacing(output) as handle:
         if args.format == "html":
-            text = render_html(paths.tracelake, args.session)
+            text = render_html(paths.tracelake, session)
         elif args.format == "md":
-            text = render_markdown(paths.tracelake, args.session)
+            text = render_markdown(paths.tracelake, session)
         else:
-            text = json.dumps(render_json(paths.tracelake, args.session), indent=2, default=str)
+            text = json.dumps(render_json(paths.tracelake, session), indent=2, default=str)
         handle.write(text)
     print(f"wrote {args.format} report ({len(text.encode()) // 1024} KB) to {output}")
     return 0

@@ -10,6 +10,7 @@ LoadGen's own figures beside them, as an independent cross-check.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -243,13 +244,17 @@ LOADGEN_LINES = {
 
 def loadgen_metrics(bundle: SessionBundle, scenarios: list[str]) -> pa.Table:
     """LoadGen's own figures of each scenario (its summary file), and whether it judged the
-    run valid (`result_valid`: 1 or 0; short CI runs fail its early-stopping rule)."""
+    run valid (`result_valid`: 1 or 0; short CI runs fail its early-stopping rule). A negative
+    time (LoadGen's TPOT of one-token requests) or a figure that is not finite is left out,
+    never stored."""
     rows = []
     for scenario in scenarios:
         summary = bundle.path / "loadgen" / scenario / "mlperf_log_summary.txt"
         if not summary.is_file():
             continue
         for metric, value in parse_loadgen_summary(summary).items():
+            if not math.isfinite(value) or (metric.endswith("_ns") and value < 0):
+                continue
             rows.append({"session_id": bundle.session_id, "run": scenario, "metric": metric,
                          "value": value, "unit": _unit(metric), "source": "loadgen"})  # fmt: skip
     return pa.Table.from_pylist(rows, schema=GENERATION_METRICS)

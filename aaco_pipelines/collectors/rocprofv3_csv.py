@@ -90,9 +90,19 @@ _SIGNATURES = (
 
 
 def csv_header(path: Path) -> list[str]:
-    """The first line's column names, lower-cased and trimmed ([] for an empty file)."""
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        first = next(csv.reader(handle), [])
+    """The first line's column names, lower-cased and trimmed ([] for an empty file).
+    AacoInputError for a header Python's csv module refuses (a field over its 128 KB limit,
+    as an unclosed quote makes): no profiler writes one."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            first = next(csv.reader(handle), [])
+    except csv.Error as exc:
+        raise AacoInputError(
+            f"not a profiler's CSV header ({exc}: a header field over "
+            f"{csv.field_size_limit() // 1024} KB, or an unclosed quote)",
+            path=path,
+            fix="give rocprofv3's or rocprof's own CSV; re-collect it if it was damaged",
+        ) from None
     return [name.strip().lower() for name in first]
 
 
@@ -110,8 +120,9 @@ def trace_files(path: Path) -> dict[str, list[Path]]:
     candidates = trace_paths.trace_files(path, "*.csv")
     found: dict[str, list[Path]] = {}
     for candidate in candidates:
-        kind = _kind_of(candidate)
-        if kind is None and (path.is_file() or _named_kind(candidate)):
+        named = path.is_file() or _named_kind(candidate)
+        kind = _kind_of(candidate, named)
+        if kind is None and named:
             raise AacoInputError(
                 "not a rocprofv3 CSV this reader knows (unrecognised header)",
                 path=candidate,
@@ -201,10 +212,16 @@ def present(expressions: dict[str, str | None]) -> dict[str, str]:
     return {name: expr for name, expr in expressions.items() if expr is not None}
 
 
-def _kind_of(file: Path) -> str | None:
+def _kind_of(file: Path, named: bool) -> str | None:
+    """The kind of a CSV by its header; None for one that is not a rocprofv3 CSV, unless it is
+    named like one (or given itself) and its header is broken: that is said."""
     try:
         return classify(csv_header(file))
     except UnicodeDecodeError:
+        return None
+    except AacoInputError:
+        if named:
+            raise
         return None
 
 

@@ -8,9 +8,12 @@ renamed or misnamed file is still read right.
 from and one SQL expression per schema column) and runs one `INSERT ... SELECT` per table on
 the caller's connection, inside its transaction: DuckDB's parallel scan for CSV and JSON, Arrow
 batches fetched a chunk at a time from the standard library's sqlite3 for rocpd and RPD
-databases (DuckDB's sqlite extension cannot be downloaded here). Rows never become Python
-objects in the DuckDB path and never pile up in either. Kernel families are recorded after the
-load, once per distinct kernel name (`label_kernels`).
+databases (DuckDB's sqlite extension cannot be downloaded here), read in the calling thread
+under a deadline, stop signals and a row cap (bounded_reads: a rocpd view is SQL the file
+brings) while DuckDB inserts them beside it (streamed_insert). Rows never become Python objects in the DuckDB path and never pile up in
+either. Kernel families are recorded after the load, once per distinct kernel name
+(`label_kernels`). A gzip trace is inflated under a cap, into AACO_HOME's scratch folder when
+SQLite must read it (inflation).
 
 `collect_trace` runs the same load into an in-memory DuckDB and writes each table to Parquet,
 all files renamed into place only after every one succeeded.
@@ -20,14 +23,13 @@ from __future__ import annotations
 
 import codecs
 import csv
-import gzip
 import os
 import re
 import shutil
 import sqlite3
 import tempfile
 import zlib
-from contextlib import closing, contextmanager
+from contextlib import closing, nullcontext
 from pathlib import Path
 
 import duckdb
@@ -41,10 +43,16 @@ from aaco_pipelines.collectors import (
     rpd,
     trace_paths,
 )
+from aaco_pipelines.collectors.bounded_reads import TraceRead
+from aaco_pipelines.collectors.full_disk import full_disk
+from aaco_pipelines.collectors.inflation import inflated_copy, inflated_head, is_gzip
 from aaco_pipelines.collectors.kernel_families import kernel_families
 from aaco_pipelines.collectors.plan import Plan
+from aaco_pipelines.collectors.streamed_insert import streamed_insert
+from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import sql_identifier, sql_literal
+from aaco_pipelines.stopping import raise_if_stopped
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import schema_ddl, sql_projection, trace_table
 
@@ -63,9 +71,11 @@ _DUCKDB_READERS = {
 }
 _SQLITE_READERS = {"rocpd": rocpd, "rpd": rpd}
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_GZIP_MAGIC = b"\x1f\x8b"
+_SQLITE_SUFFIXES = (".db", ".rpd", ".sqlite", ".sqlite3")
 _HEAD_BYTES = 1 << 16
 _SQLITE_CHUNK_ROWS = 16_384
+# What a file that is no trace at all says; any other failure names what is wrong with a trace.
+_NOT_A_TRACE = ("not a trace format this reader knows", "the file is empty")
 _SQLITE_TYPES = {pa.int32(): "INTEGER", pa.int64(): "INTEGER", pa.float64(): "REAL"}
 _READ_ERRORS = (
     duckdb.Error,
@@ -78,14 +88,20 @@ _READ_ERRORS = (
 )
 
 
-def detect_format(path: Path) -> str:
+def detect_format(path: Path, *, scratch: Path | None = None) -> str:
     """The format of a trace file or folder, one of FORMATS; AacoInputError when it is none
-    of them, unreadable or truncated."""
-    return _resolve(Path(path))[0]
+    of them, unreadable or truncated. `scratch`: where a gzip database is inflated to be
+    looked at (default AACO_HOME's scratch folder)."""
+    return _resolve(Path(path), scratch)[0]
 
 
 def load_trace(
-    con: duckdb.DuckDBPyConnection, path: Path, session_id: str, *, iteration: int | None = None
+    con: duckdb.DuckDBPyConnection,
+    path: Path,
+    session_id: str,
+    *,
+    iteration: int | None = None,
+    scratch: Path | None = None,
 ) -> dict[str, int]:
     """Insert a trace's rows into the TraceLake tables open on `con`, inside the caller's
     transaction; {table: rows} for the tables it had rows for.
@@ -94,8 +110,9 @@ def load_trace(
     one INSERT per table (DuckDB's parallel CSV/JSON scan, or sqlite3 chunks as Arrow batches),
     so a ten-million-kernel trace is read once and never becomes Python objects; kernel families
     come after, per distinct name (`label_kernels`). `iteration` stamps every kernel with that
-    iteration (a trace with no ONNX Runtime runs to place kernels in)."""
-    trace_format, source = _resolve(Path(path))
+    iteration (a trace with no ONNX Runtime runs to place kernels in). `scratch`: as for
+    `detect_format`."""
+    trace_format, source = _resolve(Path(path), scratch)
     if trace_format == "ort_profile":
         raise AacoInputError(
             "this is an ONNX Runtime profile, not a device trace",
@@ -103,16 +120,37 @@ def load_trace(
             fix="use the ONNX Runtime profile reader (collectors.ort_profile.read_ort_profile)",
         )
     try:
-        counts = _insert_tables(con, trace_format, source, sql_literal(session_id), iteration)
+        counts = _insert_tables(
+            con, trace_format, source, sql_literal(session_id), iteration, scratch
+        )
     except duckdb.OutOfMemoryException as exc:
         raise MemoryError(str(exc)) from exc  # the process's limit, not the trace
     except _READ_ERRORS as exc:
-        raise AacoInputError(
-            f"could not read this {trace_format} trace ({_reason(exc)})",
-            path=source,
-            fix="the trace is truncated or corrupt, or not what its header says; re-collect it",
-        ) from exc
+        raise _read_error(exc, trace_format, source) from exc
+    except RuntimeError:
+        raise_if_stopped()  # DuckDB caught the stop signal and said "Query interrupted"
+        raise
     return {table: rows for table, rows in counts.items() if rows}
+
+
+def _read_error(exc: BaseException, trace_format: str, source: Path) -> AacoInputError:
+    """What a failed read says: a full disk names its folder, an overflow the timestamps,
+    anything else the trace."""
+    problem = full_disk(exc)
+    if problem is not None:
+        return problem
+    if isinstance(exc, duckdb.OutOfRangeException) and "overflow" in str(exc).lower():
+        return AacoInputError(
+            f"a time in this {trace_format} trace overflows 64-bit nanoseconds ({_reason(exc)})",
+            path=source,
+            fix="its timestamps are corrupt (an end before a start, or a value near 2^63); "
+            "re-collect it",
+        )
+    return AacoInputError(
+        f"could not read this {trace_format} trace ({_reason(exc)})",
+        path=source,
+        fix="the trace is truncated or corrupt, or not what its header says; re-collect it",
+    )
 
 
 def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
@@ -128,7 +166,7 @@ def collect_trace(path: Path, session_id: str, out_dir: Path) -> dict[str, int]:
         with engine.connect() as con:
             for statement in schema_ddl():
                 con.execute(statement)
-            counts = load_trace(con, path, session_id)
+            counts = load_trace(con, path, session_id, scratch=staging)
             label_kernels(con, session_id)
             for table in counts:
                 target = sql_literal(str(staging / f"{table}.parquet"))
@@ -151,18 +189,27 @@ def _copied(table: str) -> str:
 # --- detection --------------------------------------------------------------------------------
 
 
-def _resolve(path: Path) -> tuple[str, Path]:
+def _resolve(path: Path, scratch: Path | None) -> tuple[str, Path]:
     """(format, the file or folder to read). A folder is a rocprofv3 CSV output, or holds
     exactly one trace file of another format (a rocpd database, a JSON results file). What
-    would hang or lead out of the folder (a FIFO, a device, a bad link) is refused first."""
+    would hang or lead out of the folder (a FIFO, a device, a bad link) is refused first. A
+    folder whose only would-be trace is damaged (a corrupt database) says so."""
     if trace_paths.check_trace(path) == "file":
-        return _detect_file(path), path
+        return _detect_file(path, scratch), path
     if rocprofv3_csv.trace_files(path):
         return "rocprofv3_csv", path
-    found = [(fmt, file) for file in _visible_files(path) if (fmt := _try_detect(file))]
+    found, damaged = [], []
+    for file in _visible_files(path):
+        try:
+            found.append((_detect_file(file, scratch), file))
+        except AacoInputError as exc:
+            if not exc.problem.startswith(_NOT_A_TRACE):
+                damaged.append(exc)
     found = [(fmt, file) for fmt, file in found if fmt != "ort_profile"] or found
     if len(found) == 1:
         return found[0]
+    if not found and damaged:
+        raise damaged[0]
     problem = "several traces in one folder" if found else "no trace found in this folder"
     raise AacoInputError(problem, path=path, fix=f"give the trace file itself; {SUPPORTED}")
 
@@ -172,22 +219,23 @@ def _visible_files(folder: Path) -> list[Path]:
     return [p for p in files if not p.name.startswith(".")]
 
 
-def _try_detect(file: Path) -> str | None:
-    try:
-        return _detect_file(file)
-    except AacoInputError:
-        return None
-
-
-def _detect_file(path: Path) -> str:
-    head, zipped = _head(path)
+def _detect_file(path: Path, scratch: Path | None) -> str:
+    zipped = is_gzip(path)
+    head = inflated_head(path, _HEAD_BYTES) if zipped else _plain_head(path)
     if not head:
         raise AacoInputError(
             "the file is empty", path=path, fix=f"re-collect the trace; {SUPPORTED}"
         )
     if head.startswith(_SQLITE_MAGIC):
-        with _plain_copy(path, zipped) as plain:
+        with _plain_copy(path, zipped, scratch) as plain:
             return _detect_database(path, plain)
+    if path.name.lower().removesuffix(".gz").endswith(_SQLITE_SUFFIXES):
+        raise AacoInputError(
+            "named like a SQLite trace database, but it is not a SQLite database (its first "
+            "bytes are not SQLite's header): corrupt, or another file renamed",
+            path=path,
+            fix="copy the database again in full, or re-collect it",
+        )
     text = _text(head)
     fmt = text is not None and _detect_text(text, zipped)
     if not fmt:
@@ -195,28 +243,9 @@ def _detect_file(path: Path) -> str:
     return fmt
 
 
-def _head(path: Path) -> tuple[bytes, bool]:
-    """The first bytes of the content (decompressed when gzipped), and whether it was."""
-    if not _is_gzip(path):
-        with open(path, "rb") as handle:
-            return handle.read(_HEAD_BYTES), False
-    try:
-        with gzip.open(path, "rb") as stream:
-            head = stream.read(_HEAD_BYTES)
-            while stream.read(1 << 20):  # the whole stream must be there, not just its start
-                pass
-    except (OSError, EOFError, zlib.error) as exc:
-        raise AacoInputError(
-            f"truncated or corrupt gzip file ({_reason(exc)})",
-            path=path,
-            fix="copy the file again in full, or give the uncompressed trace",
-        ) from exc
-    return head, True
-
-
-def _is_gzip(path: Path) -> bool:
+def _plain_head(path: Path) -> bytes:
     with open(path, "rb") as handle:
-        return handle.read(2) == _GZIP_MAGIC
+        return handle.read(_HEAD_BYTES)
 
 
 def _text(head: bytes) -> str | None:
@@ -242,14 +271,15 @@ def _detect_text(text: str, zipped: bool) -> str | None:
 
 
 def _detect_database(path: Path, plain: Path) -> str:
+    read = TraceRead.of(path, plain.stat().st_size)
     try:
-        with closing(_connect(plain)) as db:
+        with closing(read.connect(plain)) as db, read.explained():
             names = rocpd.object_names(db)
     except sqlite3.Error as exc:
         raise AacoInputError(
-            f"unreadable SQLite database ({_reason(exc)})",
+            f"a corrupt SQLite database, unreadable ({_reason(exc)})",
             path=path,
-            fix="the file is truncated or corrupt; copy or re-collect it",
+            fix="the file is truncated or damaged; copy it again in full, or re-collect it",
         ) from exc
     if rpd.matches(names):
         return "rpd"
@@ -258,39 +288,36 @@ def _detect_database(path: Path, plain: Path) -> str:
     raise AacoInputError("a SQLite database, but neither rocpd nor RPD", path=path, fix=SUPPORTED)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only; usable from DuckDB's scan thread (one reader at a time pulls the batches)."""
-    return sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
-
-
-@contextmanager
-def _plain_copy(path: Path, zipped: bool):
-    """The path itself, or a decompressed copy of it (SQLite cannot read gzip) while in use."""
+def _plain_copy(path: Path, zipped: bool, scratch: Path | None):
+    """The path itself, or its content inflated into `scratch` (SQLite cannot read gzip)
+    while in use (inflation.inflated_copy: capped, always removed)."""
     if not zipped:
-        yield path
-        return
-    with tempfile.TemporaryDirectory(prefix=".trace-db-") as tmp:
-        plain = Path(tmp) / path.name.removesuffix(".gz")
-        with gzip.open(path, "rb") as stream, open(plain, "wb") as out:
-            shutil.copyfileobj(stream, out, 1 << 20)
-        yield plain
+        return nullcontext(path)
+    return inflated_copy(path, scratch or AacoPaths.from_env().scratch)
 
 
 # --- writing ----------------------------------------------------------------------------------
 
 
-def _insert_tables(con, trace_format: str, source: Path, session: str, iteration) -> dict:
+def _insert_tables(
+    con, trace_format: str, source: Path, session: str, iteration, scratch: Path | None
+) -> dict:
     if trace_format in _SQLITE_READERS:
-        with _plain_copy(source, _is_gzip(source)) as plain, closing(_connect(plain)) as db:
-            plans = _SQLITE_READERS[trace_format].plans(db)
-            return {
-                table: _insert_batches(con, table, session, plan, db, iteration)
-                for table, plan in plans.items()
-            }
-    plans = _DUCKDB_READERS[trace_format].plans(con, source)
-    return {
-        table: _insert_plan(con, table, session, plan, iteration) for table, plan in plans.items()
-    }
+        with _plain_copy(source, is_gzip(source), scratch) as plain:
+            read = TraceRead.of(source, plain.stat().st_size)
+            with closing(read.connect(plain)) as db, read.explained():
+                plans = _SQLITE_READERS[trace_format].plans(db)
+                return {
+                    table: _insert_batches(con, table, session, plan, db, iteration, read)
+                    for table, plan in plans.items()
+                }
+    size = sum(file.stat().st_size for file in trace_paths.trace_files(source))
+    with TraceRead.of(source, size).interrupting(con):
+        plans = _DUCKDB_READERS[trace_format].plans(con, source)
+        return {
+            table: _insert_plan(con, table, session, plan, iteration)
+            for table, plan in plans.items()
+        }
 
 
 def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | None) -> int:
@@ -306,23 +333,25 @@ def _insert_plan(con, table: str, session: str, plan: Plan, iteration: int | Non
 
 
 def _insert_batches(
-    con, table: str, session: str, plan: Plan, db: sqlite3.Connection, iteration: int | None
+    con,
+    table: str,
+    session: str,
+    plan: Plan,
+    db: sqlite3.Connection,
+    iteration: int | None,
+    read: TraceRead,
 ) -> int:
-    """INSERT of the plan's rows fetched from SQLite as Arrow batches."""
+    """INSERT of the plan's rows fetched from SQLite as Arrow batches: fetched in this thread
+    (where a stop signal is seen), each SQLite step stopping at the read's deadline or a stop
+    signal and the rows at its cap (`read`); inserted by DuckDB beside it (streamed_insert)."""
     target, schema = trace_table(table, {"session_id", *plan[1]})
     expressions = {f.name: sql_identifier(f.name) for f in schema}
     if table == "kernel_events":
         expressions.update(_stamped_iteration(iteration))
-    batches = _sqlite_batches(db, session, plan, schema)
-    reader = pa.RecordBatchReader.from_batches(schema, batches)
-    con.register("trace_batches", reader)
-    try:
-        select = sql_projection(schema, expressions)
-        return con.execute(
-            f"INSERT INTO {target} BY NAME SELECT {select} FROM trace_batches"
-        ).fetchall()[0][0]
-    finally:
-        con.unregister("trace_batches")
+    select = sql_projection(schema, expressions)
+    insert = f"INSERT INTO {target} BY NAME SELECT {select} FROM trace_batches"
+    batches = _sqlite_batches(db, session, plan, schema, lambda rows: read.count(rows, table))
+    return streamed_insert(con, insert, "trace_batches", schema, batches)
 
 
 def _stamped_iteration(iteration: int | None) -> dict[str, str]:
@@ -353,14 +382,18 @@ def label_kernels(con: duckdb.DuckDBPyConnection, session_id: str) -> None:
         con.unregister("labelled")
 
 
-def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema):
+def _sqlite_batches(db, session: str, plan: Plan, schema: pa.Schema, count):
     """The plan's rows fetched from SQLite a chunk at a time, each chunk one Arrow batch. Only
-    mapped columns are fetched; the others are null arrays, not a None per row."""
+    mapped columns are fetched; the others are null arrays, not a None per row. `count` hears
+    the rows fetched so far, and refuses too many."""
     source, expressions = plan
     expressions = {"session_id": session, **expressions}
     fields = [field for field in schema if field.name in expressions]
     cursor = db.execute(f"SELECT {_sqlite_projection(fields, expressions)} FROM {source}")
+    fetched_rows = 0
     while chunk := cursor.fetchmany(_SQLITE_CHUNK_ROWS):
+        fetched_rows += len(chunk)
+        count(fetched_rows)
         columns = zip(*chunk, strict=True)
         fetched = {
             f.name: pa.array(values, f.type) for f, values in zip(fields, columns, strict=True)

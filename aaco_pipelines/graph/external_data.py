@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,10 @@ if TYPE_CHECKING:  # onnx (0.1 s) is imported where a model is parsed: most have
 FIX = (
     "keep the weight files beside the model, named as the model refers to them "
     "(re-save it with onnx.save_model(..., save_as_external_data=True, location=NAME))"
+)
+BYTES_FIX = (
+    "re-save the model so that its offsets and lengths are written again "
+    "(onnx.save_model(..., save_as_external_data=True, location=NAME)), or re-export it"
 )
 
 
@@ -43,14 +48,37 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
                     yield from _tensors(subgraph)
 
 
-def _location(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
+def _location(tensor: onnx.TensorProto, model_path: Path) -> tuple[str, int, int | None]:
     entries = {entry.key: entry.value for entry in tensor.external_data}
-    length = entries.get("length")
     return (
         entries.get("location", ""),
-        int(entries.get("offset", 0)),
-        (int(length) if length is not None else None),
+        _byte_count(entries, "offset", tensor.name, model_path) or 0,
+        _byte_count(entries, "length", tensor.name, model_path),
     )
+
+
+# The largest offset or length a file can have (ONNX Runtime reads them as int64).
+MAX_BYTE_COUNT = (1 << 63) - 1
+_DECIMAL = re.compile(r"[0-9]{1,19}")
+
+
+def _byte_count(entries: dict[str, str], key: str, tensor: str, model_path: Path) -> int | None:
+    """An external tensor's `offset` or `length`, None when not given. The value is text from
+    the user's file: anything but a plain decimal count of bytes (`abc`, `-8`, `1e3`, ` 4`) is
+    one error naming the weight, never Python's ValueError (which ended every registry scan)
+    nor a negative number left for ONNX Runtime to refuse."""
+    value = entries.get(key)
+    if value is None:
+        return None
+    if not _DECIMAL.fullmatch(value) or int(value) > MAX_BYTE_COUNT:
+        shown = repr(value) if len(value) <= 40 else repr(value[:37]) + "..."
+        raise AacoInputError(
+            f"weight {tensor!r} has external-data {key} {shown}, not a whole number of bytes "
+            f"in 0..{MAX_BYTE_COUNT}",
+            path=model_path,
+            fix=BYTES_FIX,
+        )
+    return int(value)
 
 
 def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> list[str]:
@@ -69,7 +97,7 @@ def external_files(model_path: Path, model: onnx.ModelProto | None = None) -> li
     for tensor in _tensors(model.graph):
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        location, offset, length = _location(tensor)
+        location, offset, length = _location(tensor, model_path)
         path = _inside(model_path, folder, location, tensor.name)
         end = offset + (length if length is not None else 0)
         needed[location] = max(needed.get(location, 0), end, 1 if length is None else 0)
@@ -125,23 +153,37 @@ def model_sha256(model_path: Path, chunk_bytes: int = 1 << 20) -> str:
     sha256 of the file, as before), else the file and each external file in location order,
     each preceded by its location, so renaming or editing any of them is a new version.
 
-    A file that does not parse, or names external files wrongly, hashes as a plain file: the
-    registry still lists it, and taking its snapshot reports the problem for that model alone."""
+    A file that does not parse, or names external files wrongly, hashes as a plain file: a
+    model file given by path still gets as far as its snapshot, which reports the problem. The
+    registry scan asks `hashed_model` instead, to report and skip such a file."""
+    return hashed_model(model_path, chunk_bytes)[0]
+
+
+def hashed_model(model_path: Path, chunk_bytes: int = 1 << 20) -> tuple[str, AacoInputError | None]:
+    """(the model's content hash as `model_sha256` gives it, why its external data cannot be
+    used or None), reading every file once. An unreadable model file raises its OSError."""
     digest = hashlib.sha256()
     model = _parsed_if_external(model_path, _scan(model_path, digest, chunk_bytes))
     try:
         files = external_files(model_path, model) if model is not None else []
-    except (AacoInputError, OSError):
-        return digest.hexdigest()
-    if not files:
-        return digest.hexdigest()
-    combined = hashlib.sha256(b"aaco-model-with-external-data\0" + digest.digest())
-    for location in files:
-        combined.update(location.encode() + b"\0")
-        part = hashlib.sha256()
-        _scan(model_path.parent / location, part, chunk_bytes)
-        combined.update(part.digest())
-    return combined.hexdigest()
+        if not files:
+            return digest.hexdigest(), None
+        combined = hashlib.sha256(b"aaco-model-with-external-data\0" + digest.digest())
+        for location in files:
+            combined.update(location.encode() + b"\0")
+            part = hashlib.sha256()
+            _scan(model_path.parent / location, part, chunk_bytes)
+            combined.update(part.digest())
+        return combined.hexdigest(), None
+    except AacoInputError as problem:
+        return digest.hexdigest(), problem
+    except OSError as exc:  # an external file unreadable, or gone since it was checked
+        problem = AacoInputError(
+            f"an external weight file cannot be read ({exc.strerror or exc}: {exc.filename})",
+            path=model_path,
+            fix="make the weight files readable by the user aaco runs as",
+        )
+        return digest.hexdigest(), problem
 
 
 def _scan(path: Path, digest=None, chunk_bytes: int = 1 << 20) -> bool:

@@ -23,7 +23,7 @@ import onnx
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs
 from aaco_pipelines.llm.workload import GenerationWorkload
-from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, sidecar_path_for
 
 PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT = re.compile(r"^present\.(\d+)\.(key|value)$")
@@ -113,6 +113,66 @@ def _not_supported(path: Path, wanted: str) -> AacoInputError:
     )
 
 
+def _not_a_decoder(path: Path) -> AacoInputError:
+    """A `generation` section for a model without past_key_values inputs (an MLP, an encoder):
+    said as it is, not as a decoder of the wrong convention."""
+    return AacoInputError(
+        "the sidecar asks for a generation workload, but the model has no past_key_values "
+        "inputs: it is not a decoder with a KV cache",
+        path=sidecar_path_for(path) or path,
+        fix="remove the generation section to measure single forward passes, or register the "
+        "decoder exported with past (Optimum: task text-generation-with-past)",
+    )
+
+
+def position_limit(model: onnx.ModelProto) -> tuple[int, str] | None:
+    """(how many positions the decoder can take, the table that says so) when its graph bounds
+    them: the rows of a table it gathers by position_ids (learned position embeddings, a rotary
+    cos/sin cache); None when nothing does (rotary computed from the positions)."""
+    tables = {t.name: t for t in model.graph.initializer if t.dims}
+    limits = [
+        (tables[node.input[0]].dims[0], node.input[0])
+        for node in model.graph.node
+        if node.op_type == "Gather"
+        and list(node.input[1:2]) == ["position_ids"]
+        and node.input[0] in tables
+        and all(a.name != "axis" or a.i == 0 for a in node.attribute)
+    ]
+    return min(limits) if limits else None
+
+
+def check_positions(
+    workload: GenerationWorkload, limit: tuple[int, str] | None, path: Path
+) -> None:
+    """Refuse, before any work, a workload whose longest request needs more positions than the
+    decoder has: positions 0 .. prompt + output_tokens - 2 are fed (the last token is sampled,
+    never fed), and ONNX Runtime would fail the worker on an index out of the table."""
+    if limit is None:
+        return
+    rows, table = limit
+    prompt_key, longest = max(
+        [("prompt_tokens", workload.prompt_tokens)]
+        + [("curves.prompt_lengths", n) for n in workload.curves.prompt_lengths],
+        key=lambda item: item[1],
+    )
+    needed = longest + workload.output_tokens - 1
+    if needed <= rows:
+        return
+    where = f"the model has {rows} positions (rows of {table!r}, gathered by position_ids)"
+    if longest + 1 > rows:  # not even two tokens fit
+        key = f"generation.{prompt_key}"
+        fix = f"give the sidecar's generation prompts of at most {rows - 1} tokens"
+    else:
+        key, most = "generation.output_tokens", rows - longest + 1
+        fix = f"write generation: {{output_tokens: {most}}} or less in the sidecar (2..{most} fit)"
+    raise AacoInputError(
+        f"{key}: a {longest}-token prompt and {workload.output_tokens} output tokens need "
+        f"{needed} positions, and {where}",
+        path=sidecar_path_for(path) or path,
+        fix=fix,
+    )
+
+
 def generation_plan(model: onnx.ModelProto, sidecar: ModelSidecar, path: Path) -> dict | None:
     """What the worker needs to run the model as a generation workload, or None for a
     forward-pass workload. A decoder is generated from when the sidecar has a `generation`
@@ -124,9 +184,10 @@ def generation_plan(model: onnx.ModelProto, sidecar: ModelSidecar, path: Path) -
     decoder = detect_decoder_io(model, path)
     if decoder is None:
         if declared:
-            raise _not_supported(path, "past_key_values.N.key/value inputs")
+            raise _not_a_decoder(path)
         return None
     workload = sidecar.generation or GenerationWorkload()
+    check_positions(workload, position_limit(model), path)
     vocab = decoder.vocab or _vocab_from_sidecar(sidecar, path)
     return {"workload": workload.to_dict(), "decoder": asdict(decoder), "vocab": vocab}
 

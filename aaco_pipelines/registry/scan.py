@@ -16,6 +16,12 @@ it that model's history). The rule:
 Two registry files whose names still give one slug (`Foo-Bar.onnx` and `foo_bar.onnx`) are
 ambiguous: neither is measured and both are reported (`slug_conflicts`) until one is renamed;
 neither takes the other's key.
+
+Each file is checked on its own (`read_registry`): one that cannot be measured (two files of
+one slug, external data named wrongly, an offset that is not a number, a sidecar that would be
+refused, an unreadable file) is reported with its fix and skipped. It never stops the scan, so
+`aaco registry list`, `aaco run` of another model, `aaco sweep` and the registry sensor go on
+with every other model.
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.external_data import model_sha256
-from aaco_pipelines.registry.sidecar import sidecar_path_for
+from aaco_pipelines.graph.external_data import hashed_model, model_sha256
+from aaco_pipelines.registry.sidecar import load_sidecar, sidecar_path_for
 
 _UNSAFE = re.compile(r"[^a-z0-9_]+")
 MAX_SLUG_CHARS = 100
@@ -85,28 +91,75 @@ def registered_model(path: Path, slug: str | None = None) -> RegisteredModel:
     )
 
 
-def scan_registry(registry: Path) -> list[RegisteredModel]:
-    """Every `*.onnx` file in the registry folder (not recursive), sorted by slug.
+@dataclass(frozen=True)
+class RegistryScan:
+    """What the registry folder holds: the models that can be measured, sorted by slug, and,
+    for each other model file, why not (the error naming the file and the fix)."""
 
-    Other files (sidecars, notes, partial downloads) are ignored, and so are files whose names
-    give one slug: `slug_conflicts` reports those.
-    """
-    groups = _files_by_slug(registry)
-    return [registered_model(files[0]) for _, files in sorted(groups.items()) if len(files) == 1]
+    models: list[RegisteredModel]
+    problems: dict[str, AacoInputError]  # slug -> why that model is not measured
+
+
+def read_registry(registry: Path) -> RegistryScan:
+    """Every `*.onnx` file in the registry folder (not recursive), each checked on its own.
+
+    Other files (sidecars, notes, partial downloads) are ignored; a model file that cannot be
+    measured is in `problems`, never an exception that would hide every other model."""
+    models, problems = [], {}
+    for slug, files in sorted(_files_by_slug(registry).items()):
+        if len(files) > 1:
+            problems[slug] = _conflict(slug, files, registry)
+            continue
+        try:
+            models.append(checked_model(files[0]))
+        except AacoInputError as exc:
+            problems[slug] = exc
+    return RegistryScan(models, problems)
+
+
+def scan_registry(registry: Path) -> list[RegisteredModel]:
+    """The registry's models that can be measured, sorted by slug (`read_registry`)."""
+    return read_registry(registry).models
+
+
+def checked_model(path: Path) -> RegisteredModel:
+    """A registry file as `registered_model` sees it, refused (one AacoInputError naming it and
+    the fix) when it could not be measured: an unreadable file, external data named wrongly,
+    or a sidecar the measurement would refuse. Said now, the model is skipped and reported
+    instead of failing a run later."""
+    try:
+        sha, problem = hashed_model(path)
+    except OSError as exc:
+        raise AacoInputError(
+            f"the model file cannot be read ({exc.strerror or exc})",
+            path=path,
+            fix="make it readable by the user aaco runs as, or take it out of the registry",
+        ) from None
+    if problem is not None:
+        raise problem
+    load_sidecar(path)
+    path = path.absolute()
+    return RegisteredModel(
+        name=path.stem, slug=model_slug(path.stem), path=path, sha256=sha,
+        sidecar=sidecar_path_for(path),
+    )  # fmt: skip
 
 
 def slug_conflicts(registry: Path) -> dict[str, AacoInputError]:
     """{slug: the error naming every file that claims it} for slugs several files claim."""
     return {
-        slug: AacoInputError(
-            f"{' and '.join(f.name for f in files)} are both model '{slug}', so neither is "
-            "measured",
-            path=registry,
-            fix="rename all but one of them (the file name is the model's identity)",
-        )
+        slug: _conflict(slug, files, registry)
         for slug, files in sorted(_files_by_slug(registry).items())
         if len(files) > 1
     }
+
+
+def _conflict(slug: str, files: list[Path], registry: Path) -> AacoInputError:
+    return AacoInputError(
+        f"{' and '.join(f.name for f in files)} are both model '{slug}', so neither is measured",
+        path=registry,
+        fix="rename all but one of them (the file name is the model's identity)",
+    )
 
 
 def _files_by_slug(registry: Path) -> dict[str, list[Path]]:
@@ -119,12 +172,13 @@ def _files_by_slug(registry: Path) -> dict[str, list[Path]]:
 
 
 def find_model(registry: Path, slug: str) -> RegisteredModel:
-    conflict = slug_conflicts(registry).get(slug)
-    if conflict is not None:
-        raise conflict
-    for model in scan_registry(registry):
-        if model.slug == slug:
-            return model
+    """The registry model of this slug, checked like the scan checks it; only its own file is
+    read, so a bad file elsewhere in the registry never stops it."""
+    files = _files_by_slug(registry).get(slug, [])
+    if len(files) > 1:
+        raise _conflict(slug, files, registry)
+    if files:
+        return checked_model(files[0])
     raise AacoInputError(
         f"no model with partition key '{slug}' in the registry",
         path=registry,

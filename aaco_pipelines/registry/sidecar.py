@@ -6,13 +6,13 @@
       input_ids: {shape: [1, 128], dtype: int64, low: 0, high: 30522}
     warmup_iterations: 5
     measured_iterations: 50       # at least this many measured runs...
-    min_measured_seconds: 1.0     # ...and for at least this long (fast models run more)
+    min_measured_seconds: 1.0     # ...and for at least this long (0 to 3600 s)
     profiled_iterations: 10
     execution_providers: [MIGraphXExecutionProvider, CPUExecutionProvider]
     graph_optimization_level: all # ONNX Runtime's: disabled | basic | extended | all
     disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
     tags: {family: bert}
-    generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: generation.workload
+    generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: output_tokens >= 2
 
 `low`/`high` bound generated values (integers: [low, high); floats: uniform in [low, high),
 or standard normal when neither is given).
@@ -61,6 +61,12 @@ SIDECAR_DTYPES = (
     "uint8", "uint16", "uint32", "uint64", "bool",
 )  # fmt: skip
 SIDECAR_HELP = "see the sidecar format in README (inputs: NAME: {shape: [...], dtype: ...})"
+# The longest a measured pass (or a generation scenario) may be asked to last: an hour, far past
+# the runner's default 600 s timeout; beyond it a value is a typo (1e300 s) that the worker
+# would only find out by running into that timeout.
+MAX_MEASURED_SECONDS = 3600.0
+# TPOT is the time per output token after the first: (end - first token) / (tokens - 1).
+MIN_OUTPUT_TOKENS = 2
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
             ("profiled_iterations", 10),
         )
     }
-    min_seconds = _number(data, "min_measured_seconds", 1.0, path, 0.0)
+    min_seconds = _seconds(data, "min_measured_seconds", 1.0, path)
     level = data.get("graph_optimization_level", "all")
     if level not in GRAPH_OPTIMIZATION_LEVELS:
         raise _wrong(
@@ -179,16 +185,30 @@ def _generation(data, path: Path) -> GenerationWorkload:
     base = GenerationWorkload()
     return GenerationWorkload(
         prompt_tokens=_count(data, "prompt_tokens", path, base.prompt_tokens, "generation."),
-        output_tokens=_count(data, "output_tokens", path, base.output_tokens, "generation."),
+        output_tokens=_output_tokens(data, path, base.output_tokens),
         scenarios=_scenarios(data.get("scenarios", list(base.scenarios)), path),
         requests=_count(data, "requests", path, base.requests, "generation."),
-        min_duration_s=_number(data, "generation.min_duration_s", base.min_duration_s, path, 0.0),
+        min_duration_s=_seconds(data, "generation.min_duration_s", base.min_duration_s, path),
         batch_size=_count(data, "batch_size", path, base.batch_size, "generation."),
         target_qps=_number(data, "generation.target_qps", base.target_qps, path),
         slo=_slo(data.get("slo"), path),
         curves=_curves(data.get("curves"), path),
         kv_layout=_kv_layout(data.get("kv_cache"), path),
     )
+
+
+def _output_tokens(data: dict, path: Path, default: int) -> int:
+    """Tokens per request: at least two, or no request has a TPOT. With one, LoadGen reports a
+    negative TPOT and every request counted as within the TPOT limit."""
+    value = _count(data, "output_tokens", path, default, "generation.")
+    if value < MIN_OUTPUT_TOKENS:
+        raise AacoInputError(
+            f"generation.output_tokens must be at least {MIN_OUTPUT_TOKENS}, not {value}: TPOT "
+            "(time per output token after the first) needs two tokens or more",
+            path=path,
+            fix=f"write output_tokens: {default} (any integer >= {MIN_OUTPUT_TOKENS})",
+        )
+    return value
 
 
 def _scenarios(scenarios, path: Path) -> tuple[str, ...]:
@@ -250,13 +270,28 @@ def _kv_layout(data, path: Path) -> str:
     return layout
 
 
-def _number(data: dict, key: str, default: float, path: Path, least: float | None = None) -> float:
-    """A finite number: positive, or at least `least` when that is given."""
+def _number(
+    data: dict,
+    key: str,
+    default: float,
+    path: Path,
+    least: float | None = None,
+    most: float | None = None,
+) -> float:
+    """A finite number: positive, or at least `least` when that is given; at most `most`."""
     value = data.get(key.rsplit(".", 1)[-1], default)
-    if not _is_number(value) or (value < least if least is not None else value <= 0):
+    too_small = _is_number(value) and (value < least if least is not None else value <= 0)
+    if not _is_number(value) or too_small or (most is not None and value > most):
         wanted = f"a number >= {least}" if least is not None else "a positive number"
+        if most is not None:
+            wanted += f" and <= {most:g}"
         raise _wrong(key, value, wanted, path, str(default))
     return float(value)
+
+
+def _seconds(data: dict, key: str, default: float, path: Path) -> float:
+    """A duration to measure for: 0 to MAX_MEASURED_SECONDS."""
+    return _number(data, key, default, path, 0.0, MAX_MEASURED_SECONDS)
 
 
 def _inputs(inputs, path: Path) -> dict[str, InputSpec]:

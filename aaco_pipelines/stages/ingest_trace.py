@@ -32,19 +32,25 @@ from aaco_pipelines.bundle import (
     record_evidence,
     write_json,
 )
+from aaco_pipelines.collectors.full_disk import full_disk
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.collectors.traces import detect_format
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError, out_of_space
+from aaco_pipelines.errors import AacoInputError, Interrupted, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
 from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
 from aaco_pipelines.session_folders import clean_leftovers, session_folder_held
 from aaco_pipelines.stages.load import load_session
+from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
 
 ORT_PROFILE_GLOBS = ("*onnxruntime_profile*.json", "ort_profile*.json")
+# The longest span a trace may have: 2^62 ns, 146 years. Beyond it a latency in float
+# nanoseconds no longer rounds to a 64-bit integer; no real trace comes near.
+MAX_SPAN_NS = 1 << 62
+INT64_MAX = (1 << 63) - 1
 
 
 def ingest_trace(
@@ -67,7 +73,8 @@ def ingest_trace(
         raise AacoInputError(
             "trace not found", path=trace, fix="give a rocprofv3 output directory or a trace file"
         )
-    trace_format = detect_format(trace)
+    refuse_aaco_folders(trace, paths)
+    trace_format = detect_format(trace, scratch=paths.scratch)
     slug = claim_series(
         paths.tracelake, name or (model.stem if model else model_slug(trace.stem)), model or trace
     )
@@ -108,11 +115,39 @@ def ingest_trace(
             evidence.cancel()
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
-        problem = out_of_space(exc, paths.home)
+        signal_name = stop_requested()
+        if signal_name is not None and not isinstance(exc, Interrupted):
+            raise Interrupted(signal_name) from exc  # a library turned the stop into its error
+        problem = out_of_space(exc, paths.home) or full_disk(exc, "ingesting the trace")
         if problem is not None:
             raise problem from exc
         raise
     return bundle
+
+
+def refuse_aaco_folders(trace: Path, paths: AacoPaths) -> None:
+    """Refuse AACO_HOME, a folder holding it or the TraceLake, and AACO_HOME's own folders: none
+    is a trace (copying one into itself never ends, and its lake changes while it is read)."""
+    resolved = trace.resolve()
+    own = {
+        paths.home,
+        paths.registry,
+        paths.sessions,
+        paths.failed_sessions,
+        paths.graphs,
+        paths.dagster_home,
+        paths.scratch,
+        paths.tracelake,
+    }
+    holds = [p for p in (paths.home, paths.tracelake) if p.resolve().is_relative_to(resolved)]
+    if resolved in {p.resolve() for p in own} or holds:
+        what = "aaco's own data" if not holds else f"aaco's own data ({holds[0]})"
+        raise AacoInputError(
+            f"this is, or holds, {what}, not a trace: AACO_HOME is {paths.home}",
+            path=trace,
+            fix="give the profiler's output folder or file; keep traces out of AACO_HOME "
+            "(a session's raw trace is in sessions/<date>/<id>/raw/)",
+        )
 
 
 def _build(staging, trace, trace_format, paths, model, slug, name, session_id):
@@ -230,8 +265,8 @@ def _span_tables(
     session's one iteration and its latency; without ONNX Runtime runs a `model_run` span
     stands for that iteration. Also written to the bundle's tables/ for later re-loads
     (`bundle`, still in staging; the rows name where it is `published`)."""
-    start, end = con.execute(
-        "SELECT min(start_ns), max(start_ns + duration_ns) FROM kernel_events "
+    start, end = con.execute(  # HUGEINT: an end past 2^63 is refused, not an overflow
+        "SELECT min(start_ns), max(CAST(start_ns AS HUGEINT) + duration_ns) FROM kernel_events "
         "WHERE session_id = ? AND category = 'Kernel'",
         [bundle.session_id],
     ).fetchall()[0]
@@ -241,6 +276,7 @@ def _span_tables(
             path=trace,
             fix="collect with kernel tracing on (rocprofv3 --kernel-trace)",
         )
+    _refuse_broken_span(trace, start, end)
     environment = {
         "collected_elsewhere": True,
         "trace_format": trace_format,
@@ -256,6 +292,25 @@ def _span_tables(
         tables["kernel_events"] = _trace_span_run(bundle.session_id, start, end)
     bundle.add_tables(tables)
     return tables
+
+
+def _refuse_broken_span(trace: Path, start: int, end: int) -> None:
+    """The trace's span is its one iteration's latency: it must be a positive number of
+    nanoseconds that fits the lake's 64-bit columns."""
+    if end is None or end <= start:
+        raise AacoInputError(
+            f"the trace's kernels span no time (first start {start} ns, last end {end} ns; "
+            "all timestamps zero?), so it has no latency",
+            path=trace,
+            fix="re-collect the trace with timestamps (rocprofv3 --kernel-trace writes them)",
+        )
+    if end > INT64_MAX or end - start > MAX_SPAN_NS:
+        raise AacoInputError(
+            f"the trace's kernels span from {start} to {end} ns, beyond 64-bit nanoseconds "
+            "(146 years at most): its timestamps are corrupt",
+            path=trace,
+            fix="re-collect the trace; check its Start/End timestamps",
+        )
 
 
 def derive_optimized_model(model: Path, target: Path, user_model: Path) -> None:

@@ -24,6 +24,7 @@ from aaco_pipelines.analysis.measurement_quality import (
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.manifest import manifest_digest
 from aaco_pipelines.session_folders import session_folder_held
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import MODELS, TABLES, conform, stored, stored_tables
@@ -32,6 +33,8 @@ from aaco_pipelines.tracelake.store import (
     delete_session_rows,
     insert_rows,
     mark_complete,
+    record_manifest_digest,
+    stored_manifest_digest,
 )
 
 SESSION_TABLES = ("sessions", "iterations", "kernel_events", "telemetry")
@@ -104,10 +107,11 @@ def load_session(
 ) -> dict[str, int]:
     """Load one session and its model graph in a single transaction, replacing any earlier
     load of the same session. `derive` returns rows to add that depend on the loaded ones (an
-    ingested trace's span becomes its latency). The bundle's raw evidence is checked against
-    its recorded digests first (`verify=False` only right after the bundle was written and
-    hashed). `trace_source`: the device trace to read instead of the bundle's copy (`aaco
-    ingest` reads the original while the copy is made)."""
+    ingested trace's span becomes its latency). The bundle is checked against its recorded
+    digests and manifest first (`verify=False` only right after the bundle was written and
+    hashed); the manifest's digest is kept with the session's row. `trace_source`: the device
+    trace to read instead of the bundle's copy (`aaco ingest` reads the original while the copy
+    is made)."""
     graph = read_graph_dir(bundle.graph_dir)
     with lake.transaction() as con:
         _replace_session(con, bundle, verify, trace_source)
@@ -115,6 +119,7 @@ def load_session(
             mark_complete(con, bundle.session_id)
         for name, table in (derive(con) if derive else {}).items():
             insert_rows(con, name, table)
+        record_manifest_digest(con, bundle.session_id, _published_manifest(con, bundle))
         counts = _session_counts(con, bundle.session_id)
         if graph is not None:
             counts.update(_replace_graph(con, graph))
@@ -133,6 +138,7 @@ def _replace_session(
         )
     if verify:
         bundle.verify_evidence()
+        bundle.verify_manifest(stored_manifest_digest(con, bundle.session_id))
     # A session loaded again is not complete until it is analysed again.
     con.execute("DELETE FROM completed_sessions WHERE session_id = ?", [bundle.session_id])
     for table in (*SESSION_TABLES, *OPTIONAL_SESSION_TABLES):
@@ -148,6 +154,17 @@ def _replace_session(
         source = trace_source or bundle.inside(trace["path"])
         load_trace(con, source, bundle.session_id, iteration=trace["iteration"])
     label_kernels(con, bundle.session_id)
+
+
+def _published_manifest(con, bundle: SessionBundle) -> str | None:
+    """The digest of the bundle's manifest where it is published: the bundle itself, or, for
+    a trace being ingested (published while it loads), where its session row says it went."""
+    if bundle.path.is_dir():
+        return manifest_digest(bundle.path)
+    row = con.execute(
+        "SELECT bundle_path FROM session_records WHERE session_id = ?", [bundle.session_id]
+    ).fetchone()
+    return manifest_digest(Path(row[0])) if row and row[0] else None
 
 
 def _session_counts(con, session_id: str) -> dict[str, int]:

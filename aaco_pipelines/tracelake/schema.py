@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -98,6 +98,10 @@ SESSIONS = pa.schema(
         # v9: a generation session's latency figures are its headline scenario's requests
         ("workload", _str),  # forward | generation
         ("scenario", _str),  # the headline scenario of a generation session (single_stream...)
+        # v14: the sha256 of the bundle's manifest.json, set when the session is loaded (never
+        # in the bundle's own tables/sessions.parquet, which the manifest covers); null for a
+        # session loaded before manifests (aaco_pipelines.manifest)
+        ("manifest_sha256", _str),
     ]
 )
 

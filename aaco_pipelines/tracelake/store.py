@@ -126,7 +126,10 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     # The class's close calls: unknown for the sessions classified before it.
     13: ["ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS close_calls_json VARCHAR"],
+    # The digest of each bundle's manifest: unknown (not covered) for sessions loaded before.
+    14: ["ALTER TABLE session_records ADD COLUMN IF NOT EXISTS manifest_sha256 VARCHAR"],
 }
+MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 
 
 class TraceLake:
@@ -257,6 +260,26 @@ class TraceLake:
             "LEFT JOIN completed_sessions c USING (session_id)"
         )
         return dict(zip(rows["session_id"].to_pylist(), rows["complete"].to_pylist(), strict=True))
+
+    def manifest_digests(
+        self, session_ids: list[str] | None = None
+    ) -> dict[str, tuple[str | None, str | None]]:
+        """{session_id: (bundle_path, manifest_sha256)} of these sessions, or of every complete
+        one (None); the digest is None for a session loaded before manifests, and for every
+        session of a lake not migrated yet (a read never migrates)."""
+        with self.connect() as con:
+            since = (_stored_version(con) or 0) >= MANIFEST_SINCE
+            digest = "manifest_sha256" if since else "NULL"
+            if session_ids is None:
+                sql, params = f"SELECT session_id, bundle_path, {digest} FROM sessions", []
+            else:
+                sql = (
+                    f"SELECT session_id, bundle_path, {digest} FROM session_records "
+                    "WHERE list_contains(?, session_id)"
+                )
+                params = [session_ids]
+            rows = con.execute(sql + " ORDER BY started_at, session_id", params).fetchall()
+        return {sid: (path, sha) for sid, path, sha in rows}
 
     def delete_sessions(self, session_ids: list[str]) -> None:
         """Remove every row of these sessions, from every table, in one transaction."""
@@ -424,6 +447,20 @@ def mark_complete(con, session_id: str) -> None:
     con.execute(
         "INSERT INTO completed_sessions VALUES (?, ?)",
         [session_id, dt.datetime.now(dt.timezone.utc)],
+    )
+
+
+def stored_manifest_digest(con, session_id: str) -> str | None:
+    """The manifest digest the lake keeps of a session (None: not loaded, or before manifests)."""
+    row = con.execute(
+        "SELECT manifest_sha256 FROM session_records WHERE session_id = ?", [session_id]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def record_manifest_digest(con, session_id: str, digest: str | None) -> None:
+    con.execute(
+        "UPDATE session_records SET manifest_sha256 = ? WHERE session_id = ?", [digest, session_id]
     )
 
 

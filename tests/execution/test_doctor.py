@@ -20,6 +20,8 @@ NAMES = [
     "Dagster instance",
     "TraceLake",
     "Interrupted runs",
+    "Evidence",
+    "Model registry",
 ]
 
 

@@ -90,7 +90,7 @@ def test_a_slug_holding_another_models_sessions_is_refused_before_measuring(
     )
     trace = SHARED / "samples" / "profilers" / "hpctraining_mi250_laplacian_rocprofv1_results.csv"
     for model, owner in (("foo_bar", "Foo-Bar"), ("model", "模型")):
-        path = models.save(models.tiny_mlp(), tmp_path / f"{model}.onnx")
+        path = models.save(models.tiny_mlp(), aaco_paths.registry / f"{model}.onnx")
         for argv in (
             ["run", "--model", str(path), "--iterations", "5", "--no-profile"],
             ["ingest", str(trace), "--name", model],
