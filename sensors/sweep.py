@@ -34,7 +34,7 @@ from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
 from aaco_pipelines.instance.retries import attempts_by_partition, keep_backfill_open, settled
-from aaco_pipelines.registry.scan import RegisteredModel, model_slug, scan_registry
+from aaco_pipelines.registry.scan import RegisteredModel, model_slug, read_registry
 from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -78,7 +78,7 @@ def sweep(
     this host's target. With the instance's run launcher (README, "Scaling out"): the runs are
     submitted as one backfill, queue per device, run on the device workers, and are waited for
     here; `targets` defaults to every registered target."""
-    chosen = select_models(scan_registry(paths.registry), only, paths.registry)
+    chosen = models_to_sweep(paths.registry, only, on_progress or _to_stderr)
     home = prepare_dagster_home(dagster_home or dagster_home_for(paths))
     with dg.DagsterInstance.from_config(str(home)) as instance:
         routed = routes_runs(instance)
@@ -265,6 +265,29 @@ def _after_fdr(result: SweepResult, regressed: list[str] | None) -> SweepResult:
 def dagster_home_for(paths: AacoPaths) -> Path:
     """DAGSTER_HOME when set, else AACO_HOME/dagster: the instance `aaco ui` also uses."""
     return Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home)
+
+
+def models_to_sweep(
+    registry: Path, only: Sequence[str] | None, say: Callable[[str], None]
+) -> list[RegisteredModel]:
+    """The registry's models (or the `only` ones) that can be measured; each file that cannot
+    is said in one line and skipped (the others are measured), and an `only` that names
+    nothing else is its error."""
+    scan = read_registry(registry)
+    wanted = {model_slug(name) for name in only} if only else None
+    skipped = {s: p for s, p in scan.problems.items() if wanted is None or s in wanted}
+    for problem in skipped.values():
+        say(f"not measured: {problem}")
+    if wanted is not None and wanted <= set(skipped):
+        raise next(iter(skipped.values()))
+    if skipped and not scan.models:
+        raise AacoInputError(
+            f"none of the registry's models can be measured ({len(skipped)} said above)",
+            path=registry,
+            fix="fix the files named above",
+        )
+    rest = [name for name in only or () if model_slug(name) not in skipped]
+    return select_models(scan.models, rest or None if only else None, registry)
 
 
 def select_models(

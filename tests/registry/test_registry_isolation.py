@@ -171,7 +171,11 @@ def test_sweep_measures_the_good_models(aaco_paths, capsys, monkeypatch):
     bad_registry(aaco_paths.registry)
     add_model(aaco_paths, "other", models.tiny_mlp(seed=4))
     assert main(["sweep"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out.splitlines()[-1] == "2 runs: 0 failed, 0 regressed"
+    (skipped,) = [line for line in err.splitlines() if line.startswith("not measured:")]
+    assert "bad.onnx" in skipped and "Fix:" in skipped, err  # said, not silently left out
+    assert main(["sweep", "--models", "bad"]) == 2  # asked for by name: its own error
+    assert "bad.onnx" in capsys.readouterr().err
     slugs = TraceLake(aaco_paths.tracelake).query("SELECT model_slug FROM sessions ORDER BY 1")
     assert slugs["model_slug"].to_pylist() == ["good", "other"]
