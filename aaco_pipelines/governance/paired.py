@@ -139,7 +139,8 @@ def paired_comparison(
     a_mean = np.array([r.mean() for r in measured.a])
     b_mean = np.array([r.mean() for r in measured.b])
     batches = measured.process_rounds()
-    latency = _pairs(np.log(b_p50 / a_p50), batches)  # per pair, + is slower
+    rounds = np.log(b_p50 / a_p50)  # per round, + is slower
+    latency = _pairs(rounds, batches)
     throughput = _pairs(np.log(a_mean / b_mean), batches)  # per pair, - is slower
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, latency.size, size=(RESAMPLES, latency.size))
@@ -148,7 +149,7 @@ def paired_comparison(
     low, high = (float(v) for v in np.quantile(latency_resampled, [tail, 1.0 - tail]))
     t_low, t_high = np.quantile(_pct(np.median(throughput[picks], axis=1)), [tail, 1.0 - tail])
     effect = float(_pct(np.median(latency)))
-    processes = _processes(np.log(b_p50 / a_p50), batches)
+    processes = _processes(rounds, batches)
     decision = decide(effect, [low, high], threshold_pct)
     if decision == "regression" and not _confirmed(processes, threshold_pct):
         decision = "uncertain"
