@@ -50,6 +50,14 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def _p50_regressed(out: str) -> bool:
+    """A critical regression whose p50 row says so. The headline names the worst metric, which
+    on a busy host may be p99 (a few preempted iterations of the slower session; these tests
+    trust every measurement), so the p50 is read from its row."""
+    p50 = next(line for line in out.splitlines() if line.lstrip().startswith("p50 latency"))
+    return out.startswith("REGRESSION (critical): mlp ") and p50.endswith("REGRESSION (critical)")
+
+
 def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
     """The stored sessions' gate (--paired never: nothing measured again)."""
     t0, t1, slower = mlp_swap_session_ids
@@ -57,7 +65,7 @@ def test_diff_exit_codes(mlp_swap_session_ids, capsys, tmp_path, monkeypatch):
     code, out, err = _run(
         capsys, *stored, "--baseline", t0, "--current", slower, "--fail-on-regression"
     )
-    assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +") and not err
+    assert code == 1 and _p50_regressed(out) and not err
     assert "model_version" in out and "bisect the model change" in out
     assert _run(capsys, *stored, "--baseline", t0, "--current", slower)[0] == 0  # report only
     code, out, _ = _run(
@@ -122,7 +130,7 @@ def test_diff_falls_back_on_the_stored_sessions_only_where_paired_was_not_writte
     try:
         args = ("diff", "--baseline", t0, "--current", slower, "--fail-on-regression")
         code, out, err = _run(capsys, *args)
-        assert code == 1 and out.startswith("REGRESSION (critical): mlp p50 +")
+        assert code == 1 and _p50_regressed(out)
         assert "side by side" not in out
         measuring, fallback = err.splitlines()
         assert measuring.endswith("interleaved rounds): the stored sessions say regression")
