@@ -88,6 +88,8 @@ def top_op_cell(top: dict | None) -> str:
         STABLE,
         TICK_NS,
         TIE,
+        rivals_in_other_sessions,
+        rivals_text,
         tied_with_top,
     )
 
@@ -101,13 +103,17 @@ def top_op_cell(top: dict | None) -> str:
         named = ", ".join(f"{t['name']} {t['share']:.0%}" for t in tied[:TIED_SHOWN])
         more = f" and {len(tied) - TIED_SHOWN} more" if len(tied) > TIED_SHOWN else ""
         cell += f", tied with {named}{more} (within {TIE:.0%} or {TICK_NS / 1e3:g} µs of its time)"
+    others = top.get("others") or []
+    rivals = rivals_in_other_sessions(top["name"], others)
+    if rivals:
+        cell += "; " + rivals_text(rivals, len(others))
     stability = top["top_op_stability"]
     if stability is None:
         return cell + (
             f"; ranking not judged ({top['profiled_iterations']} profiled iterations, "
             f"under {MIN_ITERATIONS})"
         )
-    if stability < STABLE and not tied:
+    if stability < STABLE and not tied and not rivals:
         return cell + f", top op uncertain: first in {stability:.0%} of resamples"
     return cell
 

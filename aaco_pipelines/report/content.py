@@ -163,7 +163,8 @@ def _derived(table: pa.Table) -> list[dict]:
 
 def _ranking(data: ReportData) -> dict:
     """How sure the node ranking is (analysis/ranking_stability; None where not judged), the
-    nodes some resample ranks first, most often first, and the nodes tied with the top one."""
+    nodes some resample ranks first, most often first, the nodes tied with the top one, and
+    the top op of the version's other sessions."""
     derived = dict(
         zip(
             data.derived_metrics["metric"].to_pylist(),
@@ -181,6 +182,7 @@ def _ranking(data: ReportData) -> dict:
         "top3_stability": derived.get("top3_stability"),
         "leading": leading.to_pylist(),
         "tied": tied_with_top(ranked),
+        "others": data.other_top_ops,
     }
 
 

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 from aaco_pipelines.analysis.classification import CLOSE_CALL, close_call_text
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
-from aaco_pipelines.analysis.ranking_stability import MIN_ITERATIONS, STABLE, TICK_NS, TIE
+from aaco_pipelines.analysis.ranking_stability import (
+    MIN_ITERATIONS,
+    STABLE,
+    TICK_NS,
+    TIE,
+    rivals_in_other_sessions,
+    rivals_text,
+)
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.units import by_unit, duration
@@ -197,7 +204,8 @@ OP_COLUMNS = [
 def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     """Whether the top op (and the top three) can be named, from the bootstrap over the
     profiled iterations: the ops tied with it (ranking_stability.tied_with_top), else
-    "uncertain" below ranking_stability.STABLE, with who else leads."""
+    "uncertain" below ranking_stability.STABLE, with who else leads; and the ops the version's
+    other sessions named first instead."""
     if not top_ops:
         return None
     stability, top = ranking.get("top_op_stability"), top_ops[0]["name"]
@@ -228,6 +236,10 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     three = ranking.get("top3_stability")
     if three is not None and three < STABLE and len(top_ops) > 3:
         text += f" The top three are uncertain too: the same three lead in {three:.0%}."
+    others = ranking.get("others") or []
+    rivals = rivals_in_other_sessions(top, others)
+    if rivals:
+        text += f" Across sessions: {rivals_text(rivals, len(others))}; treat them as one group."
     return text
 
 

@@ -221,3 +221,57 @@ def test_tied_top_ops_are_named_as_one_group_in_the_report_and_the_summary():
         in cell
     )
     assert "uncertain" not in cell  # the tie says it, with who
+
+
+def test_a_top_op_other_sessions_of_the_version_did_not_name_first_is_said(aaco_paths):
+    """Five quiet sessions of llama_decoder named two different top ops, each settled within
+    its own run: the bootstrap of one run cannot see it. Three real sessions of one MLP
+    version (and one of another version, which does not count); one of them ranks another
+    node first (its op_breakdown as a run whose order flipped would store it): the others'
+    report and `aaco run` cell name that node as a rival across sessions, nearest in time
+    first; a version whose sessions agree says nothing of it."""
+    from aaco_pipelines.registry.scan import registered_model
+    from aaco_pipelines.report.content import render_json
+    from aaco_pipelines.stages.attribute import attribute
+    from aaco_pipelines.stages.pipeline import measure_model
+    from aaco_pipelines.tracelake import queries
+    from aaco_pipelines.tracelake.store import TraceLake
+    from tests import models
+    from tests.helpers import add_model
+
+    def session(model) -> str:
+        bundle = measure_model(registered_model(add_model(aaco_paths, "mlp", model)), aaco_paths)
+        attribute(lake, bundle)
+        return bundle.session_id
+
+    def lead(session_id: str, node: str, factor: int) -> None:
+        with lake.connect(write=True) as con:
+            con.execute(
+                "UPDATE op_breakdown SET p50_ns = p50_ns * ? "
+                "WHERE session_id = ? AND level = 'node' AND name = ?",
+                [factor, session_id, node],
+            )
+
+    lake = TraceLake(aaco_paths.tracelake)
+    first, second, flipped = (session(models.tiny_mlp()) for _ in range(3))
+    other_version = session(models.slower_mlp())
+    # the tiny MLP's two MatMuls are near-tied (fc1 or fc2 first, run by run: the very case);
+    # fc1 made clearly first in all three, then the third session's fc2 far above it
+    top, rival = "fc1/matmul", "fc2/matmul"
+    for session_id in (first, second, flipped):
+        lead(session_id, top, 1000)
+    assert queries.top_op(lake, first)["others"] == [top, top]  # the other two agree
+    assert "other sessions" not in top_op_cell(queries.top_op(lake, first))
+    lead(flipped, rival, 10**6)
+    top = queries.top_op(lake, first)
+    assert top["others"] == [top["name"], rival]  # nearest in time first; not other_version's
+    assert queries.other_top_ops(lake, other_version) == []
+    cell = top_op_cell(top)
+    assert f"other sessions of this version named {rival} (1 of 2) first" in cell
+    assert "order changes from run to run" in cell
+    content = render_json(lake, first)
+    text = ranking_text(content["ranking"], content["top_ops"])
+    assert f"Across sessions: other sessions of this version named {rival} (1 of 2)" in text
+    flipped_top = queries.top_op(lake, flipped)  # and the flipped one names the usual top op
+    assert flipped_top["name"] == rival and flipped_top["others"] == [top["name"]] * 2
+    assert f"named {top['name']} (2 of 2) first" in top_op_cell(flipped_top)
