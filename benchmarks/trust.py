@@ -15,12 +15,13 @@ per core of a 2-core host, for the whole run). Everything runs in a temporary AA
    ratio, printed, comes from the side-by-side runs).
 2. Class and top-op agreement over 5 runs of every zoo model (goal 100 % quiet; busy: agree, or
    the runs that disagree are labelled: a suspect measurement, for the class the other runs'
-   class named as a close call, for the top op a bootstrap stability of its rank under 0.9, or
-   other sessions of the version named another op first, which the report says).
+   class named as a close call or as another session's class, for the top op a bootstrap
+   stability of its rank under 0.9 or another op named first by another session).
    Top ops "agree within ties" when every run's top op is among the ops every other run names
    as tied with its own (analysis/ranking_stability.tied_with_top) or as named first by the
-   version's other sessions (rivals_in_other_sessions); classes "agree within close calls" when
-   every run's class is the class or a close call of every other run.
+   version's other sessions (analysis/across_sessions); classes "agree within close calls" when
+   every run's class is the class or a close call of every other run, or a class the version's
+   other sessions gave, which the report names too.
 3. Roofline: points above their roof (goal 0) in those runs; the envelope against the host's
    theoretical peak.
 4. LLM: ITL/TPOT against a plain ONNX Runtime loop, and server TTFT against LoadGen's own
@@ -197,8 +198,9 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
     sys.path.insert(0, str(HERE))
     from run import bare_sweep, fresh_paths
 
+    from aaco_pipelines.analysis.across_sessions import rivals
     from aaco_pipelines.analysis.envelope import HardwareEnvelope
-    from aaco_pipelines.analysis.ranking_stability import rivals_in_other_sessions, tied_with_top
+    from aaco_pipelines.analysis.ranking_stability import tied_with_top
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -215,9 +217,11 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
         row["top_op"] = ranked[0]["name"] if ranked else None
         row["tied"] = [t["name"] for t in tied_with_top(ranked)]
         # ... and the ops other sessions of the version named first (the report names them too)
-        row["rivals"] = list(rivals_in_other_sessions(row["top_op"], top["others"] if top else []))
+        row["rivals"] = list(rivals(row["top_op"], top["others"] if top else []))
         row["tied"] += row["rivals"]
         row["close_calls"] = [c["bottleneck"] for c in json.loads(row["close_calls_json"] or "[]")]
+        classes = [o["bottleneck"] for o in queries.other_sessions(lake, row["session_id"])]
+        row["close_calls"] += rivals(row["bottleneck"], classes)  # said beside the class too
         per_model.setdefault(row["model_slug"], []).append(row)
     agreement = {slug: _agreement(rows) for slug, rows in per_model.items()}
     utilization = lake.query(

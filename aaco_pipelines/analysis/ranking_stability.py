@@ -23,18 +23,12 @@ the resamples, are named with it as tied (tied_with_top): which of them comes fi
 run's luck, not the model's. With fewer than MIN_ITERATIONS profiled iterations nothing is
 judged (None): a bootstrap of one or two iterations would call any ranking stable.
 
-Nor does the bootstrap see the host from run to run: on a quiet host, five sessions of
-llama_decoder named qk_matmul first three times and k_rotary/rotate_half twice, each of them
-settled within its own run (first in every resample, nothing within TIE). So the top op is
-also held against the top ops of the same version's other sessions (same target and runtime,
-the nearest in time: queries.other_top_ops); an op they named first instead is a rival across
-sessions (rivals_in_other_sessions), and the report and `aaco run` say the order changes from
-run to run and name it with the top op, as one group.
+Nor does the bootstrap see the host from run to run: analysis/across_sessions holds the top
+op against the same version's other sessions.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -126,18 +120,6 @@ def tied_with_top(nodes: list[dict]) -> list[dict]:
         for node in nodes[1:]
         if (node.get("p50_ns") or 0.0) >= floor or (node.get("p_top") or 0.0) >= 1.0 - STABLE
     ]
-
-
-def rivals_in_other_sessions(top: str, others: list[str]) -> dict[str, int]:
-    """The ops the version's other sessions named first instead of `top`, with how many of
-    them did, most often first."""
-    return dict(Counter(name for name in others if name != top).most_common())
-
-
-def rivals_text(rivals: dict[str, int], others: int) -> str:
-    """The rivals across sessions as the report and `aaco run` name them."""
-    named = ", ".join(f"{name} ({count} of {others})" for name, count in rivals.items())
-    return f"other sessions of this version named {named} first: the order changes from run to run"
 
 
 RANKS = pa.schema(

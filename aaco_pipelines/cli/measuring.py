@@ -40,6 +40,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     trusted first."""
     import json
 
+    from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
     from aaco_pipelines.analysis.classification import close_call_text
     from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
     from aaco_pipelines.tracelake import queries
@@ -53,6 +54,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         )
         quality = queries.measurement_quality_row(lake, session_id)
         top = queries.top_op(lake, session_id)
+        classes = [o["bottleneck"] for o in queries.other_sessions(lake, session_id)]
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"
@@ -61,6 +63,9 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         bottleneck += f", a close call: {close}"
     if quality and quality["verdict"] == "suspect" and row["bottleneck"]:
         bottleneck += ", uncertain: on a suspect measurement"
+    found = rivals(row["bottleneck"], classes) if row["bottleneck"] else {}
+    if found:
+        bottleneck += "; " + rivals_text("bottleneck", found, classes)
     cells = [
         ("measurement", MeasurementQuality.from_row(quality).line() if quality else "not judged"),
         ("session", row["session_id"]),
@@ -83,13 +88,12 @@ def run_summary(lake_path: Path, session_id: str) -> str:
 def top_op_cell(top: dict | None) -> str:
     """The top node, its share, the ops tied with it, and "uncertain" when a bootstrap
     resample of the profiled iterations often ranks another first (analysis/ranking_stability)."""
+    from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
     from aaco_pipelines.analysis.ranking_stability import (
         MIN_ITERATIONS,
         STABLE,
         TICK_NS,
         TIE,
-        rivals_in_other_sessions,
-        rivals_text,
         tied_with_top,
     )
 
@@ -104,16 +108,16 @@ def top_op_cell(top: dict | None) -> str:
         more = f" and {len(tied) - TIED_SHOWN} more" if len(tied) > TIED_SHOWN else ""
         cell += f", tied with {named}{more} (within {TIE:.0%} or {TICK_NS / 1e3:g} µs of its time)"
     others = top.get("others") or []
-    rivals = rivals_in_other_sessions(top["name"], others)
-    if rivals:
-        cell += "; " + rivals_text(rivals, len(others))
+    found = rivals(top["name"], others)
+    if found:
+        cell += "; " + rivals_text("top_op", found, others)
     stability = top["top_op_stability"]
     if stability is None:
         return cell + (
             f"; ranking not judged ({top['profiled_iterations']} profiled iterations, "
             f"under {MIN_ITERATIONS})"
         )
-    if stability < STABLE and not tied and not rivals:
+    if stability < STABLE and not tied and not found:
         return cell + f", top op uncertain: first in {stability:.0%} of resamples"
     return cell
 

@@ -60,7 +60,7 @@ def report_content(data: ReportData) -> dict:
         "summary": latency_with_intervals(data.session, measured),
         "measurement": dataclasses.asdict(data.measurement) if data.measurement else None,
         "environment": data.environment,
-        "bottleneck": _bottleneck(data.bottleneck),
+        "bottleneck": _bottleneck(data.bottleneck, data.other_sessions),
         "derived_metrics": _derived(data.derived_metrics),
         "top_ops": _level(data.op_breakdown, "node", TOP_OPS),
         "ranking": _ranking(data),
@@ -145,7 +145,9 @@ def _floats(rows: list[dict]) -> list[dict]:
     ]
 
 
-def _bottleneck(report: dict | None) -> dict | None:
+def _bottleneck(report: dict | None, others: list[dict]) -> dict | None:
+    """The stored report with each signal's rationale, and the class of the version's other
+    sessions (`others`, analysis/across_sessions)."""
     if report is None:
         return None
     evidence = [
@@ -153,7 +155,7 @@ def _bottleneck(report: dict | None) -> dict | None:
         for item in report["evidence"]
         if item["signal"] in SIGNAL_RULES
     ]
-    return {**report, "evidence": evidence}
+    return {**report, "evidence": evidence, "others": [o["bottleneck"] for o in others]}
 
 
 def _derived(table: pa.Table) -> list[dict]:
@@ -182,7 +184,7 @@ def _ranking(data: ReportData) -> dict:
         "top3_stability": derived.get("top3_stability"),
         "leading": leading.to_pylist(),
         "tied": tied_with_top(ranked),
-        "others": data.other_top_ops,
+        "others": [o["top_op"] for o in data.other_sessions],
     }
 
 

@@ -16,7 +16,7 @@ from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.queries import other_top_ops, resolve_session
+from aaco_pipelines.tracelake.queries import other_sessions, resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_KERNELS = 15
@@ -93,7 +93,8 @@ class ReportData:
     generation_metrics: pa.Table
     requests: pa.Table  # run, ttft_ns, tpot_ns
     phase_breakdown: pa.Table  # op-type level: phase, name, mean_ns, share
-    other_top_ops: list[str]  # the top op of the version's other sessions (queries.other_top_ops)
+    # the version's other sessions nearest in time, with their top op and class
+    other_sessions: list[dict]  # (queries.other_sessions)
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
@@ -167,7 +168,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
             "SELECT phase, name, mean_ns, share FROM phase_breakdown WHERE session_id = $sid "
             "AND level = 'op_type' ORDER BY phase DESC, mean_ns DESC"
         ),
-        other_top_ops=other_top_ops(lake, sid),
+        other_sessions=other_sessions(lake, sid),
     )
 
 

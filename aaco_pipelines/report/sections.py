@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
 from aaco_pipelines.analysis.classification import CLOSE_CALL, close_call_text
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.ranking_stability import (
@@ -16,8 +17,6 @@ from aaco_pipelines.analysis.ranking_stability import (
     STABLE,
     TICK_NS,
     TIE,
-    rivals_in_other_sessions,
-    rivals_text,
 )
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
@@ -132,6 +131,13 @@ def _bottleneck(report: dict | None, measurement: dict | None = None) -> Section
             f"quiet runs), the class would be {close}. Measure again, or read the evidence "
             "below, before acting on the class alone."
         )
+    others = report.get("others") or []
+    found = rivals(report["bottleneck"], others)
+    if found:
+        text.append(
+            f"Across sessions: {rivals_text('bottleneck', found, others)}. Read the evidence "
+            "below, or measure again, before acting on the class alone."
+        )
     if measurement and measurement["verdict"] == "suspect":
         text.append(
             "This diagnosis is uncertain: it rests on a measurement judged suspect ("
@@ -228,18 +234,18 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     elif stability >= STABLE:
         text = f"Top op {top}: first in {stability:.0%} of {runs}."
     else:
-        rivals = ", ".join(f"{r['name']} {r['p_top']:.0%}" for r in ranking["leading"][:3])
+        leading = ", ".join(f"{r['name']} {r['p_top']:.0%}" for r in ranking["leading"][:3])
         text = (
-            f"Top op uncertain: {top} is first in only {stability:.0%} of {runs} ({rivals}). "
+            f"Top op uncertain: {top} is first in only {stability:.0%} of {runs} ({leading}). "
             "Profile more iterations, or measure on a quiet host, before acting on the order."
         )
     three = ranking.get("top3_stability")
     if three is not None and three < STABLE and len(top_ops) > 3:
         text += f" The top three are uncertain too: the same three lead in {three:.0%}."
     others = ranking.get("others") or []
-    rivals = rivals_in_other_sessions(top, others)
-    if rivals:
-        text += f" Across sessions: {rivals_text(rivals, len(others))}; treat them as one group."
+    found = rivals(top, others)
+    if found:
+        text += f" Across sessions: {rivals_text('top_op', found, others)}; treat them as one group."
     return text
 
 

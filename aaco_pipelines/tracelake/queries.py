@@ -228,17 +228,18 @@ def top_op(lake: TraceLake, session_id: str, contenders: int = 32) -> dict | Non
     """The session's top ONNX node by median time, its share and how stable its rank is
     (null where not judged), with the next `contenders` nodes (`ranked`, the top op first:
     name, share, p50_ns, p_top) to find its ties among, and the top op of each of its
-    version's other sessions (`others`, other_top_ops); None before attribution."""
+    version's other sessions (`others`: other_sessions); None before attribution."""
     rows = lake.query(TOP_OPS_SQL, {"sid": session_id, "n": contenders + 1}).to_pylist()
     if not rows:
         return None
     ranked = [{k: row[k] for k in ("name", "share", "p50_ns", "p_top")} for row in rows]
-    return {**rows[0], "ranked": ranked, "others": other_top_ops(lake, session_id)}
+    others = [o["top_op"] for o in other_sessions(lake, session_id)]
+    return {**rows[0], "ranked": ranked, "others": others}
 
 
 # The other completed sessions of the same model version, target and runtime, nearest in time
-# first, and each one's top node (op_breakdown's order: median time, then mean).
-OTHER_TOP_OPS_SQL = """
+# first, with each one's top node (op_breakdown's order: median time, then mean) and class.
+OTHER_SESSIONS_SQL = """
 WITH this AS (
     SELECT model_sha256, target, runtime_fingerprint, started_at FROM session_records
     WHERE session_id = $sid
@@ -249,24 +250,25 @@ WITH this AS (
       AND s.runtime_fingerprint IS NOT DISTINCT FROM this.runtime_fingerprint
       AND s.session_id <> $sid
     ORDER BY apart, s.session_id LIMIT $n
+), tops AS (
+    SELECT session_id, name AS top_op FROM op_breakdown
+    WHERE level = 'node' AND session_id IN (SELECT session_id FROM others)
+    QUALIFY row_number() OVER (
+        PARTITION BY session_id ORDER BY p50_ns DESC NULLS LAST, mean_ns DESC, name
+    ) = 1
 )
-SELECT o.session_id, b.name AS top_op, o.apart
-FROM others o JOIN op_breakdown b USING (session_id)
-WHERE b.level = 'node'
-QUALIFY row_number() OVER (
-    PARTITION BY o.session_id ORDER BY b.p50_ns DESC NULLS LAST, b.mean_ns DESC, b.name
-) = 1
+SELECT o.session_id, t.top_op, b.bottleneck
+FROM others o LEFT JOIN tops t USING (session_id) LEFT JOIN bottleneck_reports b USING (session_id)
 ORDER BY o.apart, o.session_id
 """
 OTHER_SESSIONS = 5
 
 
-def other_top_ops(lake: TraceLake, session_id: str, n: int = OTHER_SESSIONS) -> list[str]:
-    """The top op of each of the `n` other sessions of this session's model version, target
-    and runtime nearest to it in time (before or after): whether its top op holds from run to
-    run, which one run's bootstrap cannot see (ranking_stability.rivals_in_other_sessions)."""
-    rows = lake.query(OTHER_TOP_OPS_SQL, {"sid": session_id, "n": n}).to_pylist()
-    return [row["top_op"] for row in rows]
+def other_sessions(lake: TraceLake, session_id: str, n: int = OTHER_SESSIONS) -> list[dict]:
+    """The `n` other sessions of this session's model version, target and runtime nearest to it
+    in time (before or after), each with its top op and class (null where not analysed): do
+    this session's findings hold from run to run (analysis/across_sessions)."""
+    return lake.query(OTHER_SESSIONS_SQL, {"sid": session_id, "n": n}).to_pylist()
 
 
 def run_summary(lake: TraceLake, session_id: str) -> dict:

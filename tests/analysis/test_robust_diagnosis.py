@@ -223,55 +223,68 @@ def test_tied_top_ops_are_named_as_one_group_in_the_report_and_the_summary():
     assert "uncertain" not in cell  # the tie says it, with who
 
 
-def test_a_top_op_other_sessions_of_the_version_did_not_name_first_is_said(aaco_paths):
+def test_a_top_op_or_class_other_sessions_of_the_version_did_not_give_is_said(aaco_paths):
     """Five quiet sessions of llama_decoder named two different top ops, each settled within
-    its own run: the bootstrap of one run cannot see it. Three real sessions of one MLP
-    version (and one of another version, which does not count); one of them ranks another
-    node first (its op_breakdown as a run whose order flipped would store it): the others'
-    report and `aaco run` cell name that node as a rival across sessions, nearest in time
-    first; a version whose sessions agree says nothing of it."""
+    its own run, and five of the mlp gave two classes: one run's bootstrap and close calls
+    cannot see it. Three real analysed sessions of one MLP version (and one of another
+    version, which does not count); one of them ranks another node first and is classed
+    otherwise (its op_breakdown and bottleneck report as a run that flipped would store them):
+    the others' report and `aaco run` name that node and class as rivals across sessions,
+    nearest in time first; a version whose sessions agree says nothing of it."""
+    from aaco_pipelines.analysis.envelope_choice import save_envelope
+    from aaco_pipelines.cli.measuring import run_summary
     from aaco_pipelines.registry.scan import registered_model
     from aaco_pipelines.report.content import render_json
-    from aaco_pipelines.stages.attribute import attribute
+    from aaco_pipelines.report.markdown_report import render_markdown
     from aaco_pipelines.stages.pipeline import measure_model
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
     from tests import models
-    from tests.helpers import add_model
+    from tests.helpers import FAST_SIDECAR, add_model, synthetic_envelope
 
     def session(model) -> str:
-        bundle = measure_model(registered_model(add_model(aaco_paths, "mlp", model)), aaco_paths)
-        attribute(lake, bundle)
-        return bundle.session_id
+        path = add_model(aaco_paths, "mlp", model)
+        FAST_SIDECAR.save(path.with_suffix(".yaml"))
+        return measure_model(registered_model(path), aaco_paths, analyze=True).session_id
 
-    def lead(session_id: str, node: str, factor: int) -> None:
+    def change(session_id: str, sql: str, *values) -> None:
         with lake.connect(write=True) as con:
-            con.execute(
-                "UPDATE op_breakdown SET p50_ns = p50_ns * ? "
-                "WHERE session_id = ? AND level = 'node' AND name = ?",
-                [factor, session_id, node],
-            )
+            con.execute(sql, [*values, session_id])
 
     lake = TraceLake(aaco_paths.tracelake)
+    save_envelope(lake, synthetic_envelope(5e10, 1e10))  # today's runtime: no envelope sweep
     first, second, flipped = (session(models.tiny_mlp()) for _ in range(3))
     other_version = session(models.slower_mlp())
     # the tiny MLP's two MatMuls are near-tied (fc1 or fc2 first, run by run: the very case);
     # fc1 made clearly first in all three, then the third session's fc2 far above it
     top, rival = "fc1/matmul", "fc2/matmul"
+    lead = "UPDATE op_breakdown SET p50_ns = p50_ns * ? WHERE level = 'node' AND name = ? "
+    lead += "AND session_id = ?"
+    classed = "UPDATE bottleneck_reports SET bottleneck = ? WHERE session_id = ?"
     for session_id in (first, second, flipped):
-        lead(session_id, top, 1000)
+        change(session_id, lead, 1000, top)
+        change(session_id, classed, "compute-bound")
     assert queries.top_op(lake, first)["others"] == [top, top]  # the other two agree
-    assert "other sessions" not in top_op_cell(queries.top_op(lake, first))
-    lead(flipped, rival, 10**6)
-    top = queries.top_op(lake, first)
-    assert top["others"] == [top["name"], rival]  # nearest in time first; not other_version's
-    assert queries.other_top_ops(lake, other_version) == []
-    cell = top_op_cell(top)
+    assert "other sessions" not in run_summary(aaco_paths.tracelake, first)
+    change(flipped, lead, 10**6, rival)
+    change(flipped, classed, "launch-bound")
+    found = queries.top_op(lake, first)
+    assert found["others"] == [top, rival]  # nearest in time first; not other_version's
+    assert queries.other_sessions(lake, other_version) == []
+    cell = top_op_cell(found)
     assert f"other sessions of this version named {rival} (1 of 2) first" in cell
     assert "order changes from run to run" in cell
+    summary = run_summary(aaco_paths.tracelake, first)
+    assert "compute-bound" in summary and (
+        "other sessions of this version were classed launch-bound (1 of 2): the class changes "
+        "from run to run" in summary
+    )
     content = render_json(lake, first)
     text = ranking_text(content["ranking"], content["top_ops"])
     assert f"Across sessions: other sessions of this version named {rival} (1 of 2)" in text
+    assert "Across sessions: other sessions of this version were classed launch-bound" in (
+        render_markdown(lake, first)
+    )
     flipped_top = queries.top_op(lake, flipped)  # and the flipped one names the usual top op
-    assert flipped_top["name"] == rival and flipped_top["others"] == [top["name"]] * 2
-    assert f"named {top['name']} (2 of 2) first" in top_op_cell(flipped_top)
+    assert flipped_top["name"] == rival and flipped_top["others"] == [top, top]
+    assert f"named {top} (2 of 2) first" in top_op_cell(flipped_top)
