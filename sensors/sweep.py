@@ -33,7 +33,12 @@ from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
-from aaco_pipelines.instance.retries import attempts_by_partition, keep_backfill_open, settled
+from aaco_pipelines.instance.retries import (
+    attempts_by_partition,
+    keep_backfill_open,
+    refused_retry,
+    settled,
+)
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, read_registry
 from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
@@ -165,6 +170,23 @@ def launch(
         )
     keys = [model_target_key(m.slug, t) for m in chosen for t in targets]
     sweep_id = uuid.uuid4().hex[:12]
+    submit_backfill(instance, keys, sweep_id)
+    if on_progress:
+        on_progress(
+            f"submitted {len(keys)} runs ({', '.join(targets)}), tagged {SWEEP_TAG}={sweep_id}"
+        )
+    try:
+        return wait_for_runs(instance, sweep_id, len(keys), on_result, on_progress, poll_s)
+    except AacoInputError as exc:  # the instance's database away past its patience
+        raise AacoInputError(
+            f"stopped waiting for sweep {sweep_id}: {exc.problem}; its runs go on in the instance",
+            fix=f"{exc.fix} (the runs tagged {SWEEP_TAG}={sweep_id} show in the UI)",
+        ) from None
+
+
+def submit_backfill(instance: dg.DagsterInstance, keys: list[str], sweep_id: str) -> None:
+    """The partitions `keys` as one backfill of the sweep (`dagster job backfill`: the
+    instance's own way to submit many partitions), kept open so that Dagster retries its runs."""
     tags = {"aaco/trigger": "sweep", SWEEP_TAG: sweep_id}
     command = [
         str(Path(sys.executable).parent / "dagster"), "job", "backfill", "-w", str(WORKSPACE),
@@ -180,18 +202,7 @@ def launch(
             f"the instance refused the sweep's backfill: {done.stderr.strip()[-400:]}",
             fix="check that dagster-daemon runs on the head node and the code location loads",
         )
-    keep_backfill_open(instance, {SWEEP_TAG: sweep_id})  # so that Dagster retries its runs
-    if on_progress:
-        on_progress(
-            f"submitted {len(keys)} runs ({', '.join(targets)}), tagged {SWEEP_TAG}={sweep_id}"
-        )
-    try:
-        return wait_for_runs(instance, sweep_id, len(keys), on_result, on_progress, poll_s)
-    except AacoInputError as exc:  # the instance's database away past its patience
-        raise AacoInputError(
-            f"stopped waiting for sweep {sweep_id}: {exc.problem}; its runs go on in the instance",
-            fix=f"{exc.fix} (the runs tagged {SWEEP_TAG}={sweep_id} show in the UI)",
-        ) from None
+    keep_backfill_open(instance, {SWEEP_TAG: sweep_id})
 
 
 def wait_for_runs(
@@ -206,8 +217,10 @@ def wait_for_runs(
     """The sweep's partitions' results, reported as each finishes, until all `expected` have;
     every `report_every_s` what it still waits for (a device whose worker is down waits
     forever). A partition's result is its last attempt's: a run whose worker died is retried by
-    the instance (`instance.retries`), and its events count with its retry's."""
+    the instance (`instance.retries`), or submitted again here where the instance refused the
+    retry (`refused_retry`), and its events count with its retry's."""
     results: dict[str, SweepResult] = {}
+    resubmitted: set[str] = set()  # failed runs submitted again: wait for the new attempt
     last_report = time.monotonic()
     while len(results) < expected:
         if stopped := stop_requested():
@@ -216,7 +229,16 @@ def wait_for_runs(
         attempts = attempts_by_partition(runs)
         for label, tries in sorted(attempts.items()):
             run = tries[-1]
-            if label not in results and settled(instance, run):
+            if label in results or run.run_id in resubmitted:
+                continue
+            if refused_retry(instance, tries):
+                resubmitted.add(run.run_id)
+                (on_progress or _to_stderr)(
+                    f"{label}: run {run.run_id[:8]} failed after its backfill had ended, so the "
+                    f"instance will not retry it; submitting it again (attempt {len(tries) + 1})"
+                )
+                submit_backfill(instance, [label], sweep_id)
+            elif settled(instance, run):
                 events = [e.dagster_event for t in tries for e in instance.all_logs(t.run_id)]
                 success = run.status == dg.DagsterRunStatus.SUCCESS
                 results[label] = summarize(label, run.run_id, success, [e for e in events if e])

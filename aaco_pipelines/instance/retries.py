@@ -7,7 +7,11 @@ for each partition's last attempt, and takes a failure as final only when no ret
 `dagster job backfill`, how `aaco sweep` submits its runs, records its backfill as COMPLETED
 the moment the runs are submitted, and Dagster retries no run of a finished backfill: reopened,
 with every partition marked submitted, the daemon closes it only once its runs, retries
-included, have ended.
+included, have ended. Not quite: the backfill daemon closes it as soon as no run is unfinished,
+which may fall between a run's failure and the retry daemon's look at it (the sweep's last run
+killed). That retry is refused for good ("Not retrying run since it is part of a backfill that
+is in a terminal state"), so the sweep submits the partition again itself (refused_retry),
+within the same bound of attempts.
 """
 
 from __future__ import annotations
@@ -64,6 +68,20 @@ def settled(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     if run.tags.get(AUTO_RETRY_RUN_ID_TAG):
         return False  # retried: its retry, tagged like it, is the partition's latest attempt
     return _retry_refused(instance, run)
+
+
+def refused_retry(instance: dg.DagsterInstance, tries: list[dg.DagsterRun]) -> bool:
+    """Whether a partition's latest attempt is a failure the instance meant to retry but will
+    not, its backfill having ended first, with attempts left (run_retries' max_retries)."""
+    run = tries[-1]
+    return (
+        run.status == dg.DagsterRunStatus.FAILURE
+        and instance.run_retries_enabled
+        and run.tags.get(WILL_RETRY_TAG) == "true"
+        and not run.tags.get(AUTO_RETRY_RUN_ID_TAG)
+        and len(tries) <= instance.run_retries_max_retries
+        and _retry_refused(instance, run)
+    )
 
 
 def _retry_refused(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
