@@ -9,7 +9,10 @@ up), for AACO_SERVICE_PATIENCE_S (60 s), then give up with the one-line error of
 
 The storages open a new connection for every operation (dagster-postgres's NullPool), so a
 patient connect covers a server that restarts between two operations; the few milliseconds of
-an operation already running when the server goes down are not covered.
+an operation already running when the server goes down are not covered. In the webserver,
+dagster-postgres holds one connection open instead (optimize_for_webserver): after a restart
+the next page load failed on it. Here that held connection is pinged at every checkout and
+replaced when dead (SQLAlchemy's pool_pre_ping), then connected patiently.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ import sqlalchemy.exc
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.run_storage import PostgresRunStorage
 from dagster_postgres.schedule_storage import PostgresScheduleStorage
-from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+from dagster_postgres.utils import (
+    create_pg_engine,
+    get_token_provider_from_config,
+    pg_url_from_config,
+    set_pg_statement_timeout,
+)
+from sqlalchemy import event
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance.variables import POSTGRES_ENV
@@ -72,7 +81,32 @@ def _arguments(inst_data, config_value) -> dict:
     }
 
 
-class PatientRunStorage(PostgresRunStorage):
+class PingedInWebserver:
+    """dagster-postgres's webserver engine (one held connection, a statement timeout), with the
+    held connection pinged at each checkout: a dead one (the server restarted) is replaced."""
+
+    def optimize_for_webserver(
+        self, statement_timeout: int, pool_recycle: int, max_overflow: int
+    ) -> None:
+        kwargs = {
+            "isolation_level": "AUTOCOMMIT",
+            "pool_size": 1,
+            "pool_recycle": pool_recycle,
+            "max_overflow": max_overflow,
+            "pool_pre_ping": True,
+        }
+        options = self._engine.url.query.get("options")
+        if options:
+            kwargs["connect_args"] = {"options": options}
+        self._engine = create_pg_engine(self.postgres_url, self._token_provider, **kwargs)
+        event.listen(
+            self._engine,
+            "connect",
+            lambda connection, _: set_pg_statement_timeout(connection, statement_timeout),
+        )
+
+
+class PatientRunStorage(PingedInWebserver, PostgresRunStorage):
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # ty: ignore[invalid-method-override]
         return cls(**_arguments(inst_data, config_value))
@@ -81,7 +115,7 @@ class PatientRunStorage(PostgresRunStorage):
         return patient_connection(self._engine)
 
 
-class PatientEventLogStorage(PostgresEventLogStorage):
+class PatientEventLogStorage(PingedInWebserver, PostgresEventLogStorage):
     @classmethod
     def from_config_value(cls, inst_data, config_value):
         return cls(**_arguments(inst_data, config_value))
@@ -90,7 +124,7 @@ class PatientEventLogStorage(PostgresEventLogStorage):
         return patient_connection(self._engine)
 
 
-class PatientScheduleStorage(PostgresScheduleStorage):
+class PatientScheduleStorage(PingedInWebserver, PostgresScheduleStorage):
     @classmethod
     def from_config_value(cls, inst_data, config_value):  # ty: ignore[invalid-method-override]
         return cls(**_arguments(inst_data, config_value))

@@ -16,7 +16,7 @@ import yaml
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance import POSTGRES_ENV, postgres_url, prepare_dagster_home
-from aaco_pipelines.instance.patient_postgres import connect_patiently
+from aaco_pipelines.instance.patient_postgres import PatientRunStorage, connect_patiently
 from tests import models
 from tests.helpers import add_model
 from tests.services import away, postgres_server
@@ -141,3 +141,15 @@ def test_a_server_away_past_the_patience_is_one_line_naming_it():
     assert "for over 2 s" in line and POSTGRES_ENV in line and "Fix:" in line, line
     assert secret not in line and "\n" not in line
     assert 1.5 < waited < 10 and refused_in < 10, (waited, refused_in)
+
+
+def test_the_webservers_held_connection_is_replaced_after_a_restart(postgres):
+    """In the webserver dagster-postgres holds one connection open (optimize_for_webserver):
+    after PostgreSQL restarted, the next page load failed on it. Pinged at checkout, a dead
+    one is replaced and the read works."""
+    storage = PatientRunStorage(postgres_url=postgres)
+    storage.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=20)
+    assert storage.get_runs() == [] and storage._engine.pool.checkedin() == 1  # held
+    with away(postgres):
+        pass  # a restart: the held connection is dead
+    assert storage.get_runs() == []
