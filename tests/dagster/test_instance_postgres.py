@@ -149,7 +149,8 @@ def test_the_webservers_held_connection_is_replaced_after_a_restart(postgres):
     one is replaced and the read works."""
     storage = PatientRunStorage(postgres_url=postgres)
     storage.optimize_for_webserver(statement_timeout=5000, pool_recycle=3600, max_overflow=20)
-    assert storage.get_runs() == [] and storage._engine.pool.checkedin() == 1  # held
+    runs = len(storage.get_runs())
+    assert storage._engine.pool.checkedin() == 1  # held
     with away(postgres):
         pass  # a restart: the held connection is dead
-    assert storage.get_runs() == []
+    assert len(storage.get_runs()) == runs
