@@ -39,6 +39,7 @@ from pathlib import Path
 from aaco_pipelines.bundle import write_json
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.journal import LakeJournal
 from aaco_pipelines.tracelake.store import TraceLake
 
 GRACE_VARIABLE = "AACO_ORPHAN_GRACE_S"
@@ -136,7 +137,7 @@ def find_leftovers(
         age = now - folder.stat().st_mtime
         if age >= STAGING_MIN_AGE_S and not is_held(folder):
             found.append(Leftover(folder.name, "staging", folder, age))
-    for folder in _bundles(paths.sessions):
+    for folder in published_bundles(paths.sessions):
         age = now - _last_change(folder)
         if age < grace or is_held(folder):
             continue
@@ -203,7 +204,7 @@ def prune_failed(paths: AacoPaths, keep_s: float, keep_bytes: float) -> list[Pat
     more while the rest holds more than `keep_bytes`; never one changed in the last
     FAILED_MIN_AGE_S or held by a live process. What was deleted."""
     now = time.time()
-    changed = {folder: _mtime(folder) for folder in _failed_folders(paths)}
+    changed = {folder: _mtime(folder) for folder in failed_folders(paths)}
     folders = sorted(changed, key=changed.get)
     sizes = {folder: _size(folder) for folder in folders}
     total, pruned = sum(sizes.values()), []
@@ -220,7 +221,8 @@ def prune_failed(paths: AacoPaths, keep_s: float, keep_bytes: float) -> list[Pat
     return pruned
 
 
-def _failed_folders(paths: AacoPaths) -> list[Path]:
+def failed_folders(paths: AacoPaths) -> list[Path]:
+    """failed/<date>/<session_id>/ folders."""
     return [folder for day in _children(paths.failed_sessions) for folder in _children(day)]
 
 
@@ -294,9 +296,12 @@ def quarantine_on_failure(folder: Path, paths: AacoPaths, lake) -> Iterator[None
 
 
 def lake_states(lake) -> dict[str, bool] | None:
-    """{session_id: completed} of every session row in the TraceLake; None when unreadable."""
+    """{session_id: completed} of every session row in the TraceLake; None when unreadable, or
+    when the lake file is gone but its journal is there: a lake lost or moved aside, whose
+    bundles are what `aaco restore` rebuilds it from, never orphans to quarantine. (No lake
+    and no journal: no session has been loaded yet.)"""
     if not lake.exists():
-        return {}
+        return None if LakeJournal(lake.path).path.exists() else {}
     try:
         return lake.session_states()
     except Exception:  # noqa: BLE001 - a lake that cannot be read now is judged next time
@@ -326,7 +331,7 @@ def _children(folder: Path) -> list[Path]:
         return []
 
 
-def _bundles(sessions: Path) -> list[Path]:
+def published_bundles(sessions: Path) -> list[Path]:
     """sessions/<date>/<session_id>/ folders."""
     return [
         bundle

@@ -30,6 +30,7 @@ from aaco_pipelines.analysis.envelope import (
 )
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers
+from aaco_pipelines.tracelake.journal import ENVELOPE, LakeJournal
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
 
 EXTERNAL_TARGET = "external"  # the target of sessions ingested from a trace (aaco ingest)
@@ -63,7 +64,17 @@ def save_envelope(
         "reference": json.dumps(envelope.reference) if envelope.reference else None,
     }
     lake.append_rows("hardware_envelopes", pa.Table.from_pylist([row]))
+    LakeJournal(lake.path).record(ENVELOPE, row=row)  # no bundle holds it: `aaco restore` reads it
     return envelope_id
+
+
+def stored_envelope(lake: TraceLake, envelope_id: str) -> HardwareEnvelope | None:
+    """The stored envelope of this id, or None."""
+    found = lake.query(
+        "SELECT envelope_json FROM hardware_envelopes WHERE envelope_id = $eid",
+        {"eid": envelope_id},
+    ).to_pylist()
+    return HardwareEnvelope.from_dict(json.loads(found[0]["envelope_json"])) if found else None
 
 
 # Whether a stored envelope was measured while other work held the host's CPUs
@@ -222,12 +233,9 @@ def stored_datasheet_envelope(
     product = re.sub(r"[^a-z0-9]+", "-", reference.get("product", "").lower()).strip("-")
     cus = agent.compute_units or reference.get("compute_units")
     envelope_id = f"datasheet-{agent.arch}-{product}-{cus}cu"
-    found = lake.query(
-        "SELECT envelope_json FROM hardware_envelopes WHERE envelope_id = $eid",
-        {"eid": envelope_id},
-    ).to_pylist()
-    if found:
-        return envelope_id, HardwareEnvelope.from_dict(json.loads(found[0]["envelope_json"]))
+    found = stored_envelope(lake, envelope_id)
+    if found is not None:
+        return envelope_id, found
     return save_envelope(lake, envelope, envelope_id), envelope
 
 

@@ -6,8 +6,8 @@ a bug's traceback too, is redacted: no connection-string password reaches the te
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
 registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
 governance (diff, baseline), detector (detector arl|design), services (ui, worker, sweep),
-doctor and evidence (verify); common holds what they share. Each imports its heavy modules
-inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
+doctor, evidence (verify) and restore; common holds what they share. Each imports its heavy
+modules inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
 stages' pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from aaco_pipelines.cli import (
     measuring,
     registry,
     reports,
+    restore,
     services,
 )
 from aaco_pipelines.config import AacoPaths
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     services.add_sweep_parser(sub)
     doctor.add_parser(sub)
     evidence.add_parser(sub)  # verify
+    restore.add_parser(sub)
     return parser
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.session_bootstrap import ITERATION_FIGURES, bootstrap_effects
+from aaco_pipelines.tracelake import journal
 from aaco_pipelines.tracelake.schema import BASELINES
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -189,6 +190,7 @@ def create_baseline(
         con.unregister("incoming")
         if row["pinned"]:
             _pin(con, name, row["model_slug"], row["target"])
+        _journal(lake, con, row["model_slug"], row["target"])
     return get_baseline(lake, name)
 
 
@@ -197,6 +199,7 @@ def pin_baseline(lake: TraceLake, name: str) -> Baseline:
     baseline = get_baseline(lake, name)
     with lake.transaction() as con:
         _pin(con, name, baseline.model_slug, baseline.target)
+        _journal(lake, con, baseline.model_slug, baseline.target)
     return get_baseline(lake, name)
 
 
@@ -408,4 +411,17 @@ def _pin(con, name: str, model_slug: str, target: str) -> None:
     con.execute(
         "UPDATE baselines SET pinned = (baseline_name = ?) WHERE model_slug = ? AND target = ?",
         [name, model_slug, target],
+    )
+
+
+def _journal(lake: TraceLake, con, model_slug: str, target: str) -> None:
+    """The model+target's baselines as they now are, in the lake's journal: no bundle holds
+    them, and `aaco restore` brings them back from it. Written inside the write's transaction,
+    under the writer lock, so the journal's order is the lake's."""
+    rows = con.sql(
+        "SELECT * FROM baselines WHERE model_slug = ? AND target = ? ORDER BY baseline_name",
+        params=[model_slug, target],
+    ).to_arrow_table()
+    journal.LakeJournal(lake.path).record(
+        journal.BASELINES, model_slug=model_slug, target=target, rows=rows.to_pylist()
     )

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.governance.verdict import DriftVerdict
+from aaco_pipelines.tracelake.journal import FDR_SWEEP, LakeJournal
 
 CHANGES = ("regression", "improvement")
 FDR_Q = 0.05  # expected share of false changes among those a sweep reports
@@ -94,6 +95,8 @@ def control_sweep(lake, session_ids: list[str], q: float = FDR_Q) -> pa.Table:
         lake.replace_session_rows(
             sid, {"drift_verdicts": swept.filter(pc.equal(swept["session_id"], sid))}
         )
+    # Which sessions were judged together is no bundle's: `aaco restore` sweeps them again.
+    LakeJournal(lake.path).record(FDR_SWEEP, session_ids=list(session_ids), q=q)
     return swept
 
 

@@ -29,6 +29,7 @@ from aaco_pipelines.analysis.roofline import (
     node_dtypes,
     roofline_utilization,
 )
+from aaco_pipelines.tracelake.journal import JUDGED_AGAINST, LakeJournal
 from aaco_pipelines.tracelake.queries import roofline_nodes, roofline_points, top_roofline_points
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
 
@@ -55,6 +56,11 @@ def diagnose(
         )
         top = top_roofline_points(lake, session_id).to_pylist()
         points = roofline_points(lake, session_id) if choice.envelope is not None else None
+    # Which envelope judged it depended on the moment (the newest quiet one of today's
+    # runtime): `aaco restore` judges it against the same one again.
+    LakeJournal(lake.path).record(
+        JUDGED_AGAINST, session_id=session_id, envelope_id=choice.envelope_id, note=choice.note
+    )
     return Diagnosis(session_id, choice, report, utilization, top, points, roofs)
 
 

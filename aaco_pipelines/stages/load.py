@@ -26,6 +26,7 @@ from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.manifest import manifest_digest
 from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.tracelake.journal import LOADED_COMPLETE, LakeJournal
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import MODELS, TABLES, conform, stored, stored_tables
 from aaco_pipelines.tracelake.store import (
@@ -75,11 +76,19 @@ class LoadedSession:
         ]
 
 
-def load(lake: TraceLake, bundle: SessionBundle, *, complete: bool = False) -> LoadedSession:
+def load(
+    lake: TraceLake,
+    bundle: SessionBundle,
+    *,
+    complete: bool = False,
+    verify: bool = True,
+    scratch: Path | None = None,
+) -> LoadedSession:
     """Load the session, then read back whether it landed whole and judge whether its
-    latencies can be trusted (measurement_quality, stored)."""
+    latencies can be trusted (measurement_quality, stored). `verify` and `scratch`: as for
+    load_session."""
     with session_folder_held(bundle.path, bundle.session_id):
-        counts = load_session(lake, bundle, complete=complete)
+        counts = load_session(lake, bundle, complete=complete, verify=verify, scratch=scratch)
     with lake.reading():  # one open of the lake for all three
         quality = session_quality(lake, bundle.session_id)
         generation = generation_quality(lake, bundle.session_id)
@@ -104,6 +113,7 @@ def load_session(
     verify: bool = True,
     complete: bool = False,
     trace_source: Path | None = None,
+    scratch: Path | None = None,
 ) -> dict[str, int]:
     """Load one session and its model graph in a single transaction, replacing any earlier
     load of the same session. `derive` returns rows to add that depend on the loaded ones (an
@@ -111,10 +121,10 @@ def load_session(
     digests and manifest first (`verify=False` only right after the bundle was written and
     hashed); the manifest's digest is kept with the session's row. `trace_source`: the device
     trace to read instead of the bundle's copy (`aaco ingest` reads the original while the copy
-    is made)."""
+    is made). `scratch`: where a gzip device trace is inflated (default AACO_HOME's scratch)."""
     graph = read_graph_dir(bundle.graph_dir)
     with lake.transaction() as con:
-        _replace_session(con, bundle, verify, trace_source)
+        _replace_session(con, bundle, verify, trace_source, scratch)
         if complete:
             mark_complete(con, bundle.session_id)
         for name, table in (derive(con) if derive else {}).items():
@@ -123,11 +133,17 @@ def load_session(
         counts = _session_counts(con, bundle.session_id)
         if graph is not None:
             counts.update(_replace_graph(con, graph))
+    if complete:  # visible without analysis: `aaco restore` must not analyse it either
+        LakeJournal(lake.path).record(LOADED_COMPLETE, session_id=bundle.session_id)
     return counts
 
 
 def _replace_session(
-    con, bundle: SessionBundle, verify: bool, trace_source: Path | None = None
+    con,
+    bundle: SessionBundle,
+    verify: bool,
+    trace_source: Path | None = None,
+    scratch: Path | None = None,
 ) -> None:
     """The bundle's Parquet tables, then its device trace straight from the raw file."""
     if not bundle.has_tables():
@@ -152,7 +168,7 @@ def _replace_session(
     trace = bundle.device_trace
     if trace is not None:
         source = trace_source or bundle.inside(trace["path"])
-        load_trace(con, source, bundle.session_id, iteration=trace["iteration"])
+        load_trace(con, source, bundle.session_id, iteration=trace["iteration"], scratch=scratch)
     label_kernels(con, bundle.session_id)
 
 

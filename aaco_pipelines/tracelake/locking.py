@@ -44,8 +44,8 @@ QUOTED_FILE = re.compile(r'file "([^"]+)"')
 HEADERS_SIZE = 3 * 4096  # DuckDB's main header and two alternating database headers
 NO_SPACE = tuple(os.strerror(code) for code in NO_SPACE_ERRNOS)  # "No space left on device", ...
 DAMAGED_FIX = (
-    "restore it from a backup, or move it aside and re-ingest the session bundles "
-    "(aaco ingest SESSION_DIR)"
+    "restore it from a backup, or move it aside (with its .wal, if any) and run `aaco restore`, "
+    "which rebuilds it from the session bundles and the lake's journal"
 )
 
 Notice = Callable[[str], None]

@@ -60,7 +60,7 @@ def test_a_damaged_lake_is_one_line_for_every_command_and_a_problem_for_the_doct
             attempt()
         message = str(raised.value)
         assert "\n" not in message and message.startswith(f"{path}: ")
-        assert "restore it from a backup, or move it aside and re-ingest" in message
+        assert "move it aside (with its .wal, if any) and run `aaco restore`" in message
         return message
 
     refused(lambda: lake.query("SELECT count(*) FROM sessions"))

@@ -1,0 +1,28 @@
+"""`aaco restore`: a lost or damaged TraceLake rebuilt from the session bundles and the lake's
+journal, every session as itself (the work is stages.restore's). Refused while a lake is there:
+the damaged one is moved aside first, never overwritten."""
+
+from __future__ import annotations
+
+import sys
+
+from aaco_pipelines.config import AacoPaths
+
+
+def cmd_restore(args, paths: AacoPaths) -> int:
+    """Progress on stderr, a bundle a line; the summary on stdout, one line."""
+    from aaco_pipelines.stages.restore import restore_lake
+
+    def say(line: str) -> None:
+        print(f"aaco: {line}", file=sys.stderr, flush=True)
+
+    print(restore_lake(paths, on_progress=say).summary())
+    return 0
+
+
+def add_parser(sub) -> None:
+    restore = sub.add_parser(
+        "restore",
+        help="rebuild a lost or damaged TraceLake from the session bundles (move it aside first)",
+    )
+    restore.set_defaults(func=cmd_restore)
