@@ -136,8 +136,9 @@ PATTERNS: tuple[FamilyPattern, ...] = (
     # --- copy: data movement, before elementwise (ATen copies run as elementwise kernels) -------
     _row(
         "copy",
-        r"__amd_rocclr_(copy|fill)(Buffer|Image)",
-        "HIP runtime blit kernels (`__amd_rocclr_copyBuffer`, `fillBufferAligned`)",
+        r"__amd_rocclr_(copy|fill)(Buffer|Image)|^FillBuffer$",
+        "HIP runtime blit kernels (`__amd_rocclr_copyBuffer`, `fillBufferAligned`; RPD's "
+        "`FillBuffer`)",
         case=True,
     ),
     _row("copy", r"memcpy|memset", "memcpy/memset kernels"),

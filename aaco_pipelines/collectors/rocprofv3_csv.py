@@ -1,9 +1,12 @@
 """rocprofv3's CSV output → plans for kernel_events, api_calls, memory_copies, counters, agents.
 
 The output is a folder of `<prefix>_<kind>.csv` files (any subset, any prefix: the pid, the
-`--output-file` name, `out` for `rocpd convert`), or one such file. Each file is recognised by
-its header, not its name, and read by DuckDB with the header's own column names lower-cased (so
-`LDS_Block_Size` and `Lds_Block_Size` are one column) as VARCHAR with a fixed dialect (comma,
+`--output-file` name, `out` for `rocpd convert`), or one such file, which stands for its
+run: the files of the same prefix beside it are read with it (`run_files`: the agent info names
+the GPU, the API trace the calls that launched each kernel), and `missing_from_run` says what
+is lost when they are not there. Each file is recognised by its header, not its name, and read
+by DuckDB with the header's own column names lower-cased (so `LDS_Block_Size` and
+`Lds_Block_Size` are one column) as VARCHAR with a fixed dialect (comma,
 double quotes, strict): no sniffing, so a quoted kernel name with commas or a short file reads
 the same way every time, and a malformed row is an error instead of a silent guess.
 
@@ -14,8 +17,10 @@ kernel_trace.csv
   number), Queue_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp, End_Timestamp,
   Private_Segment_Size, Group_Segment_Size, Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z.
 - ROCm 6.3-6.4.1, 18 columns (outputs quoted in ROCm/rocprofiler-sdk issues and LUMI course
-  notes): Thread_Id and Dispatch_Id added after Queue_Id. The docs' own sample
-  (source/docs/data/kernel_trace.csv) also has Stream_Id after Queue_Id (19 columns).
+  notes): Thread_Id and Dispatch_Id added after Queue_Id.
+- 19 columns (rocprofiler-sdk's own documentation sample, source/docs/data/kernel_trace.csv):
+  the 18 with Stream_Id after Queue_Id; Agent_Id still a number, sizes still
+  Private_Segment_Size / Group_Segment_Size.
 - ROCm 7.x, 22 columns (the sLLM sample): Kind, Agent_Id ("Agent 2"), Queue_Id, Stream_Id,
   Thread_Id, Dispatch_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp,
   End_Timestamp, LDS_Block_Size, Scratch_Size, VGPR_Count, Accum_VGPR_Count, SGPR_Count,
@@ -79,6 +84,11 @@ _SUFFIXES = {
     "counter_collection.csv": "counter_collection",
     "agent_info.csv": "agent_info",
 }
+# The outputs of a run whose absence beside one file of it costs something, and what.
+_WHAT_A_MISSING_FILE_COSTS = {
+    "agent_info.csv": "the GPU goes unnamed: no datasheet envelope, no roofline verdicts",
+    "hip_api_trace.csv": "no HIP API calls: kernels are not tied to the calls that launched them",
+}
 # The columns that identify a kind; checked in this order (counter rows also name a kernel).
 _SIGNATURES = (
     ("counter_collection", {"counter_name", "counter_value"}),
@@ -114,13 +124,16 @@ def classify(header: list[str]) -> str | None:
 
 def trace_files(path: Path) -> dict[str, list[Path]]:
     """The rocprofv3 CSV files of a folder (searched recursively: `--pmc` runs write pmc_N/
-    subfolders) or of a single file, by kind. A file named like a rocprofv3 output whose header
-    does not match is truncated or corrupt, and stops the read rather than being skipped.
-    FIFOs, devices and links out of the folder are refused before any file is opened."""
-    candidates = trace_paths.trace_files(path, "*.csv")
+    subfolders) or of a single file with its run's files beside it (`run_files`), by kind. A
+    file named like a rocprofv3 output whose header does not match is truncated or corrupt,
+    and stops the read rather than being skipped. FIFOs, devices and links out of the folder
+    are refused before any file is opened."""
+    path = Path(path)
+    single = trace_paths.check_trace(path) == "file"
+    candidates = run_files(path) if single else trace_paths.trace_files(path, "*.csv")
     found: dict[str, list[Path]] = {}
     for candidate in candidates:
-        named = path.is_file() or _named_kind(candidate)
+        named = single or _named_kind(candidate)
         kind = _kind_of(candidate, named)
         if kind is None and named:
             raise AacoInputError(
@@ -132,6 +145,43 @@ def trace_files(path: Path) -> dict[str, list[Path]]:
         if kind is not None:
             found.setdefault(kind, []).append(candidate)
     return found
+
+
+def run_files(path: Path) -> list[Path]:
+    """A trace file and, when it is named like a rocprofv3 CSV output (`<prefix>_<kind>.csv`),
+    the other outputs of its run beside it (same prefix), each checked safe to open
+    (trace_paths.files_beside); any other file alone."""
+    prefix = _run_prefix(path)
+    if prefix is None:
+        return [path]
+    return [path, *trace_paths.files_beside(path, [prefix + s for s in _SUFFIXES])]
+
+
+def missing_from_run(path: Path) -> str | None:
+    """What one rocprofv3 CSV file lacks that its run's other outputs would give (the agent
+    info, the HIP API trace), and what that costs, in one line; None when nothing is missing
+    or `path` is not such a file."""
+    prefix = _run_prefix(path)
+    if prefix is None:
+        return None
+    present = {p.name for p in run_files(path)}
+    lost = [
+        f"{prefix}{suffix} ({cost})"
+        for suffix, cost in _WHAT_A_MISSING_FILE_COSTS.items()
+        if prefix + suffix not in present
+    ]
+    if not lost:
+        return None
+    return (
+        f"reading {path.name} without {' or '.join(lost)} beside it; ingest the whole "
+        "rocprofv3 output folder, or copy those files beside this one"
+    )
+
+
+def _run_prefix(path: Path) -> str | None:
+    """`<prefix>_` of a file named like a rocprofv3 CSV output, None for any other name."""
+    suffix = next((s for s in _SUFFIXES if path.name.endswith(s)), None)
+    return path.name.removesuffix(suffix) if suffix else None
 
 
 def plans(con: duckdb.DuckDBPyConnection, path: Path) -> dict[str, Plan]:

@@ -29,6 +29,20 @@ def trace_files(path: Path, pattern: str = "*", *, recursive: bool = True) -> li
     return sorted(p for p in found if p.is_file())
 
 
+def files_beside(path: Path, names: list[str]) -> list[Path]:
+    """The regular files of these names in the folder of the trace file `path` (the other files
+    of one profiler run), in the order given; AacoInputError for one that is unsafe to open, as
+    for an entry of a trace folder (a link among them must stay in that folder)."""
+    folder = Path(path).parent
+    found = []
+    for name in names:
+        beside = folder / name
+        if beside != Path(path) and os.path.lexists(beside):
+            if stat.S_ISREG(_target_mode(beside, inside=folder.resolve())):
+                found.append(beside)
+    return found
+
+
 def check_trace(path: Path) -> str:
     """Whether the trace at `path` is a "file" or a "folder", once it is safe to read;
     AacoInputError otherwise.

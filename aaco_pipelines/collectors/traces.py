@@ -2,7 +2,9 @@
 
 `detect_format` decides what a path holds by its content — the SQLite header and then the table
 names, the gzip magic (and an intact stream), the JSON document's opening, a CSV header — so a
-renamed or misnamed file is still read right.
+renamed or misnamed file is still read right. What is no device trace is said for what it is,
+before anything is copied or loaded: an ONNX Runtime profile alone (`detect_device_trace`), a
+Chrome trace that rpd2tracing exported from an RPD database.
 
 `load_trace` asks that format's module for one plan per table (the FROM clause the rows come
 from and one SQL expression per schema column) and runs one `INSERT ... SELECT` per table on
@@ -60,9 +62,10 @@ FORMATS = ("rocprofv3_csv", "rocprofv3_json", "rocpd", "rpd", "rocprof_v1", "ort
 SUPPORTED = (
     "supported: a rocprofv3 CSV output folder or one of its *_kernel_trace.csv / "
     "*_hip_api_trace.csv / *_memory_copy_trace.csv / *_counter_collection.csv / "
-    "*_agent_info.csv files, rocprofv3 JSON (*_results.json or .json.gz), a ROCm 7 rocpd "
-    "database (*_results.db), a rocmProfileData RPD database (.rpd, or .rpd.gz), a rocprof v1 "
-    "results.csv, an ONNX Runtime profile JSON"
+    "*_agent_info.csv files (its run's other files beside it are read too), rocprofv3 JSON "
+    "(*_results.json or .json.gz), a ROCm 7 rocpd database (*_results.db), a rocmProfileData "
+    "RPD database (.rpd, or .rpd.gz), a rocprof v1 results.csv; an ONNX Runtime profile "
+    "(*onnxruntime_profile*.json) only beside one of these, in a folder given whole"
 )
 _DUCKDB_READERS = {
     "rocprofv3_csv": rocprofv3_csv,
@@ -95,6 +98,23 @@ def detect_format(path: Path, *, scratch: Path | None = None) -> str:
     return _resolve(Path(path), scratch)[0]
 
 
+def detect_device_trace(path: Path, *, scratch: Path | None = None) -> str:
+    """The format of a device trace, as `detect_format`; an ONNX Runtime profile alone (host
+    node times, no device kernels) is refused, saying what to give instead."""
+    trace_format, source = _resolve(Path(path), scratch)
+    _refuse_host_profile(trace_format, source)
+    return trace_format
+
+
+def trace_files(path: Path) -> list[Path]:
+    """Every file a trace is read from, to copy or size it: a folder's files, or the file
+    with, for one file of a rocprofv3 CSV output, its run's files beside it."""
+    path = Path(path)
+    if trace_paths.check_trace(path) == "folder":
+        return trace_paths.trace_files(path)
+    return rocprofv3_csv.run_files(path)
+
+
 def load_trace(
     con: duckdb.DuckDBPyConnection,
     path: Path,
@@ -113,12 +133,7 @@ def load_trace(
     iteration (a trace with no ONNX Runtime runs to place kernels in). `scratch`: as for
     `detect_format`."""
     trace_format, source = _resolve(Path(path), scratch)
-    if trace_format == "ort_profile":
-        raise AacoInputError(
-            "this is an ONNX Runtime profile, not a device trace",
-            path=source,
-            fix="use the ONNX Runtime profile reader (collectors.ort_profile.read_ort_profile)",
-        )
+    _refuse_host_profile(trace_format, source)
     try:
         counts = _insert_tables(
             con, trace_format, source, sql_literal(session_id), iteration, scratch
@@ -131,6 +146,18 @@ def load_trace(
         raise_if_stopped()  # DuckDB caught the stop signal and said "Query interrupted"
         raise
     return {table: rows for table, rows in counts.items() if rows}
+
+
+def _refuse_host_profile(trace_format: str, source: Path) -> None:
+    if trace_format == "ort_profile":
+        raise AacoInputError(
+            "an ONNX Runtime profile alone: host-side node times, no device kernels, so not a "
+            "device trace",
+            path=source,
+            fix="put it, named *onnxruntime_profile*.json, in the folder of the device trace "
+            "recorded with it and give that folder (it places the kernels on ONNX nodes); to "
+            "measure a model on this host, use `aaco run --model MODEL`",
+        )
 
 
 def _read_error(exc: BaseException, trace_format: str, source: Path) -> AacoInputError:
@@ -237,6 +264,15 @@ def _detect_file(path: Path, scratch: Path | None) -> str:
             fix="copy the database again in full, or re-collect it",
         )
     text = _text(head)
+    if text is not None and rpd.exported_by_rpd2tracing(text):
+        raise AacoInputError(
+            "a Chrome trace exported by rpd2tracing (rocmProfileData) from an RPD database: "
+            "a picture of the trace for chrome://tracing, without the launch details and "
+            "links aaco reads",
+            path=path,
+            fix="ingest the .rpd database it came from (rpd2tracing's first argument): "
+            "aaco ingest TRACE.rpd",
+        )
     fmt = text is not None and _detect_text(text, zipped)
     if not fmt:
         raise AacoInputError("not a trace format this reader knows", path=path, fix=SUPPORTED)
@@ -260,8 +296,8 @@ def _text(head: bytes) -> str | None:
 def _detect_text(text: str, zipped: bool) -> str | None:
     if rocprofv3_json.matches(text):
         return "rocprofv3_json"
-    if text.startswith("[") and re.search(r'"(cat|ph)"\s*:', text):
-        return "ort_profile"
+    if text.startswith("[") and re.search(r'"cat"\s*:\s*"(Session|Node)"', text):
+        return "ort_profile"  # ONNX Runtime's categories; any other Chrome trace is refused
     if zipped or text.startswith(("{", "[")):
         return None  # a compressed CSV is not read as-is; JSON of another tool is not a trace
     header = [name.strip().lower() for name in next(csv.reader([text.splitlines()[0]]), [])]
@@ -311,7 +347,7 @@ def _insert_tables(
                     table: _insert_batches(con, table, session, plan, db, iteration, read)
                     for table, plan in plans.items()
                 }
-    size = sum(file.stat().st_size for file in trace_paths.trace_files(source))
+    size = sum(file.stat().st_size for file in trace_files(source))
     with TraceRead.of(source, size).interrupting(con):
         plans = _DUCKDB_READERS[trace_format].plans(con, source)
         return {

@@ -34,7 +34,8 @@ from aaco_pipelines.bundle import (
 )
 from aaco_pipelines.collectors.full_disk import full_disk
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.traces import detect_format
+from aaco_pipelines.collectors.rocprofv3_csv import missing_from_run
+from aaco_pipelines.collectors.traces import detect_device_trace, trace_files
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
@@ -74,7 +75,9 @@ def ingest_trace(
             "trace not found", path=trace, fix="give a rocprofv3 output directory or a trace file"
         )
     refuse_aaco_folders(trace, paths)
-    trace_format = detect_format(trace, scratch=paths.scratch)
+    trace_format = detect_device_trace(trace, scratch=paths.scratch)  # before any work
+    if trace_format == "rocprofv3_csv" and trace.is_file() and (missing := missing_from_run(trace)):
+        say(missing)
     slug = claim_series(
         paths.tracelake, name or (model.stem if model else model_slug(trace.stem)), model or trace
     )
@@ -205,7 +208,10 @@ class EvidenceCopy:
     TraceLake file created on the same disk half-written."""
 
     def __init__(self, trace: Path, raw: Path):
-        files = sorted(p for p in trace.rglob("*") if p.is_file()) if trace.is_dir() else [trace]
+        if trace.is_dir():
+            files = sorted(p for p in trace.rglob("*") if p.is_file())
+        else:  # with its run's other files beside it (a rocprofv3 CSV's agent info)
+            files = trace_files(trace)
         base = trace if trace.is_dir() else trace.parent
         self.targets = {source: raw / source.relative_to(base) for source in files}
         self.raw = raw

@@ -198,9 +198,9 @@ def test_unreadable_inputs_raise_naming_the_file(tmp_path):
     assert "rocprofv3 CSV" in str(pytest.raises(AacoInputError, detect_format, binary).value)
 
 
-def test_ort_profile_is_left_to_its_own_reader(tmp_path):
+def test_ort_profile_alone_is_no_device_trace(tmp_path):
     ort = write(tmp_path / "profile.json", '[{"cat": "Session", "ph": "X", "name": "model_run"}]')
-    with pytest.raises(AacoInputError, match="ONNX Runtime profile reader"):
+    with pytest.raises(AacoInputError, match="ONNX Runtime profile alone"):
         collect_trace(ort, "s1", tmp_path / "out")
 
 
@@ -269,6 +269,16 @@ V63 = (
     '"KERNEL_DISPATCH",4,1,40021,1,11,"simple_add_kernel(float*, float const*, int)",1,'
     "2060159320877,2060159329157,0,0,1024,1,1,1048576,1,1\n"
 )
+# rocprofiler-sdk's documentation sample (source/docs/data/kernel_trace.csv): the 18 columns
+# and Stream_Id, 19 in all.
+STREAM = (
+    '"Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id",'
+    '"Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp","Private_Segment_Size",'
+    '"Group_Segment_Size","Workgroup_Size_X","Workgroup_Size_Y","Workgroup_Size_Z",'
+    '"Grid_Size_X","Grid_Size_Y","Grid_Size_Z"\n'
+    '"KERNEL_DISPATCH",2,1,1,21228,1,11,"void addition_kernel<float>(float*, float const*, '
+    'float const*, int, int)",1937,2414192765353337,2414192765369494,0,0,64,1,1,1024,1024,1\n'
+)
 GUID = (
     '"Guid","Kind","Agent_Id","Queue_Id","Stream_Id","Thread_Id","Dispatch_Id","Kernel_Id",'
     '"Kernel_Name","Correlation_Id","Start_Timestamp","End_Timestamp","Lds_Block_Size",'
@@ -316,6 +326,24 @@ GUID = (
             },
         ),
         (
+            STREAM,
+            {
+                "kernel_name": "void addition_kernel<float>(float*, float const*, float const*, "
+                "int, int)",
+                "device_id": 2,
+                "queue_id": 1,
+                "stream_id": 1,
+                "thread_id": 21228,
+                "dispatch_id": 1,
+                "correlation_id": 1937,
+                "duration_ns": 2414192765369494 - 2414192765353337,
+                "grid_size": 1024 * 1024,
+                "workgroup_size": 64,
+                "lds_bytes": 0,
+                "scratch_bytes": 0,
+            },
+        ),
+        (
             GUID,
             {
                 "kernel_name": "__omp_offloading_30_57b9f__QMnorm_modPnorm_l23",
@@ -334,7 +362,7 @@ GUID = (
             },
         ),
     ],
-    ids=["rocm6.2", "rocm6.3-lowercase", "rocpd-convert-guid"],
+    ids=["rocm6.2", "rocm6.3-lowercase", "docs-sample-stream-id", "rocpd-convert-guid"],
 )
 def test_older_kernel_trace_headers(tmp_path, header, expected):
     trace = write(tmp_path / "trace" / "199_kernel_trace.csv", header)
@@ -486,7 +514,8 @@ def test_rpd_sample(rpd_file, tmp_path):
     assert {(t["source"], t["metric"], t["unit"], t["pass"]) for t in telemetry} == {
         ("rpd_monitor", "gfx_clock", "MHz", "other")
     }
-    assert {t["device"] for t in telemetry} == {f"gpu{i}" for i in range(8)}
+    # rocm-smi's GPUs 0-7, named in the kernels' numbering (gpuId 2 is GPU 0: rpd.py).
+    assert {t["device"] for t in telemetry} == {f"gpu{i}" for i in range(2, 10)}
 
 
 def test_rpd_gzipped_reads_like_the_plain_file(rpd_file, tmp_path):
