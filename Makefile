@@ -26,7 +26,7 @@ $(DUCKLAKE_STAMP): pyproject.toml
 
 ducklake-setup: $(DUCKLAKE_STAMP)
 
-# The observatory: AACO_HOME (default ./.aaco), zoo built if the registry is empty, Dagster
+# The observatory: AACO_HOME (default ~/.aaco), zoo built if the registry is empty, Dagster
 # webserver + daemon on http://127.0.0.1:3000 with sensors and the nightly schedule running.
 run: setup
 	$(VENV)/bin/aaco ui --host 127.0.0.1 --port 3000
@@ -59,7 +59,8 @@ test: setup browser services ducklake-setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
 	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/tracelake/test_ducklake.py \
 	  tests/tracelake/test_tracelake.py tests/tracelake/test_lake_integrity.py \
-	  tests/tracelake/test_shared_lake_errors.py tests/collectors/test_trace_readers.py
+	  tests/tracelake/test_shared_lake_errors.py tests/collectors/test_trace_readers.py \
+	  tests/cli/test_first_hour_cli.py::test_run_against_a_shared_lake_prints_that_lake
 
 bench: setup
 	$(PY) benchmarks/run.py

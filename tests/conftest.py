@@ -13,6 +13,21 @@ from aaco_pipelines.stages.measure import MeasureOptions
 from tests import models
 from tests.helpers import MeasuredHome, add_model, copy_home, home_paths
 
+# Where a developer's shell may point aaco at real data: no test reads or writes there.
+REAL_DATA_VARIABLES = ("AACO_REGISTRY", "AACO_TRACELAKE", "AACO_DUCKLAKE_CATALOG",
+                       "AACO_DUCKLAKE_DATA", "DAGSTER_HOME")  # fmt: skip
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_real_aaco_home(tmp_path_factory):
+    """Every test runs with AACO_HOME in a temporary folder, never the user's (~/.aaco, the
+    default, or one their shell sets): a test that sets no AACO_HOME of its own writes here."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AACO_HOME", str(tmp_path_factory.mktemp("aaco_home")))
+        for name in REAL_DATA_VARIABLES:
+            patch.delenv(name, raising=False)
+        yield
+
 
 @pytest.fixture
 def aaco_paths(tmp_path, monkeypatch) -> AacoPaths:

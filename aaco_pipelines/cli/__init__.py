@@ -34,7 +34,7 @@ from aaco_pipelines.cli import (
     restore,
     services,
 )
-from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.config import AacoPaths, old_home_notice
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.redaction import redact
 from aaco_pipelines.stopping import exit_code, stop_on_signals
@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     paths = AacoPaths.from_env()
+    notice = old_home_notice(paths)
+    if notice:
+        print(notice, file=sys.stderr)
     stop_on_signals()
     try:
         fit_address_space()  # before any thread starts

@@ -91,19 +91,39 @@ def add_diff_parser(sub) -> None:
     diff.set_defaults(func=cmd_diff)
 
 
+def measured_model(lake, name: str) -> str:
+    """The slug of a model the TraceLake has sessions of; a name it has none of is one line,
+    naming the closest measured model when one is close (a misspelling)."""
+    from aaco_pipelines.registry.scan import model_slug, spelled_like
+    from aaco_pipelines.tracelake.queries import registry_history
+
+    slug = model_slug(name)
+    measured = registry_history(lake)
+    if slug in measured:
+        return slug
+    close = spelled_like(slug, measured)
+    raise AacoInputError(
+        f"no sessions of model {slug!r} in the TraceLake",
+        fix=f"did you mean {close!r}?"
+        if close
+        else "measure it first (aaco run --model NAME); aaco registry list shows which models "
+        "have sessions",
+    )
+
+
 def cmd_baseline_create(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.baselines import create_baseline
-    from aaco_pipelines.registry.scan import model_slug
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import baseline_text
 
     if args.sessions and (args.target or args.last is not None):
         raise AacoInputError("--target and --last choose sessions of --model", fix="drop them")
+    lake = open_lake(paths.tracelake)
     baseline = create_baseline(
-        open_lake(paths.tracelake),
+        lake,
         args.name,
         session_ids=args.sessions,
-        model_slug=model_slug(args.model) if args.model else None,
+        model_slug=measured_model(lake, args.model) if args.model else None,
         target=args.target,
         last=args.last,
         pin=args.pin,
@@ -124,11 +144,11 @@ def cmd_baseline_create(args, paths: AacoPaths) -> int:
 
 def cmd_baseline_list(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.baselines import list_baselines
-    from aaco_pipelines.registry.scan import model_slug
     from aaco_pipelines.report.data import open_lake
 
-    slug = model_slug(args.model) if args.model else None
-    baselines = list_baselines(open_lake(paths.tracelake), slug)
+    lake = open_lake(paths.tracelake)
+    slug = measured_model(lake, args.model) if args.model else None
+    baselines = list_baselines(lake, slug)
     if not baselines:
         print("no baselines" + (f" of {slug}" if slug else "") + " (aaco baseline create NAME)")
         return 0

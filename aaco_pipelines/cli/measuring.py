@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from aaco_pipelines.cli.common import INGEST_STAGES, comma_list, progress_printer
-from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.cli.common import INGEST_STAGES, comma_list, lake_where, progress_printer
+from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError
 
 PROVIDER_NAMES = {
@@ -154,11 +154,39 @@ def laboratory_cores(listed: str | None) -> tuple[int, ...] | None:
     return tuple(int(name) for name in names)
 
 
+def model_named(given: str, paths: AacoPaths):
+    """The model `aaco run --model` names: an .onnx file by its path (outside the registry: a
+    series of its own), else a registry model by its name. A misspelled name or path is one
+    line naming the closest model when one is close."""
+    from aaco_pipelines.registry.identity import model_at
+    from aaco_pipelines.registry.scan import find_model, model_slug, spelled_like
+
+    candidate = Path(given)
+    if candidate.suffix == ".onnx" and candidate.is_file():
+        return model_at(candidate, paths.registry)
+    if len(candidate.parts) == 1:
+        return find_model(paths.registry, model_slug(given))
+    if candidate.exists():
+        raise AacoInputError(
+            "the model is not an .onnx file",
+            path=candidate,
+            fix="give the .onnx file itself, or a registry model's name (aaco registry list)",
+        )
+    folder = candidate.parent
+    siblings = [p.name for p in folder.glob("*.onnx")] if folder.is_dir() else []
+    close = spelled_like(candidate.name, siblings)
+    raise AacoInputError(
+        "model file not found",
+        path=candidate,
+        fix=f"did you mean {str(folder / close)!r}?"
+        if close
+        else "give an existing .onnx file, or a registry model's name (aaco registry list)",
+    )
+
+
 def cmd_run(args, paths: AacoPaths) -> int:
     """Measure and analyse one model through the same pipeline the Dagster assets run."""
     from aaco_pipelines.execution.runner import RunnerLimits
-    from aaco_pipelines.registry.identity import model_at
-    from aaco_pipelines.registry.scan import find_model, model_slug
     from aaco_pipelines.stages.measure import MeasureOptions
     from aaco_pipelines.stages.pipeline import measure_model
 
@@ -168,13 +196,10 @@ def cmd_run(args, paths: AacoPaths) -> int:
         raise AacoInputError(
             "--memory-limit-mb must be at least 64", fix="e.g. --memory-limit-mb 16384"
         )
-    candidate = Path(args.model)
-    if candidate.suffix == ".onnx" and candidate.is_file():
-        model = model_at(candidate, paths.registry)  # outside the registry: its own series
-    else:
-        model = find_model(paths.registry, model_slug(args.model))
+    model = model_named(args.model, paths)
     cores = laboratory_cores(args.laboratory_cores)
     options = MeasureOptions(
+        target=default_target(),  # what this host measures on, as the Dagster runs record it
         laboratory=args.laboratory or cores is not None,
         laboratory_cores=cores,
         providers=run_providers(args.provider),
@@ -184,8 +209,8 @@ def cmd_run(args, paths: AacoPaths) -> int:
     )
     say = progress_printer()
     bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
-    say("done")
-    print(f"session {bundle.session_id} -> {paths.tracelake}")
+    say.done()
+    print(f"session {bundle.session_id} -> {lake_where(paths)}")
     print(run_summary(paths.tracelake, bundle.session_id))
     observed = bundle.read_json("observed.json")
     print(
@@ -216,8 +241,8 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     bundle, summary = ingest_and_analyze(
         Path(args.path), paths, model=model, name=args.name, on_progress=say
     )
-    say("done")
-    print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {paths.tracelake}")
+    say.done()
+    print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {lake_where(paths)}")
     print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
     return 0
 

@@ -1,5 +1,6 @@
 """`aaco export` (a session's timeline as a Perfetto trace) and `aaco report` (a session's
-report as HTML, JSON or Markdown), each refusing a session whose bundle changed (cli.evidence)."""
+report as HTML, JSON or Markdown, to a file or the terminal), each refusing a session whose
+bundle changed (cli.evidence)."""
 
 from __future__ import annotations
 
@@ -44,38 +45,72 @@ def add_export_parser(sub) -> None:
 
 
 REPORT_FORMATS = ("html", "json", "md")
+STDOUT = "-"
+
+
+def report_output(output: str | None, report_format: str, session_id: str) -> Path | None:
+    """Where the report goes: the file --output names; the terminal (None) for "-", and for
+    Markdown and JSON without --output (to read or pipe); an HTML page, which a terminal cannot
+    show, without --output to <session id>.html in the current folder."""
+    if output == STDOUT or (output is None and report_format != "html"):
+        return None
+    return Path(output) if output is not None else Path.cwd() / f"{session_id}.html"
 
 
 def cmd_report(args, paths: AacoPaths) -> int:
-    """One session's report: a self-contained HTML page, JSON data or Markdown. The output is
+    """One session's report: a self-contained HTML page, JSON data or Markdown. A file is
     opened (beside its path, renamed at the end) before the report is rendered."""
-    import json
-
     from aaco_pipelines.cli.evidence import checked_session
-    from aaco_pipelines.report.content import render_json
-    from aaco_pipelines.report.html import render_html
-    from aaco_pipelines.report.markdown_report import render_markdown
     from aaco_pipelines.report.output_file import replacing
 
-    output = Path(args.output)
     session = checked_session(paths, args.session)  # before the output is opened
+    output = report_output(args.output, args.format, session)
+    if output is None:
+        to_terminal(render_report(paths, session, args.format))
+        return 0
     with replacing(output) as handle:
-        if args.format == "html":
-            text = render_html(paths.tracelake, session)
-        elif args.format == "md":
-            text = render_markdown(paths.tracelake, session)
-        else:
-            text = json.dumps(render_json(paths.tracelake, session), indent=2, default=str)
+        text = render_report(paths, session, args.format)
         handle.write(text)
     print(f"wrote {args.format} report ({len(text.encode()) // 1024} KB) to {output}")
     return 0
+
+
+def to_terminal(text: str) -> None:
+    """Print to stdout; a reader that stops early (`| head`) ends the printing quietly, as it
+    does for any Unix tool, never with a traceback."""
+    import os
+    import sys
+
+    try:
+        print(text.rstrip("\n"), flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
+
+
+def render_report(paths: AacoPaths, session: str, report_format: str) -> str:
+    """The session's report as text in one of REPORT_FORMATS."""
+    import json
+
+    from aaco_pipelines.report.content import render_json
+    from aaco_pipelines.report.html import render_html
+    from aaco_pipelines.report.markdown_report import render_markdown
+
+    if report_format == "html":
+        return render_html(paths.tracelake, session)
+    if report_format == "md":
+        return render_markdown(paths.tracelake, session)
+    return json.dumps(render_json(paths.tracelake, session), indent=2, default=str)
 
 
 def add_report_parser(sub) -> None:
     report = sub.add_parser("report", help="a session's report (HTML, JSON or Markdown)")
     report.add_argument("--session", default="latest", help="session id, or latest (latest)")
     report.add_argument("--format", default="html", choices=REPORT_FORMATS, help="(html)")
-    report.add_argument("--output", required=True, help="file to write")
+    report.add_argument(
+        "--output",
+        help="file to write, or - for the terminal (default: md and json to the terminal, "
+        "html to ./<session id>.html)",
+    )
     report.set_defaults(func=cmd_report)
 
 

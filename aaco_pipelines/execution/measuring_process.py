@@ -188,7 +188,7 @@ def main(argv: list[str]) -> int:
         result = run_passes(request, out, which)
         result["laboratory_affinity"] = lab_record
         write_json(out / f"worker_result.{which}.json", result)
-        progress("done")
+        progress(f"measuring process finished ({which} passes)")  # the run goes on: not "done"
         return 0
     except AacoInputError as exc:
         write_json(

@@ -26,9 +26,11 @@ with every other model.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,8 +181,29 @@ def find_model(registry: Path, slug: str) -> RegisteredModel:
         raise _conflict(slug, files, registry)
     if files:
         return checked_model(files[0])
-    raise AacoInputError(
-        f"no model with partition key '{slug}' in the registry",
-        path=registry,
-        fix="put the .onnx file back, or delete the partition in the Dagster UI",
-    )
+    raise not_in_registry(slug, registry)
+
+
+def not_in_registry(slug: str, registry: Path) -> AacoInputError:
+    """The error for a model the registry lacks: most often a misspelling (the closest name
+    then comes first), else a model taken out of the registry that a partition still names."""
+    names = {s: files[0].stem for s, files in _files_by_slug(registry).items()}
+    close = spelled_like(slug, names)
+    if close is not None:
+        fix = f"did you mean {names[close]!r}? (aaco registry list names every model)"
+    elif names:
+        fix = (
+            f"choose one of the {len(names)} models aaco registry list names; a model taken "
+            "out of the registry: put its .onnx file back, or delete its partition in the "
+            "Dagster UI"
+        )
+    else:
+        fix = "the registry is empty: aaco zoo build writes the bundled zoo, or add .onnx files"
+    return AacoInputError(f"no model {slug!r} in the registry", path=registry, fix=fix)
+
+
+def spelled_like(name: str, known: Iterable[str]) -> str | None:
+    """The known name closest to `name` when one is close enough to be a misspelling of it
+    (difflib's ratio at least 0.6: `bert_encodr` -> `bert_encoder`), else None."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return close[0] if close else None

@@ -190,19 +190,22 @@ def _meta(name: str, pid: int, tid: int, value, key: str = "name") -> str:
 
 
 def write_perfetto(lake: TraceLake, session_id: str, output: Path) -> int:
-    """Stream the session's trace to `output`; returns the number of events written. The file
-    appears whole or not at all, and only a new path or a regular file is replaced
-    (`output_file.replacing`)."""
+    """Stream the session's trace to `output`; returns the number of its events (slices and
+    counter samples), as `perfetto_proto.write_perfetto_proto` counts them: the track-naming
+    metadata records before them are no events of the timeline, and the protobuf carries
+    their names in track descriptors instead. The file appears whole or not at all, and only a
+    new path or a regular file is replaced (`output_file.replacing`)."""
     session_id = resolve_session(lake, session_id)
-    count = 0
+    written = events = 0
     with replacing(output) as out:
         out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
-        for chunk in iter_event_chunks(lake, session_id):
+        for number, chunk in enumerate(iter_event_chunks(lake, session_id)):
             if chunk:
-                out.write((",\n" if count else "") + ",\n".join(chunk))
-                count += len(chunk)
+                out.write((",\n" if written else "") + ",\n".join(chunk))
+                written += len(chunk)
+                events += len(chunk) if number else 0  # chunk 0: the track names
         out.write("\n]}\n")
-    return count
+    return events
 
 
 def export_perfetto(lake: TraceLake, session_id: str) -> dict:

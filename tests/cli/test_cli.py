@@ -99,4 +99,4 @@ def test_user_errors_are_one_line_with_the_fix(aaco_paths, tmp_path):
     missing = subprocess.run(
         [str(aaco), "run", "--model", "nope"], env=env, capture_output=True, text=True
     )
-    assert missing.returncode == 2 and "no model with partition key 'nope'" in missing.stderr
+    assert missing.returncode == 2 and "no model 'nope' in the registry" in missing.stderr

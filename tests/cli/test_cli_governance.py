@@ -171,7 +171,8 @@ def test_baseline_create_list_show_pin(mlp_swap_session_ids, capsys):
     rows = [line.split() for line in out.splitlines()]
     assert code == 0 and [r[0] for r in rows] == ["baseline", "release", "recent", "most"]
     assert rows[1][6] == rows[2][6] == "-"  # none pinned yet (p50 is two words)
-    assert "no baselines of other" in _run(capsys, "baseline", "list", "--model", "other")[1]
+    code, _, err = _run(capsys, "baseline", "list", "--model", "other")
+    assert code == 2 and "no sessions of model 'other'" in err  # a model never measured
 
     code, out, _ = _run(capsys, "baseline", "pin", "release")
     assert code == 0 and out.strip() == "pinned baseline release for mlp on cpu"
