@@ -24,6 +24,7 @@ from aaco_pipelines.address_space import (
     require_headroom,
 )
 from aaco_pipelines.cli import (
+    cluster,
     detector,
     doctor,
     evidence,
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     reports.add_parser(sub)  # export, report
     governance.add_parser(sub)  # diff, baseline
     services.add_sweep_parser(sub)
+    cluster.add_parser(sub)  # cluster up|env|status|down
     doctor.add_parser(sub)
     evidence.add_parser(sub)  # verify
     restore.add_parser(sub)

@@ -1,0 +1,81 @@
+"""`aaco cluster up|env|status|down`: a scaled-out instance on this machine (PostgreSQL, redis,
+the head and a worker per device, on loopback: instance/local_cluster.py)."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+from aaco_pipelines.cli.common import comma_list
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.errors import AacoInputError
+
+
+def _say(line: str) -> None:
+    print(f"aaco: {line}", file=sys.stderr, flush=True)
+
+
+def cmd_up(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.instance.local_cluster import up
+
+    targets = comma_list(args.workers) or []
+    if not targets and not _recorded(paths):
+        raise AacoInputError(
+            "no device workers named", fix="aaco cluster up --workers gpu0,gpu1 (one per device)"
+        )
+    cluster = up(paths, targets, args.ui_port, _say)
+    _say(f'up under {cluster.folder}; for aaco sweep in this shell: eval "$(aaco cluster env)"')
+    return 0
+
+
+def cmd_env(args, paths: AacoPaths) -> int:
+    """The shell lines that point `aaco` (and `dagster`) at the cluster."""
+    cluster = _recorded(paths)
+    if cluster is None:
+        raise AacoInputError("no local cluster under this AACO_HOME", fix="aaco cluster up first")
+    for name, value in {"AACO_HOME": str(paths.home), "DAGSTER_HOME": str(paths.dagster_home),
+                        **cluster.environment}.items():  # fmt: skip
+        print(f"export {name}={shlex.quote(value)}")
+    return 0
+
+
+def cmd_status(args, paths: AacoPaths) -> int:
+    """Each process of the cluster and whether it runs; exit 1 when one is down."""
+    cluster = _recorded(paths)
+    if cluster is None:
+        print("no local cluster under this AACO_HOME (aaco cluster up)")
+        return 1
+    running = cluster.running()
+    for name, alive in running.items():
+        print(f"  {name:16} {'running' if alive else 'stopped'}  (pid {cluster.pids[name]})")
+    print(f"  UI: http://127.0.0.1:{cluster.ui_port}")
+    return 0 if all(running.values()) else 1
+
+
+def cmd_down(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.instance.local_cluster import down
+
+    if down(paths, _say) is None:
+        _say("no local cluster under this AACO_HOME: nothing to stop")
+    return 0
+
+
+def _recorded(paths: AacoPaths):
+    from aaco_pipelines.instance.local_cluster import load
+
+    return load(paths)
+
+
+def add_parser(sub) -> None:
+    cluster = sub.add_parser(
+        "cluster", help="a scaled-out instance on this machine: PostgreSQL, redis, head, workers"
+    ).add_subparsers(dest="cluster_command", required=True)
+    up = cluster.add_parser("up", help="start the services, the head and a worker per device")
+    up.add_argument("--workers", help="comma-separated devices, e.g. gpu0,gpu1")
+    up.add_argument("--ui-port", type=int, help="the head's UI port (default 3000, then kept)")
+    up.set_defaults(func=cmd_up)
+    cluster.add_parser("env", help="shell lines pointing aaco at the cluster").set_defaults(
+        func=cmd_env
+    )
+    cluster.add_parser("status", help="which of its processes run").set_defaults(func=cmd_status)
+    cluster.add_parser("down", help="stop every process of the cluster").set_defaults(func=cmd_down)
