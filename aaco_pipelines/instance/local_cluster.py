@@ -93,8 +93,8 @@ def up(paths: AacoPaths, targets: list[str], ui_port: int | None, say) -> LocalC
         (cluster.folder / folder).mkdir(parents=True, exist_ok=True)
     _start_postgres(cluster, say)
     _start_redis(cluster, say)
-    os.environ.update(cluster.environment)  # the instance's dagster.yaml: routed, on PostgreSQL
-    prepare_dagster_home(paths.dagster_home)  # once, before the head and workers read it
+    with _environment(cluster.environment):  # the instance's dagster.yaml: routed, PostgreSQL
+        prepare_dagster_home(paths.dagster_home)  # once, before the head and workers read it
     environment = {**os.environ, **cluster.environment, "AACO_HOME": str(paths.home),
                    "DAGSTER_HOME": str(paths.dagster_home)}  # fmt: skip
     environment.pop("AACO_TARGET", None)  # each worker is given its own
@@ -171,6 +171,21 @@ def _start_redis(cluster: LocalCluster, say) -> None:
     cluster.pids["redis"] = process.pid
     cluster.save()
     say(f"redis on 127.0.0.1:{cluster.redis_port}")
+
+
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    """This process's environment with `variables`, as it was again afterwards."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _spawn(command: list[str], log_path: Path, environment: dict) -> int:
