@@ -29,6 +29,11 @@ def benjamini_hochberg(p_values: np.ndarray, q: float = FDR_Q) -> tuple[np.ndarr
 
     adjusted_(i) = min over j >= i of p_(j) * m / j on the sorted p, capped at 1; reject where
     adjusted <= q, which is the step-up rule "the largest i with p_(i) <= i q / m, and all below".
+
+    Written here rather than called from scipy.stats.false_discovery_control, whose adjusted p it
+    matches (tests/governance/test_fdr.py): a night's families are the rows of one array, each
+    leaving out its series with no test (NaN), and scipy's takes a NaN for a p-value; row by row
+    in Python would be a loop over thousands of series-nights.
     """
     if not 0.0 < q < 1.0:
         raise ValueError(f"q must be in (0, 1), got {q}")

@@ -25,8 +25,8 @@ def test_baseline_median_mad_and_qn_ignore_an_outlier():
     b = robust_baseline(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
     assert (b.median, b.mad, b.n) == (3.0, 1.0, 5)
     # Qn: h = 3, k = C(3, 2) = 3rd smallest of the 10 pairwise distances (1, 1, 1, ...) = 1,
-    # times 2.2219 and the 5-point correction 0.844.
-    assert b.qn == b.scale == pytest.approx(2.2219 * 0.844)
+    # times 2.2191 and the 5-point correction 0.844.
+    assert b.qn == b.scale == pytest.approx(2.2191 * 0.844, rel=1e-4)
     assert b.to_dict()["median"] == 3.0
 
 
@@ -36,6 +36,18 @@ def test_qn_is_a_consistent_sd_at_small_and_large_n():
         estimates = [qn_scale(rng.normal(0.0, 2.0, n)) for _ in range(3000)]
         assert np.mean(estimates) == pytest.approx(2.0, rel=0.05), n
     assert qn_scale(np.array([5.0])) == 0.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 9, 10, 31, 200])
+def test_qn_is_statsmodels_qn_with_the_small_sample_correction(n):
+    """The same estimator as statsmodels' (kept here for speed and the correction it lacks)."""
+    from statsmodels.robust.scale import qn_scale as statsmodels_qn
+
+    from aaco_pipelines.governance.robust_scale import QN_SMALL_N
+
+    x = np.random.default_rng(n).lognormal(size=n)
+    correction = QN_SMALL_N.get(n, n / (n + 1.4) if n % 2 else n / (n + 3.8))
+    assert qn_scale(x) == pytest.approx(correction * statsmodels_qn(x), rel=1e-12)
 
 
 def test_constant_series_uses_the_floor_so_a_jump_gets_a_finite_z():
