@@ -27,9 +27,10 @@ $(DUCKLAKE_STAMP): pyproject.toml
 ducklake-setup: $(DUCKLAKE_STAMP)
 
 # The observatory: AACO_HOME (default ~/.aaco), zoo built if the registry is empty, Dagster
-# webserver + daemon on http://127.0.0.1:3000 with sensors and the nightly schedule running.
+# webserver + daemon on http://127.0.0.1:3000 with sensors and the nightly schedule running
+# (another port: AACO_UI_PORT=3001 make run).
 run: setup
-	$(VENV)/bin/aaco ui --host 127.0.0.1 --port 3000
+	$(VENV)/bin/aaco ui --host 127.0.0.1
 
 # Headless Chromium for the UI end-to-end test (tests/dagster/test_ui_e2e.py): Debian's package,
 # installed once as root or with passwordless sudo; where it cannot be installed that test is skipped.

@@ -10,9 +10,11 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown
+from aaco_pipelines.report.units import by_unit, duration
 from aaco_pipelines.stages.attribute import Attribution, attribute
 from assets.partitions import model_target_partitions
-from resources import TraceLakeResource
+from assets.session_page import session_links
+from resources import ModelRegistryResource, TraceLakeResource
 
 CHECKS = [
     dg.AssetCheckSpec(
@@ -40,15 +42,20 @@ CHECKS = [
     "launch tax, device active ratio, kernel amplification, fragmentation and microkernel share.",
 )
 def kernel_attribution(
-    context: dg.AssetExecutionContext, tracelake_session: dict, tracelake: TraceLakeResource
+    context: dg.AssetExecutionContext,
+    tracelake_session: dict,
+    tracelake: TraceLakeResource,
+    registry: ModelRegistryResource,
 ):
     attribution = attribute(tracelake.lake, SessionBundle(Path(tracelake_session["bundle_path"])))
     metrics = attribution.metrics
-    yield dg.Output({**tracelake_session, "metrics": metrics}, metadata=_metadata(attribution))
+    metadata = _metadata(attribution, registry.paths.home)
+    yield dg.Output({**tracelake_session, "metrics": metrics}, metadata=metadata)
     yield dg.AssetCheckResult(
         check_name="kernel_events_present",
         passed=metrics["wall_ns_per_iteration"] > 0 and metrics["busy_ns_per_iteration"] > 0,
-        metadata={"busy_ns_per_iteration": metrics["busy_ns_per_iteration"]},
+        # a model's own magnitude: text (assets/session_page.py)
+        metadata={"busy_per_iteration": duration(metrics["busy_ns_per_iteration"])},
     )
     yield dg.AssetCheckResult(
         check_name="kernel_time_within_wall",
@@ -57,42 +64,49 @@ def kernel_attribution(
     )
 
 
-def _metadata(attribution: Attribution) -> dict:
+def _metadata(attribution: Attribution, home) -> dict:
     metrics, unmatched = attribution.metrics, attribution.unmatched
     mapping, breakdown = attribution.tables["node_attribution"], attribution.tables["op_breakdown"]
+    unmatched_share = float(pc.sum(unmatched["share"]).as_py() or 0.0)
     return {
         "session_id": attribution.session_id,
-        "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
-        "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
         "time_per_op_plot": dg.MetadataValue.md(
             markdown_image(
                 op_breakdown(breakdown.filter(pc.equal(breakdown["level"], "node"))),
                 "time per op",
             )
         ),
+        **session_links(home, attribution.session_id),
+        "top_ops": dg.MetadataValue.md(_top_table(breakdown, "node", 10)),
+        "top_op_types": dg.MetadataValue.md(_top_table(breakdown, "op_type", 8)),
         "derived_metrics": dg.MetadataValue.md(_metrics_table(metrics)),
         "attribution_methods": dg.MetadataValue.json(
             {row["values"]: row["counts"] for row in pc.value_counts(mapping["method"]).to_pylist()}
         ),
         "unmatched_kernels": dg.MetadataValue.md(_top_table(unmatched, "node", 10)),
-        "unmatched_time_share": float(pc.sum(unmatched["share"]).as_py() or 0.0),
-        **{name: round(value, 6) for name, value in metrics.items()},
+        "unmatched_time_share": by_unit(unmatched_share, "fraction"),
+        # text with its unit, not a number Dagster would chart across models
+        **{name: by_unit(value, UNITS[name]) for name, value in metrics.items()},
     }
 
 
 def _top_table(breakdown, level: str, limit: int) -> str:
+    """The top nodes (with their op type) or op types by median time, in six columns at most:
+    the means and P(top 3) are in the HTML report."""
     rows = breakdown.filter(pc.equal(breakdown["level"], level)).sort_by(
         [("p50_ns", "descending"), ("mean_ns", "descending")]
     )  # ranked by median: one preempted iteration reorders nothing
+    named = (
+        [("name", "node", None), ("op_type", "op", None)]
+        if level == "node"
+        else [("name", "op type", None)]
+    )
     return markdown_table(
         rows.slice(0, limit).to_pylist(),
         [
-            ("name", "node" if level == "node" else "op type", None),
-            ("op_type", "op", None),
-            ("mean_ns", "mean ms", ms),
+            *named,
             ("p50_ns", "p50 ms", ms),
             ("share", "share", pct),
-            ("mean_share", "mean share", pct),
             ("p_top", "P(first)", pct),  # of bootstrap resamples of the profiled iterations
             ("kernels_per_iteration", "kernels/iter", num),
         ],

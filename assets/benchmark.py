@@ -6,6 +6,7 @@ from aaco_pipelines.config import device_pool
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.stages.measure import MeasuredSession, check_target, measure
 from assets.partitions import model_and_target, model_target_partitions
+from assets.session_page import as_text, session_links
 from resources import BenchmarkRunnerResource, ModelRegistryResource
 
 
@@ -29,15 +30,16 @@ def benchmark_run(
     measured = measure(
         ModelVersion.from_record(onnx_graph), registry.paths, options, context.log.info
     )
-    context.add_output_metadata(_metadata(measured))
+    context.add_output_metadata(_metadata(measured, registry.paths.home))
     return {"session_id": measured.bundle.session_id, "bundle_path": str(measured.bundle.path)}
 
 
-def _metadata(measured: MeasuredSession) -> dict:
+def _metadata(measured: MeasuredSession, home) -> dict:
     bundle, figures = measured.bundle, measured.figures
     session = bundle.session
     metadata = {
         "session_id": bundle.session_id,
+        **session_links(home, bundle.session_id),
         "bundle": dg.MetadataValue.path(str(bundle.path)),
         "providers_used": ", ".join(session["providers_used"]),
         "latency_p50_ms": round(figures["latency_p50_ns"] / 1e6, 4),
@@ -57,4 +59,4 @@ def _metadata(measured: MeasuredSession) -> dict:
             metadata.pop(key)
         metadata["requests"] = measured.requests
         metadata["scenarios"] = ", ".join(measured.generation["workload"]["scenarios"])
-    return metadata
+    return as_text(metadata)

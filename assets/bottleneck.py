@@ -10,7 +10,8 @@ from aaco_pipelines.report.plots import markdown_image, roofline_chart
 from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
 from assets.envelope import envelope_metadata, hardware_envelope
 from assets.partitions import model_target_partitions
-from resources import BenchmarkRunnerResource, TraceLakeResource
+from assets.session_page import as_text, session_links
+from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
 
 
 @dg.asset(
@@ -29,6 +30,7 @@ def bottleneck_report(
     kernel_attribution: dict,
     tracelake: TraceLakeResource,
     runner: BenchmarkRunnerResource,
+    registry: ModelRegistryResource,
 ) -> dict:
     session_id, metrics = kernel_attribution["session_id"], kernel_attribution["metrics"]
     diagnosis = diagnose(tracelake.lake, session_id, metrics, runner.target)
@@ -36,17 +38,21 @@ def bottleneck_report(
     if choice.measured_now:  # measured on demand: hardware_envelope's page shows it too
         metadata = envelope_metadata(choice.envelope_id, choice.envelope)
         context.log_event(dg.AssetObservation(hardware_envelope.key, metadata=metadata))
-    context.add_output_metadata(_metadata(diagnosis))
+    context.add_output_metadata(_metadata(diagnosis, registry.paths.home))
     report = diagnosis.report
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
 
 
-def _metadata(diagnosis: Diagnosis) -> dict:
+def _metadata(diagnosis: Diagnosis, home) -> dict:
     choice, report, utilization = diagnosis.choice, diagnosis.report, diagnosis.utilization
     envelope, points = choice.envelope, diagnosis.top_points
     evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
-    return {
+    metadata = {
         "session_id": diagnosis.session_id,
+        "roofline_plot": dg.MetadataValue.md(_plots(diagnosis.roofline_points, diagnosis.roofs))
+        if envelope is not None
+        else dg.MetadataValue.md(choice.note),
+        **session_links(home, diagnosis.session_id),
         "bottleneck": report.bottleneck,
         "confidence": round(report.confidence, 4),
         # classes that win with the signals moved by their run-to-run spread (a close call)
@@ -79,6 +85,7 @@ def _metadata(diagnosis: Diagnosis) -> dict:
         "recommendations": dg.MetadataValue.md(
             "\n".join(f"{r.rank}. **{r.action}** — {r.why}" for r in report.recommendations)
         ),
+        # six columns: FLOP/s, dtypes, roof, ceiling and lifts are in the HTML report
         "roofline_top_ops": dg.MetadataValue.md(
             markdown_table(
                 points,
@@ -87,19 +94,11 @@ def _metadata(diagnosis: Diagnosis) -> dict:
                     ("op_type", "op", None),
                     ("time_ns", "ms/iter", ms),
                     ("arithmetic_intensity", "FLOP/B", num),
-                    ("achieved_flops_per_s", "FLOP/s", num),
-                    ("dtype", "dtype", None),
-                    ("roof_dtype", "roof", None),
                     ("bound", "bound", None),
-                    ("roof_level", "ceiling", None),
                     ("utilization", "of roof", pct),
-                    ("roof_lifted", "lifted", None),
                 ],
             )
         ),
-        "plots": dg.MetadataValue.md(_plots(diagnosis.roofline_points, diagnosis.roofs))
-        if envelope is not None
-        else dg.MetadataValue.md(choice.note),
         "envelope_id": choice.envelope_id,
         # measured | datasheet (published peaks, not measured) | none
         "envelope_source": choice.source,
@@ -113,6 +112,7 @@ def _metadata(diagnosis: Diagnosis) -> dict:
         if envelope is not None and envelope.reference
         else None,
     }
+    return as_text(metadata)
 
 
 def _plots(points, roofs: JudgedRoofline) -> str:

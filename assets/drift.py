@@ -1,16 +1,24 @@
-"""performance_drift: each metric's history for the model, and the verdict on the new session."""
+"""performance_drift: each metric's history for the model, and the verdict on the new session.
 
+The session's run ends here: its HTML report and Perfetto trace are written now, from the lake
+that holds all of it, for every per-session asset page to point at (assets/session_page.py).
+"""
+
+import json
 from pathlib import Path
 
 import dagster as dg
 
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.report.markdown_tables import markdown_table, num
+from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
+from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
+from aaco_pipelines.report.session_files import write_session_files
 from aaco_pipelines.stages.judge_drift import judge_drift
 from assets.partitions import model_target_partitions
-from resources import TraceLakeResource
+from assets.session_page import as_text, session_links
+from resources import ModelRegistryResource, TraceLakeResource
 
 
 @dg.asset(
@@ -33,24 +41,34 @@ from resources import TraceLakeResource
     "improvement, no change or insufficient history, with effect size and confidence interval.",
 )
 def performance_drift(
-    context: dg.AssetExecutionContext, bottleneck_report: dict, tracelake: TraceLakeResource
+    context: dg.AssetExecutionContext,
+    bottleneck_report: dict,
+    tracelake: TraceLakeResource,
+    registry: ModelRegistryResource,
 ):
     # The series is the session's model on the session's target (this partition's).
     judged = judge_drift(tracelake.lake, SessionBundle(Path(bottleneck_report["bundle_path"])))
+    home = registry.paths.home
+    files = write_session_files(tracelake.lake, judged.session_id, home)
     p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
     yield dg.Output(
         {"session_id": judged.session_id, "verdicts": judged.by_metric},
-        metadata={
-            "session_id": judged.session_id,
-            "verdicts": dg.MetadataValue.md(_verdict_table(judged.verdicts)),
-            "p50_history": dg.MetadataValue.md(
-                markdown_image(drift_row_plot(p50_row), "p50 drift history")
-            ),
-            "p50_last_points_ms": dg.MetadataValue.md(
-                _last_points(judged.series("latency_p50_ns"))
-            ),
-            "history_points": judged.verdicts[0]["history_points"],
-        },
+        metadata=as_text(
+            {
+                "session_id": judged.session_id,
+                "p50_drift_plot": dg.MetadataValue.md(
+                    markdown_image(drift_row_plot(p50_row), "p50 drift history")
+                ),
+                **session_links(home, judged.session_id),
+                **_unwritten_trace(files, judged.session_id),
+                "verdict_needs": verdict_needs(p50_row),
+                "verdicts": dg.MetadataValue.md(_verdict_table(judged.verdicts)),
+                "p50_last_points_ms": dg.MetadataValue.md(
+                    _last_points(judged.series("latency_p50_ns"))
+                ),
+                "history_points": judged.verdicts[0]["history_points"],
+            }
+        ),
     )
     regressions = judged.regressions
     yield dg.AssetCheckResult(
@@ -66,6 +84,13 @@ def performance_drift(
     )
 
 
+def _unwritten_trace(files, session_id: str) -> dict:
+    """A session too big for a trace with every run: its page says which command writes it."""
+    if files.trace_written:
+        return {}
+    return {"perfetto_trace (ui.perfetto.dev)": files.trace_note(session_id)}
+
+
 def _gate_metadata(gate: dict | None) -> dict:
     if gate is None:
         return {}
@@ -78,16 +103,33 @@ def _gate_metadata(gate: dict | None) -> dict:
     }
 
 
+def verdict_needs(row: dict) -> str:
+    """How many sessions a verdict needs, from the policy the row was judged by, and how many
+    this series has: one session alone is "insufficient history", not a finding."""
+    parameters = json.loads(row.get("parameters_json") or "{}")
+    needed = parameters.get("min_history", DEFAULT_POLICY.min_history)
+    return (
+        f"{needed} earlier sessions of this model on this target ({row['history_points']} so "
+        f"far); a regression or improvement then stands once {CONFIRM_SESSIONS} sessions in a "
+        "row show it (at once after a model or runtime change)"
+    )
+
+
 def _verdict_table(verdicts: list[dict]) -> str:
+    """Six columns: z and the parameters are in the HTML report."""
+    rows = [
+        {**v, "ci": f"{v['ci_low']:+.2f} – {v['ci_high']:+.2f}"}
+        if v.get("ci_low") is not None
+        else v
+        for v in verdicts
+    ]
     return markdown_table(
-        verdicts,
+        rows,
         [
             ("metric", "metric", None),
             ("verdict", "verdict", None),
             ("effect_pct", "effect %", lambda v: f"{v:+.2f}"),
-            ("ci_low", "CI low %", lambda v: f"{v:+.2f}"),
-            ("ci_high", "CI high %", lambda v: f"{v:+.2f}"),
-            ("z", "z", num),
+            ("ci", "CI %", None),
             ("decided_by", "decided by", None),
             ("history_points", "history", None),
         ],

@@ -4,6 +4,7 @@ import dagster as dg
 
 from aaco_pipelines.stages.prepare import prepare_model_version
 from assets.partitions import model_and_target, model_target_partitions
+from assets.session_page import as_text
 from resources import ModelRegistryResource
 
 
@@ -19,7 +20,9 @@ def onnx_graph(
 ) -> dg.Output[dict]:
     model = registry.model(model_and_target(context.partition_key)[0])
     version, graph = prepare_model_version(model, registry.paths)
-    return dg.Output(version.to_record(), metadata=_metadata(model, version, graph.summary))
+    return dg.Output(
+        version.to_record(), metadata=as_text(_metadata(model, version, graph.summary))
+    )
 
 
 def _metadata(model, version, summary: dict) -> dict:

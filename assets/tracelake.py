@@ -15,7 +15,8 @@ from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from assets.partitions import model_target_partitions
-from resources import TraceLakeResource
+from assets.session_page import as_text, session_links
+from resources import ModelRegistryResource, TraceLakeResource
 
 MIN_TELEMETRY_HZ = 10.0
 
@@ -52,17 +53,14 @@ CHECKS = [
     ),
 ]
 # The figures of a generation session shown on the asset, per scenario: (metric, label, scale).
+# Few enough to fit the UI's dialog; the p99s, requests/s and goodput are in the HTML report.
 GENERATION_FIGURES = (
-    ("ttft_p50_ns", "TTFT p50 (ms)", 1e-6),
-    ("ttft_p99_ns", "TTFT p99 (ms)", 1e-6),
-    ("tpot_p50_ns", "TPOT p50 (ms)", 1e-6),
-    ("tpot_p99_ns", "TPOT p99 (ms)", 1e-6),
-    ("itl_p99_ns", "ITL p99 (ms)", 1e-6),
-    ("e2e_p50_ns", "e2e p50 (ms)", 1e-6),
+    ("ttft_p50_ns", "TTFT p50 ms", 1e-6),
+    ("tpot_p50_ns", "TPOT p50 ms", 1e-6),
+    ("itl_p99_ns", "ITL p99 ms", 1e-6),
+    ("e2e_p50_ns", "e2e p50 ms", 1e-6),
     ("output_tokens_per_s", "tokens/s", 1.0),
-    ("requests_per_s", "requests/s", 1.0),
-    ("goodput_per_s", "goodput/s", 1.0),
-    ("slo_attainment", "within SLO", 1.0),
+    ("slo_attainment", "in SLO", 1.0),
 )
 
 
@@ -76,7 +74,10 @@ GENERATION_FIGURES = (
     "into the DuckDB TraceLake in one transaction; re-materializing replaces the session.",
 )
 def tracelake_session(
-    context: dg.AssetExecutionContext, collected_traces: dict, tracelake: TraceLakeResource
+    context: dg.AssetExecutionContext,
+    collected_traces: dict,
+    tracelake: TraceLakeResource,
+    registry: ModelRegistryResource,
 ):
     lake = tracelake.lake
     with lake.reading():  # the load's checks and the figures share one open of the lake
@@ -84,14 +85,17 @@ def tracelake_session(
         generation = generation_metadata(lake, loaded.session_id)
     yield dg.Output(
         {"session_id": loaded.session_id, "bundle_path": collected_traces["bundle_path"]},
-        metadata={
-            "session_id": loaded.session_id,
-            "tracelake": dg.MetadataValue.path(tracelake.database),
-            "schema_version": SCHEMA_VERSION,
-            **{f"rows_{name}": n for name, n in loaded.row_counts.items()},
-            "measurement": loaded.measurement.line(),
-            **generation,
-        },
+        metadata=as_text(
+            {
+                "session_id": loaded.session_id,
+                **session_links(registry.paths.home, loaded.session_id),
+                **generation,
+                "tracelake": dg.MetadataValue.path(tracelake.database),
+                "schema_version": SCHEMA_VERSION,
+                **{f"rows_{name}": n for name, n in loaded.row_counts.items()},
+                "measurement": loaded.measurement.line(),
+            }
+        ),
     )
     yield from quality_checks(loaded.quality)
     yield measurement_check(loaded)
@@ -135,9 +139,9 @@ def _cell(value: float | None, scale: float) -> str:
 def measurement_check(loaded: LoadedSession) -> dg.AssetCheckResult:
     """measurement_trusted: a warning with the reasons and the figures they rest on."""
     q = loaded.measurement
-    figures = {
+    figures = {  # ratios, the same for every model: numbers (assets/session_page.py)
         "verdict": q.verdict,
-        "iterations": q.iterations,
+        "iterations": str(q.iterations),
         "host_contention": q.host_contention,
         "p99_over_p50": q.p99_over_p50,
         "mean_over_p50": q.mean_over_p50,
@@ -161,7 +165,7 @@ def generation_check(loaded: LoadedSession) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(
         check_name="generation_complete",
         passed=not loaded.broken_generation_rules,
-        metadata=q if q["batches"] else {"workload": "forward passes: nothing to check"},
+        metadata=as_text(q) if q["batches"] else {"workload": "forward passes: nothing to check"},
     )
 
 
@@ -172,21 +176,23 @@ def quality_checks(q: dict):
         passed=q["session_rows"] == 1
         and q["measured_rows"] == q["measured_requested"]
         and q["profiled_rows"] == q["profiled_requested"],
-        metadata={
-            k: q[k]
-            for k in (
-                "session_rows",
-                "measured_rows",
-                "measured_requested",
-                "profiled_rows",
-                "profiled_requested",
-            )
-        },
+        metadata=as_text(
+            {
+                k: q[k]
+                for k in (
+                    "session_rows",
+                    "measured_rows",
+                    "measured_requested",
+                    "profiled_rows",
+                    "profiled_requested",
+                )
+            }
+        ),
     )
     yield dg.AssetCheckResult(
         check_name="kernel_trace_present",
         passed=q["iterations_with_node_events"] == q["profiled_requested"],
-        metadata={"iterations_with_node_events": q["iterations_with_node_events"]},
+        metadata=as_text({"iterations_with_node_events": q["iterations_with_node_events"]}),
     )
     rate = q["telemetry_hz"] or 0.0
     yield dg.AssetCheckResult(
@@ -195,7 +201,11 @@ def quality_checks(q: dict):
         severity=dg.AssetCheckSeverity.WARN,
         metadata={
             "sampling_hz": rate,
-            "samples": q["telemetry_samples"],
-            "samples_in_measured_pass": q["measured_telemetry_samples"],
+            **as_text(
+                {
+                    "samples": q["telemetry_samples"],
+                    "samples_in_measured_pass": q["measured_telemetry_samples"],
+                }
+            ),
         },
     )

@@ -7,6 +7,8 @@ import dagster as dg
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.stages.collect import collect
 from assets.partitions import model_target_partitions
+from assets.session_page import as_text, session_links
+from resources import ModelRegistryResource
 
 
 @dg.asset(
@@ -16,18 +18,23 @@ from assets.partitions import model_target_partitions
     description="Parses the session's ONNX Runtime profile, latencies and host telemetry into "
     "Arrow tables of the TraceLake schema, written as Parquet into the bundle's tables/ folder.",
 )
-def collected_traces(context: dg.AssetExecutionContext, benchmark_run: dict) -> dict:
+def collected_traces(
+    context: dg.AssetExecutionContext, benchmark_run: dict, registry: ModelRegistryResource
+) -> dict:
     bundle = SessionBundle(Path(benchmark_run["bundle_path"]))
     collected = collect(bundle)
     context.add_output_metadata(
-        {
-            "session_id": bundle.session_id,
-            "tables": dg.MetadataValue.path(str(bundle.tables_dir)),
-            "trace_source": bundle.session["trace_source"],
-            **{f"rows_{name}": n for name, n in collected.row_counts.items()},
-            "node_events": collected.node_events,
-            "device_kernels": collected.device_kernels,
-            "distinct_ops": collected.distinct_ops,
-        }
+        as_text(
+            {
+                "session_id": bundle.session_id,
+                **session_links(registry.paths.home, bundle.session_id),
+                "tables": dg.MetadataValue.path(str(bundle.tables_dir)),
+                "trace_source": bundle.session["trace_source"],
+                **{f"rows_{name}": n for name, n in collected.row_counts.items()},
+                "node_events": collected.node_events,
+                "device_kernels": collected.device_kernels,
+                "distinct_ops": collected.distinct_ops,
+            }
+        )
     )
     return {**benchmark_run, "row_counts": collected.row_counts}

@@ -15,8 +15,6 @@ from assets import (
 from resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
-# dagster-celery's run launcher puts a run on this queue: its device's (aaco worker --target).
-QUEUE_TAG = "dagster-celery/queue"
 
 measure_model_job = dg.define_asset_job(
     "measure_model",
@@ -46,10 +44,11 @@ review_night_job = dg.define_asset_job(
 def run_tags(trigger: str, target: str | None = None, **extra: str) -> dict[str, str]:
     """Tags for a measurement run on `target` (default: this deployment's). The device tag lets
     the run queue allow one run per device (`tag_concurrency_limits` with
-    applyLimitPerUniqueValue in dagster.yaml); with a Celery run launcher the queue tag sends
-    the run to that device's worker."""
+    applyLimitPerUniqueValue in dagster.yaml). No Celery queue tag: on a single host it would
+    suggest that Celery must run; where runs are routed to device workers, the run launcher
+    (instance/launcher.py) tags each run with its device's queue as it sends it."""
     device = target or default_target()
-    return {DEVICE_TAG: device, QUEUE_TAG: device, "aaco/trigger": trigger, **extra}
+    return {DEVICE_TAG: device, "aaco/trigger": trigger, **extra}
 
 
 def measured_targets(instance: dg.DagsterInstance) -> list[str]:

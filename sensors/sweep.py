@@ -390,7 +390,8 @@ def summarize(slug: str, run_id: str, success: bool, events: Sequence) -> SweepR
         status=status,
         run_id=run_id,
         session_id=meta["session_id"].value if "session_id" in meta else None,
-        latency_p50_ms=meta["latency_p50_ms"].value if "latency_p50_ms" in meta else None,
+        # text on the asset (assets/session_page.py), a number here
+        latency_p50_ms=float(meta["latency_p50_ms"].value) if "latency_p50_ms" in meta else None,
         verdict=f"regression ({', '.join(regressed)})"
         if regressed
         else verdicts.get("latency_p50_ns"),

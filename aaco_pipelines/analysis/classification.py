@@ -308,7 +308,9 @@ class EvidenceItem:
     bin: str  # e.g. "> 0.3", "0.1 – 0.3", or "absent"
     threshold_edges: tuple[float, ...]
     likelihoods: dict[str, float]  # P(bin | class); empty when absent
-    favours: str | None  # the class this bin is most likely under; None when absent
+    # the one class this bin is most likely under; "neutral (against ...)" when several share
+    # the top likelihood (it argues only against the least likely); None when absent
+    favours: str | None
     mean: float | None = None  # beside a per-iteration median value: the mean; judges nothing
 
 
@@ -383,7 +385,12 @@ def judge(signal: str, value: float | None, mean: float | None = None) -> Eviden
         return EvidenceItem(signal, None, "absent", rule.edges, {}, None)
     index = bin_index(value, rule.edges)
     likelihoods = {name: rule.likelihoods[name][index] for name in CLASSES}
-    favours = max(CLASSES, key=likelihoods.__getitem__)
+    top, bottom = max(likelihoods.values()), min(likelihoods.values())
+    leaders = [name for name in CLASSES if likelihoods[name] == top]
+    favours = leaders[0]
+    if len(leaders) > 1:  # e.g. no clock drop: as likely launch-, memory- or compute-bound
+        against = ", ".join(name for name in CLASSES if likelihoods[name] == bottom)
+        favours = f"neutral (against {against})"
     label = bin_labels(rule.edges)[index]
     shown_mean = float(mean) if mean is not None and not math.isnan(mean) else None
     return EvidenceItem(signal, float(value), label, rule.edges, likelihoods, favours, shown_mean)

@@ -4,7 +4,9 @@ cron)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -12,12 +14,56 @@ from aaco_pipelines.cli.common import comma_list
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
+UI_PORT_ENV = "AACO_UI_PORT"
+DEFAULT_UI_PORT = 3000
+
+
+def ui_port(raw: str | None) -> int:
+    """`--port`, else AACO_UI_PORT, else 3000; anything but a TCP port number is one line."""
+    value = raw if raw is not None else os.environ.get(UI_PORT_ENV) or str(DEFAULT_UI_PORT)
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        source = "--port" if raw is not None else UI_PORT_ENV
+        raise AacoInputError(
+            f"{source} must be a TCP port number (1-65535), not {value!r}",
+            fix="e.g. aaco ui --port 3001",
+        )
+    return int(value)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse a port something already listens on, before anything starts: Dagster would log
+    `[Errno 98]` deep in its output while its daemon still launched runs, and the browser
+    would show the other instance."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise AacoInputError(
+            f"cannot listen on host {host!r}: {exc.strerror}", fix="use --host 127.0.0.1"
+        ) from None
+    try:  # SO_REUSEADDR, as the webserver binds: a port in TIME_WAIT is free
+        socket.create_server((host, port), family=family).close()
+    except OSError as exc:
+        other = port + 1 if port < 65535 else DEFAULT_UI_PORT
+        if exc.errno != errno.EADDRINUSE:
+            raise AacoInputError(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                fix=f"use --host 127.0.0.1, or a port above 1023 (aaco ui --port {other})",
+            ) from None
+        raise AacoInputError(
+            f"port {port} on {host} is already in use (another `aaco ui`, or Dagster?)",
+            fix=f"choose another port: aaco ui --port {other} (or {UI_PORT_ENV}={other} make "
+            "run), or stop what listens there",
+        ) from None
+
 
 def cmd_ui(args, paths: AacoPaths) -> int:
-    """Set up AACO_HOME and DAGSTER_HOME, build the zoo if the registry is empty, start Dagster."""
+    """Set up AACO_HOME and DAGSTER_HOME, build the zoo if the registry is empty, start Dagster
+    on a port checked free first."""
     from aaco_pipelines.instance import prepare_dagster_home
     from aaco_pipelines.registry.zoo import build_zoo
 
+    port = ui_port(args.port)
+    check_port_free(args.host, port)
     build_zoo(paths.registry, only_if_empty=True)
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}
@@ -30,11 +76,9 @@ def cmd_ui(args, paths: AacoPaths) -> int:
         "-h",
         args.host,
         "-p",
-        str(args.port),
+        str(port),
     ]
-    print(
-        f"AACO_HOME={paths.home}  DAGSTER_HOME={dagster_home}  UI: http://{args.host}:{args.port}"
-    )
+    print(f"AACO_HOME={paths.home}  DAGSTER_HOME={dagster_home}  UI: http://{args.host}:{port}")
     os.chdir(workspace.parent)
     os.execve(command[0], command, env)
     return 0  # not reached
@@ -89,7 +133,9 @@ def add_parser(sub) -> None:
     """`aaco ui` and `aaco worker` (`aaco sweep` comes later in the help: add_sweep_parser)."""
     ui = sub.add_parser("ui", help="start the Dagster webserver and daemon (same as make run)")
     ui.add_argument("--host", default="127.0.0.1")
-    ui.add_argument("--port", type=int, default=3000)
+    ui.add_argument(
+        "--port", help=f"the UI's port ({UI_PORT_ENV}, else {DEFAULT_UI_PORT}); refused if busy"
+    )
     ui.add_argument("--workspace", default="workspace.yaml")
     ui.set_defaults(func=cmd_ui)
     worker = sub.add_parser(

@@ -67,6 +67,22 @@ def _check_event_log_place(config: Path, stored: dict) -> None:
         )
 
 
+NUX_OFF = (
+    '# No "Join the Dagster community" sign-up dialog over the asset graph on first open.\n'
+    "nux:\n  enabled: false\n"
+)
+
+
+def _turn_off_nux(config: Path, stored: dict) -> None:
+    """A dagster.yaml AACO wrote (its template's title first) before the template turned
+    Dagster's sign-up dialog off gets the setting appended, its comments and edits kept. One
+    that says anything about `nux`, or that is not AACO's, stays as it is: the user's choice."""
+    text = config.read_text()
+    if "nux" in stored or not text.startswith(TEMPLATE.read_text().split("\n", 1)[0]):
+        return
+    config.write_text(text + ("" if text.endswith("\n") else "\n") + NUX_OFF)
+
+
 def celery_launcher(default_queue: str) -> dict:
     """dagster.yaml's run_launcher section: Celery tasks, broker and results on the broker URL
     (read from the environment), runs without a device queue tag on `default_queue`."""
@@ -141,6 +157,7 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
         os.environ[POSTGRES_ENV] = postgres_url(raw)
     stored = yaml.safe_load(config.read_text()) or {}
     _check_event_log_place(config, stored)
+    _turn_off_nux(config, stored)
     if raw and not stores_on_postgres(stored):
         raise AacoInputError(
             f"{POSTGRES_ENV} is set but this DAGSTER_HOME's dagster.yaml stores on SQLite",

@@ -1,10 +1,12 @@
 """The run launcher of a scaled-out instance: dagster-celery's, each run on its device's queue,
 and a health check that notices a device worker that died mid-run.
 
-dagster-celery picks the queue from the run's `dagster-celery/queue` tag. The sensors, the
-schedule and `aaco sweep` set it (`sensors.jobs.run_tags`), but a run launched from the UI's
-Materialize for a `model|gpu3` partition carries only the partition's own tags, and would land on
-the head's queue. This launcher puts every run on the queue of the target it measures.
+dagster-celery picks the queue from the run's `dagster-celery/queue` tag. No trigger sets it
+(on a single host the tag would only suggest that Celery must run), and a run launched from the
+UI's Materialize for a `model|gpu3` partition carries only the partition's own tags: this
+launcher tags every run with the queue of the target it measures as it sends it, so only a
+routed instance's runs carry the tag. A run of no target (the envelope's calibration) goes to
+the default queue, the head's.
 
 The daemon's run monitoring asks the launcher, for every STARTED run, whether its worker still
 runs it. dagster-celery answers from the Celery task's state alone, which stays STARTED for ever

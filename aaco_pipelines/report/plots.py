@@ -432,12 +432,15 @@ def drift_history(
     parameters: dict,
     change_points: Sequence[tuple[int, ChangePoint]] = (),
     title: str = "",
+    unit: str = "",
 ) -> bytes:
     """A drift series (one point per session, oldest first; None where a session lacks it) with
     the baseline median, the control band (median +- 3 robust sd) and the minimum effect; model
     version / runtime markers; change points; and, with a baseline, the EWMA and CUSUM paths of
     the standardized series against their limits, as the verdict judged them. Change points are
-    (position in `values`, ChangePoint), as `series_change_points` returns them."""
+    (position in `values`, ChangePoint), as `series_change_points` returns them. Sessions are
+    numbered 1, 2, ... on the x axis; without a baseline the plot says how many earlier sessions
+    a verdict needs (the policy's min_history in `parameters`)."""
     y = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
     index = np.flatnonzero(np.isfinite(y))
     rows = 3 if baseline else 1
@@ -479,10 +482,32 @@ def drift_history(
             fontsize="x-small",
             color="#2ca02c",
         )
+    if not baseline and parameters.get("min_history"):
+        earlier = max(index.size - 1, 0)
+        top.text(
+            0.5,
+            0.06,
+            f"a verdict needs {parameters['min_history']} earlier sessions: {earlier} so far",
+            transform=top.transAxes,
+            ha="center",
+            fontsize="small",
+            color="#555555",
+        )
     top.set_title(title or "Drift history")
+    top.set_ylabel(unit)
     top.legend(fontsize="x-small", loc="upper left")
-    axes[-1].set_xlabel("session (oldest first)")
+    _session_axis(axes[-1], len(values))
     return _svg(figure)
+
+
+def _session_axis(axis, sessions: int) -> None:
+    """Whole sessions, numbered from 1: one session is one tick, not a span of -0.04 to 0.04."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    axis.set_xlim(-0.5, max(sessions, 1) - 0.5)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda x, _position: f"{int(round(x)) + 1}"))
+    axis.set_xlabel("session (oldest first)")
 
 
 def _draw_baseline(axis, baseline: dict, parameters: dict) -> None:
@@ -525,18 +550,39 @@ def drift_row_plot(row: dict) -> bytes:
     """The drift history of one drift_verdicts row (its series, baseline and parameters JSON),
     with the change points over the whole series that drift_rows stored."""
     series = json.loads(row["series_json"])
-    values = [None if v is None else float(v) for v in series["values"]]
+    metric = row.get("metric", "")
+    divisor, unit = _drift_unit(metric)
+    values = [None if v is None else float(v) / divisor for v in series["values"]]
+    baseline = json.loads(row.get("baseline_json") or "null")
+    if baseline:  # in the axis' unit; standardized values (the detectors') are the same
+        baseline = {
+            k: v / divisor if k in SCALED and v is not None else v for k, v in baseline.items()
+        }
     verdict = row.get("verdict", "")
     effect = row.get("effect_pct")
     detail = f" {effect:+.1f}%" if effect is not None else ""
     return drift_history(
         values,
         series.get("markers") or [[] for _ in values],
-        json.loads(row.get("baseline_json") or "null"),
+        baseline,
         json.loads(row.get("parameters_json") or "{}"),
         series_change_points(series),
-        title=f"{row.get('metric', '')}: {verdict}{detail}",
+        title=f"{metric}: {verdict}{detail}",
+        unit=unit,
     )
+
+
+SCALED = ("median", "mad", "scale", "floor", "qn")  # a baseline's values in the metric's unit
+
+
+def _drift_unit(metric: str) -> tuple[float, str]:
+    """Divisor and unit of a drift metric on the plot, as the tables show it: nanosecond
+    metrics in ms, rates per second."""
+    if metric.endswith("_ns"):
+        return 1e6, "ms"
+    if metric.endswith("_per_s"):
+        return 1.0, "per s"
+    return 1.0, ""
 
 
 # --- LLM generation ------------------------------------------------------------------------

@@ -205,6 +205,7 @@ OP_COLUMNS = [
     ("p_top3", "P(top 3)", pct),
     ("kernels_per_iteration", "kernels / iter", num),
 ]
+OP_TYPE_COLUMNS = [c for c in OP_COLUMNS if c[0] != "op_type"]  # its name is the op type
 
 
 def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
@@ -271,7 +272,7 @@ def _time(content: dict) -> Section:
         ],
         [
             Table("Top ops (ONNX nodes)", content["top_ops"], OP_COLUMNS),
-            Table("Top op types", content["top_op_types"], OP_COLUMNS),
+            Table("Top op types", content["top_op_types"], OP_TYPE_COLUMNS),
             Table("Top kernels", content["top_kernels"], kernels),
         ],
         ["op-breakdown"],

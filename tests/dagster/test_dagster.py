@@ -141,11 +141,15 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
     graph_meta = instance.get_latest_materialization_event(
         dg.AssetKey("onnx_graph")
     ).asset_materialization.metadata
-    assert graph_meta["node_count"].value == 1  # the latest one is the Relu-only dynamic model
+    assert graph_meta["node_count"].value == "1"  # the latest one is the Relu-only dynamic model
     run_meta = instance.get_latest_materialization_event(
         dg.AssetKey("benchmark_run")
     ).asset_materialization.metadata
-    assert run_meta["latency_p50_ms"].value > 0 and run_meta["measured_iterations"].value == 10
+    # a session's numbers are text: Dagster charts no trend across unrelated partitions
+    assert (
+        float(run_meta["latency_p50_ms"].value) > 0
+        and run_meta["measured_iterations"].value == "10"
+    )
 
     # The records the assets handed each other: at fs_io_manager's path, with no log line
     # (each one an event in the run's event log).
@@ -186,12 +190,13 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
     assert not any((aaco_paths.sessions / ".staging").iterdir())
 
-    # Through Dagster, a run opens the lake once more than the bare pipeline does (bottleneck_report
-    # reads its roofline points after writing them): each asset's reads share one open.
+    # Through Dagster, a run opens the lake twice more than the bare pipeline does (bottleneck_report
+    # reads its roofline points after writing them; performance_drift reads the session for its
+    # HTML report and trace): each asset's reads share one open.
     dynamic_opens = len(asset_opens)
     opens.clear()
     measure_model(registered_model(aaco_paths.registry / "dynamic.onnx"), aaco_paths, analyze=True)
-    assert dynamic_opens <= len(opens) + 1, (dynamic_opens, len(opens))
+    assert dynamic_opens <= len(opens) + 2, (dynamic_opens, len(opens))
 
 
 def test_records_read_what_fs_io_manager_wrote_and_the_other_way_round(instance, tmp_path):
@@ -240,7 +245,8 @@ def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_pa
     assert trusted.passed == (trusted.metadata["verdict"].value != "suspect")
     assert all(c.passed for c in checks.values()), checks
     generation = checks["generation_complete"].metadata
-    assert generation["batches"].value > 0 and generation["steps_with_wrong_kv_growth"].value == 0
+    assert int(generation["batches"].value) > 0
+    assert generation["steps_with_wrong_kv_growth"].value == "0"
     meta = instance.get_latest_materialization_event(
         dg.AssetKey("tracelake_session")
     ).asset_materialization.metadata
@@ -251,7 +257,7 @@ def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_pa
     run_meta = instance.get_latest_materialization_event(
         dg.AssetKey("benchmark_run")
     ).asset_materialization.metadata
-    assert run_meta["scenarios"].value == "single_stream" and run_meta["requests"].value >= 8
+    assert run_meta["scenarios"].value == "single_stream" and int(run_meta["requests"].value) >= 8
     assert "profiling_overhead_pct" not in run_meta  # a request against a step: meaningless
 
 
@@ -282,7 +288,8 @@ def test_model_registry_sensor(instance, aaco_paths):
     )
     [request] = device.run_requests
     assert request.partition_key == "model_a|gpu1"
-    assert (request.tags["aaco/device"], request.tags["dagster-celery/queue"]) == ("gpu1", "gpu1")
+    assert request.tags["aaco/device"] == "gpu1"
+    assert "dagster-celery/queue" not in request.tags  # the routing launcher's, when it sends it
     instance.delete_dynamic_partition(targets_partitions.name, "gpu1")
 
     models.save(models.tiny_mlp(seed=7), path)  # same name, new content
@@ -334,7 +341,7 @@ def test_nightly_sweep_requests_every_model_once_per_night(instance):
         f"{m}|{t}" for m in ("a", "b", "c") for t in ("cpu", "gpu0")
     ]
     assert requests[1].run_key == "nightly:2026-11-21:a@gpu0"
-    assert requests[1].tags["dagster-celery/queue"] == "gpu0"
+    assert requests[1].tags["aaco/device"] == "gpu0"
     assert nightly_regression_sweep.cron_schedule == "0 2 * * *"
 
 

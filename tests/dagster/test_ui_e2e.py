@@ -1,5 +1,7 @@
 """End to end through the real UI: `aaco ui` (Dagster webserver, daemon and code server) on a free
-port, a measurement launched through GraphQL, and the asset graph rendered in headless Chromium.
+port, a measurement launched through GraphQL, and the asset graph and an asset's page rendered in
+headless Chromium: no sign-up dialog over them, the plots named, one click away, and every
+per-session page pointing at the session's HTML report and Perfetto trace.
 
 Deselect with `-m "not e2e"`. Artifacts (screenshot, rendered DOM, Dagster's log) are written to
 test-artifacts/ui/.
@@ -83,6 +85,19 @@ TERMINATE_RUN = """mutation($runId: String!) { terminateRun(runId: $runId) { __t
 
 PARTITION_RUNS = """query($model: String!) { runsOrError(filter: {tags: [
   {key: "dagster/partition/model", value: $model}]}) { ... on Runs { results { runId status } } } }"""
+
+LATEST_METADATA = """query($key: [String!]!, $partition: String!) {
+  assetOrError(assetKey: {path: $key}) { ... on Asset {
+    assetMaterializations(partitions: [$partition], limit: 1) { metadataEntries { __typename label
+      ... on MarkdownMetadataEntry { mdStr } ... on PathMetadataEntry { path } } } } } }"""
+PER_SESSION_KEYS = MODEL_ASSET_KEYS[1:]  # onnx_graph is the model version's, not a session's
+PLOT_ENTRIES = {  # asset -> its plot's metadata entry
+    "kernel_attribution": "time_per_op_plot",
+    "bottleneck_report": "roofline_plot",
+    "performance_drift": "p50_drift_plot",
+}
+REPORT_ENTRY, TRACE_ENTRY = "html_report (all plots)", "perfetto_trace (ui.perfetto.dev)"
+SIGN_UP = "Join the Dagster community"
 ENDLESS = "endless"  # a model whose measurement runs for minutes: stopped from the UI
 WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
 
@@ -219,6 +234,26 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
     assert not list(aaco_paths.sessions.glob(f"2*/*-{ENDLESS}-*"))
 
 
+def _check_session_pages(ui: DagsterUI) -> None:
+    """Per-session pages: the report and trace paths (the files written), each plot under its
+    own name as an inline SVG, and no int or float entry (Dagster charts those across
+    partitions)."""
+    for key in PER_SESSION_KEYS:
+        variables = {"key": [key], "partition": PARTITION}
+        (latest,) = ui.graphql(LATEST_METADATA, variables)["assetOrError"]["assetMaterializations"]
+        entries = {e["label"]: e for e in latest["metadataEntries"]}
+        for label in (REPORT_ENTRY, TRACE_ENTRY):
+            assert os.path.isfile(entries[label]["path"]), (key, label, entries[label])
+        if key in PLOT_ENTRIES:
+            assert "](data:image/svg+xml;base64," in entries[PLOT_ENTRIES[key]]["mdStr"], key
+        charted = [
+            label
+            for label, entry in entries.items()
+            if entry["__typename"] in ("IntMetadataEntry", "FloatMetadataEntry")
+        ]
+        assert not charted, (key, charted)
+
+
 def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path, aaco_paths):
     started = time.monotonic()
 
@@ -277,9 +312,13 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     # unfinished session as failed evidence, visible nowhere.
     _terminate_a_measurement(ui, aaco_paths)
 
-    # 4. The global asset graph (Lineage) with every group expanded, in headless Chromium.
-    # The community sign-up dialog would cover the graph: mark it seen, as its Skip button does.
-    assert ui.graphql("mutation { setNuxSeen }")["setNuxSeen"] is True
+    # 3c. Every per-session asset page points at the session's report and trace (written by
+    # then), names its plot, and has no number Dagster would chart across unrelated models.
+    _check_session_pages(ui)
+
+    # 4. The global asset graph (Lineage) with every group expanded, in headless Chromium. The
+    # instance's dagster.yaml turns the community sign-up dialog off: nothing covers the graph.
+    assert ui.graphql("{ shouldShowNux }")["shouldShowNux"] is False
     nodes = ui.graphql(ASSET_GROUPS)["assetNodes"]
     assert {n["assetKey"]["path"][-1] for n in nodes} == set(ASSET_KEYS)
     groups = sorted({n["groupName"] for n in nodes})
@@ -300,8 +339,23 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
         if not missing:
             break
     assert not missing, f"the asset graph at {url} lacks {missing}; it shows {sorted(shown)[:40]}"
+    assert SIGN_UP not in dom, "the sign-up dialog covers the asset graph"
     assert png_size(screenshot) == WINDOW
     assert screenshot.stat().st_size > 40_000, "the screenshot is nearly blank"
+
+    # 5. bottleneck_report's page: the roofline one obvious click away, under its name, with the
+    # report and trace beside it.
+    page = ARTIFACTS / "bottleneck_report.html"
+    dom = run_chromium(
+        chromium,
+        f"{ui.url}/assets/bottleneck_report",
+        [*window, f"--screenshot={ARTIFACTS / 'bottleneck_report.png'}", "--dump-dom"],
+        tmp_path,
+    ).decode()
+    page.write_text(dom)
+    for shown in ("roofline_plot", "[Show Markdown]", REPORT_ENTRY, TRACE_ENTRY, ".perfetto.json"):
+        assert shown in dom, f"bottleneck_report's page ({page}) does not show {shown!r}"
+    assert SIGN_UP not in dom, "the sign-up dialog covers the asset's page"
 
     print(
         f"\nUI e2e: loaded in {loaded - started:.0f} s, two runs in {measured - loaded:.0f} s,"

@@ -1,0 +1,39 @@
+"""What every per-session asset page shows the same way: its numbers as text, and where the
+session's HTML report and Perfetto trace are.
+
+Dagster draws a line chart of every int and float metadata entry across an asset's
+materializations, by time and by partition key. For the assets partitioned by model x target
+that joined unrelated models (bert_encoder|cpu → compute_bound|cpu → ...) into trends that do
+not exist; a model's own history is performance_drift's plot. So a session's numbers are text,
+their unit in the label (latency_p50_ms) or in the value. Asset checks keep as numbers the
+rates and ratios their verdict rests on, which mean the same for every model (telemetry
+sampling rate, host contention, p99/p50): their chart is the host's measurement quality over
+time; a check's per-model magnitudes (row counts, busy time) are text too.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+
+from aaco_pipelines.report.session_files import session_files
+
+
+def as_text(metadata: dict) -> dict:
+    """`metadata` with every int and float (not bool) as text: nothing Dagster charts."""
+    return {key: _text(value) for key, value in metadata.items()}
+
+
+def _text(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    return dg.MetadataValue.text(str(value))
+
+
+def session_links(home: str | Path, session_id: str) -> dict:
+    """The session's report (every plot and table) and trace, written as its run ends
+    (performance_drift): paths to open in a browser and in ui.perfetto.dev."""
+    files = session_files(Path(home), session_id)
+    return {
+        "html_report (all plots)": dg.MetadataValue.path(str(files.report)),
+        "perfetto_trace (ui.perfetto.dev)": dg.MetadataValue.path(str(files.trace)),
+    }
