@@ -8,12 +8,27 @@ STAMP := $(VENV)/.aaco-installed
 DUCKLAKE_VENV ?= .venv-ducklake
 DUCKLAKE_STAMP := $(DUCKLAKE_VENV)/.aaco-installed
 
+# ONNX Runtime for this host: the ROCm build where an AMD GPU's /dev/kfd exists, else the CPU
+# one (RUNTIME=rocm|cpu to choose). They install the same module: the other is removed first.
+RUNTIME ?= $(shell test -e /dev/kfd && echo rocm || echo cpu)
+ORT_PACKAGE := $(if $(filter rocm,$(RUNTIME)),onnxruntime-rocm,onnxruntime)
+OTHER_ORT := $(if $(filter rocm,$(RUNTIME)),onnxruntime,onnxruntime-rocm)
+EXTRAS := dev,cluster,$(RUNTIME)
+# Both builds present (a venv made before the choice): remove both, then install the chosen one.
+define one_runtime
+	@if $(1) -m pip show -q $(OTHER_ORT) 2>/dev/null; then \
+	  echo "replacing $(OTHER_ORT) with $(ORT_PACKAGE) (RUNTIME=$(RUNTIME))"; \
+	  $(1) -m pip uninstall -y -q $(OTHER_ORT) $(ORT_PACKAGE); \
+	fi
+endef
+
 .PHONY: setup ducklake-setup browser services run test bench bench-gpu lint
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(call one_runtime,$(PY))
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -21,7 +36,8 @@ setup: $(STAMP)
 $(DUCKLAKE_STAMP): pyproject.toml
 	test -x $(DUCKLAKE_VENV)/bin/python || $(PYTHON) -m venv $(DUCKLAKE_VENV)
 	$(DUCKLAKE_VENV)/bin/python -m pip install -q --upgrade pip
-	$(DUCKLAKE_VENV)/bin/python -m pip install -q -e '.[dev,ducklake]'
+	$(call one_runtime,$(DUCKLAKE_VENV)/bin/python)
+	$(DUCKLAKE_VENV)/bin/python -m pip install -q -e '.[$(EXTRAS),ducklake]'
 	touch $(DUCKLAKE_STAMP)
 
 ducklake-setup: $(DUCKLAKE_STAMP)

@@ -37,6 +37,7 @@ from aaco_pipelines.cli import (
 )
 from aaco_pipelines.config import AacoPaths, old_home_notice
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.extras import missing_extra
 from aaco_pipelines.redaction import redact
 from aaco_pipelines.stopping import exit_code, stop_on_signals
 
@@ -87,6 +88,12 @@ def _main(argv: list[str] | None) -> int:
         return args.func(args, paths)
     except (AacoInputError, WorkerFailure) as exc:
         print(f"aaco: error: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as exc:  # an extra this host's install left out
+        missing = missing_extra(exc.name)
+        if missing is None:
+            raise
+        print(f"aaco: error: {missing}", file=sys.stderr)
         return 2
     except Interrupted as exc:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""

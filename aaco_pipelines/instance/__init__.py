@@ -23,6 +23,7 @@ import yaml
 
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.extras import needed
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
 from aaco_pipelines.service_errors import cannot_connect
 
@@ -151,6 +152,10 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
             "share the instance",
             fix=f"set {POSTGRES_ENV} too (see 'Scaling out' in README)",
         )
+    for module in (["dagster_postgres", "psycopg2"] if raw else []) + (
+        ["dagster_celery", "redis"] if broker else []
+    ):
+        needed(module)  # the `cluster` extra: one line now, not a traceback from Dagster later
     if not config.exists():
         _write_config(config, postgres=bool(raw), celery=bool(broker))
     if raw:
@@ -189,8 +194,11 @@ def stores_on_postgres(stored: dict) -> bool:
 def routes_runs(instance) -> bool:
     """Whether the instance sends runs to device workers (dagster-celery's launcher, queue per
     device) instead of running them on this host. Then only the workers' devices are targets:
-    the head node measures nothing itself."""
-    from dagster_celery.launcher import CeleryRunLauncher
+    the head node measures nothing itself. Without the `cluster` extra, no instance can."""
+    try:
+        from dagster_celery.launcher import CeleryRunLauncher
+    except ModuleNotFoundError:
+        return False
 
     return isinstance(instance.run_launcher, CeleryRunLauncher)
 

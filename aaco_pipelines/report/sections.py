@@ -246,7 +246,9 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     others = ranking.get("others") or []
     found = rivals(top, others)
     if found:
-        text += f" Across sessions: {rivals_text('top_op', found, others)}; treat them as one group."
+        text += (
+            f" Across sessions: {rivals_text('top_op', found, others)}; treat them as one group."
+        )
     return text
 
 

@@ -72,6 +72,6 @@ def write_session_files(lake: TraceLake, session_id: str, home: Path) -> Session
 
 def timeline_events(lake: TraceLake, session_id: str) -> int:
     """The session's events a trace would hold (iterations, nodes, kernels)."""
-    return lake.query(
-        "SELECT count(*) AS n FROM kernel_events WHERE session_id = ?", [session_id]
-    )["n"][0].as_py()
+    return lake.query("SELECT count(*) AS n FROM kernel_events WHERE session_id = ?", [session_id])[
+        "n"
+    ][0].as_py()
