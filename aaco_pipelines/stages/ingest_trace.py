@@ -112,6 +112,7 @@ def ingest_trace(
                 verify=False,  # hashed while copying
                 complete=complete,
                 trace_source=trace,  # read while the copy is made: checked against it
+                scratch=paths.scratch,  # a gzip trace inflates in AACO_HOME's scratch
             )
     except BaseException as exc:
         if evidence is not None:
