@@ -70,10 +70,10 @@ services:
 	  $$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server xfsprogs >/dev/null; \
 	} || echo "warning: postgresql/redis-server/xfsprogs could not be installed; the tests that need them will be skipped" >&2
 
-# The suite on DuckDB 2.0, then the TraceLake's tests again on DuckDB 1.5 with the shared
-# (DuckLake) backend's.
+# The suite on DuckDB 2.0, in two processes (a test file stays in one: its module fixtures are
+# made once), then the TraceLake's tests again on DuckDB 1.5 with the shared (DuckLake) backend's.
 test: setup browser services ducklake-setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=20
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadfile --durations=20
 	$(DUCKLAKE_VENV)/bin/pytest -q -p no:cacheprovider tests/tracelake/test_ducklake.py \
 	  tests/tracelake/test_tracelake.py tests/tracelake/test_lake_integrity.py \
 	  tests/tracelake/test_shared_lake_errors.py tests/collectors/test_trace_readers.py \

@@ -18,6 +18,18 @@ REAL_DATA_VARIABLES = ("AACO_REGISTRY", "AACO_TRACELAKE", "AACO_DUCKLAKE_CATALOG
                        "AACO_DUCKLAKE_DATA", "DAGSTER_HOME")  # fmt: skip
 
 
+# The test files that take a minute or more each (real clusters, the UI in a browser): first
+# in the order, so that with `-n 2 --dist loadfile` (make test) one worker runs them while the
+# other works through the rest, instead of one of them starting last and running alone.
+LONGEST_FIRST = ("test_scale_out.py", "test_ui_e2e.py", "test_local_cluster.py",
+                 "test_sweep_recovery.py", "test_instance_errors.py")  # fmt: skip
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: else as found
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_real_aaco_home(tmp_path_factory):
     """Every test runs with AACO_HOME in a temporary folder, never the user's (~/.aaco, the
