@@ -35,9 +35,10 @@ def bottleneck_report(
     session_id, metrics = kernel_attribution["session_id"], kernel_attribution["metrics"]
     diagnosis = diagnose(tracelake.lake, session_id, metrics, runner.target)
     choice = diagnosis.choice
-    if choice.measured_now:  # measured on demand: hardware_envelope's page shows it too
+    if choice.measured_now:  # measured on demand: a materialization of hardware_envelope too,
+        # so its page and the catalog show it (an observation left it "Never materialized")
         metadata = envelope_metadata(choice.envelope_id, choice.envelope)
-        context.log_event(dg.AssetObservation(hardware_envelope.key, metadata=metadata))
+        context.log_event(dg.AssetMaterialization(hardware_envelope.key, metadata=metadata))
     context.add_output_metadata(_metadata(diagnosis, registry.paths.home))
     report = diagnosis.report
     return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}

@@ -131,11 +131,12 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
             "no_performance_regression": True,
         }
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
-    # The first session's diagnosis measured the envelope on demand: hardware_envelope's page
-    # shows it (an observation with its peaks and contention); the second reused it.
-    observed = instance.fetch_observations(dg.AssetKey("hardware_envelope"), limit=10).records
-    assert len(observed) == 1
-    envelope_meta = observed[0].asset_observation.metadata
+    # The first session's diagnosis measured the envelope on demand: hardware_envelope is
+    # materialized by it (its peaks and contention; not "Never materialized" in the catalog);
+    # the second reused it.
+    made = instance.fetch_materializations(dg.AssetKey("hardware_envelope"), limit=10).records
+    assert len(made) == 1
+    envelope_meta = made[0].asset_materialization.metadata
     assert envelope_meta["peak_gemm_gflops"].value > 0 and "host_contention" in envelope_meta
 
     graph_meta = instance.get_latest_materialization_event(
