@@ -15,6 +15,7 @@ from run to run.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 
 FINDINGS = {  # finding -> how the other sessions' differing ones are said
     "top_op": ("named {named} first", "the order changes from run to run"),
@@ -22,10 +23,14 @@ FINDINGS = {  # finding -> how the other sessions' differing ones are said
 }
 
 
-def rivals(finding: str | None, others: list[str | None]) -> dict[str, int]:
+def rivals(
+    finding: str | None, others: list[str | None], said: Collection[str] = ()
+) -> dict[str, int]:
     """The other sessions' findings other than this one, with how many gave each, most often
-    first (sessions without the finding, e.g. not analysed, are left out)."""
-    return dict(Counter(o for o in others if o is not None and o != finding).most_common())
+    first (sessions without the finding, e.g. not analysed, are left out; and those `said`
+    already, as ops tied with the top op are)."""
+    left_out = {finding, None, *said}
+    return dict(Counter(o for o in others if o not in left_out).most_common())
 
 
 def rivals_text(kind: str, found: dict[str, int], others: list[str | None]) -> str:

@@ -108,7 +108,7 @@ def top_op_cell(top: dict | None) -> str:
         more = f" and {len(tied) - TIED_SHOWN} more" if len(tied) > TIED_SHOWN else ""
         cell += f", tied with {named}{more} (within {TIE:.0%} or {TICK_NS / 1e3:g} µs of its time)"
     others = top.get("others") or []
-    found = rivals(top["name"], others)
+    found = rivals(top["name"], others, said=[t["name"] for t in tied])
     if found:
         cell += "; " + rivals_text("top_op", found, others)
     stability = top["top_op_stability"]

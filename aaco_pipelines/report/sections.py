@@ -244,7 +244,7 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     if three is not None and three < STABLE and len(top_ops) > 3:
         text += f" The top three are uncertain too: the same three lead in {three:.0%}."
     others = ranking.get("others") or []
-    found = rivals(top, others)
+    found = rivals(top, others, said=[t["name"] for t in tied])
     if found:
         text += (
             f" Across sessions: {rivals_text('top_op', found, others)}; treat them as one group."

@@ -261,12 +261,16 @@ def test_a_top_op_or_class_other_sessions_of_the_version_did_not_give_is_said(aa
     lead = "UPDATE op_breakdown SET p50_ns = p50_ns * ? WHERE level = 'node' AND name = ? "
     lead += "AND session_id = ?"
     classed = "UPDATE bottleneck_reports SET bottleneck = ? WHERE session_id = ?"
+    settled = "UPDATE op_breakdown SET p_top = CASE WHEN name = ? THEN 1.0 ELSE 0.0 END "
+    settled += "WHERE level = 'node' AND session_id = ?"  # first in every resample: no tie
     for session_id in (first, second, flipped):
         change(session_id, lead, 1000, top)
+        change(session_id, settled, top)
         change(session_id, classed, "compute-bound")
     assert queries.top_op(lake, first)["others"] == [top, top]  # the other two agree
     assert "other sessions" not in run_summary(aaco_paths.tracelake, first)
     change(flipped, lead, 10**6, rival)
+    change(flipped, settled, rival)
     change(flipped, classed, "launch-bound")
     found = queries.top_op(lake, first)
     assert found["others"] == [top, rival]  # nearest in time first; not other_version's
@@ -288,3 +292,20 @@ def test_a_top_op_or_class_other_sessions_of_the_version_did_not_give_is_said(aa
     flipped_top = queries.top_op(lake, flipped)  # and the flipped one names the usual top op
     assert flipped_top["name"] == rival and flipped_top["others"] == [top, top]
     assert f"named {top} (2 of 2) first" in top_op_cell(flipped_top)
+
+
+def test_a_rival_already_named_as_tied_is_not_named_again():
+    """`aaco run` named layer0/fc both as tied with the top op and as other sessions' top op:
+    the tie already says their order is luck."""
+    from aaco_pipelines.analysis.across_sessions import rivals
+
+    others = ["layer0/fc", "layer2/fc", "qk", None, "qk"]
+    assert rivals("layer2/fc", others) == {"qk": 2, "layer0/fc": 1}
+    assert rivals("layer2/fc", others, said=["layer0/fc"]) == {"qk": 2}
+    cell = top_op_cell(
+        {"name": "layer2/fc", "share": 0.3, "profiled_iterations": 10, "top_op_stability": 0.5,
+         "ranked": [{"name": "layer2/fc", "share": 0.3, "p50_ns": 1000.0, "p_top": 0.5},
+                    {"name": "layer0/fc", "share": 0.3, "p50_ns": 990.0, "p_top": 0.5}],
+         "others": ["layer0/fc"]}
+    )  # fmt: skip
+    assert "tied with layer0/fc" in cell and "other sessions" not in cell
