@@ -244,10 +244,11 @@ def wait_for_runs(
                 results[label] = summarize(label, run.run_id, success, [e for e in events if e])
                 if on_result:
                     on_result(results[label])
-        if on_progress and time.monotonic() - last_report >= report_every_s:
+        waiting = len(results) < expected  # else "waiting for 0 runs" after the last result
+        if on_progress and waiting and time.monotonic() - last_report >= report_every_s:
             last_report = time.monotonic()
             on_progress(_waiting_for([tries[-1] for tries in attempts.values()], results))
-        if len(results) < expected:
+        if waiting:
             time.sleep(poll_s)
     return sorted(results.values(), key=lambda r: r.slug)
 

@@ -79,3 +79,20 @@ def test_a_refused_retry_with_no_attempts_left_is_the_failure(monkeypatch):
 
 def _never_submitted(*args) -> None:
     raise AssertionError("a partition with no attempts left was submitted again")
+
+
+def test_the_sweep_says_nothing_is_waited_for_once_every_result_is_in():
+    """The fresh-clone walk-through printed 'waiting for 0 runs: not created yet' after the
+    sweep's last result: the periodic line comes only while a result is missing."""
+    said = []
+    with dg.instance_for_test(overrides=RETRIES) as instance:
+        _run(
+            instance,
+            "s3",
+            dg.DagsterRunStatus.SUCCESS,
+            _backfill(instance, BulkActionStatus.REQUESTED),
+        )
+        (result,) = sweep_module.wait_for_runs(
+            instance, "s3", 1, None, said.append, 0.01, report_every_s=0.0
+        )
+    assert result.status == "ok" and said == []
