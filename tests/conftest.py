@@ -21,8 +21,9 @@ REAL_DATA_VARIABLES = ("AACO_REGISTRY", "AACO_TRACELAKE", "AACO_DUCKLAKE_CATALOG
 # The test files that take a minute or more each (real clusters, the UI in a browser): first
 # in the order, so that with `-n 2 --dist loadfile` (make test) one worker runs them while the
 # other works through the rest, instead of one of them starting last and running alone.
-LONGEST_FIRST = ("test_scale_out.py", "test_ui_e2e.py", "test_local_cluster.py",
-                 "test_sweep_recovery.py", "test_instance_errors.py")  # fmt: skip
+LONGEST_FIRST = ("test_scale_out.py", "test_scale_out_outage.py", "test_ui_e2e.py",
+                 "test_local_cluster.py", "test_sweep_recovery.py",
+                 "test_instance_errors.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items):

@@ -2,136 +2,29 @@
 run launcher on redis, the Dagster daemon's run queue, and one `aaco worker --target` per device,
 all real processes. `aaco sweep` submits; two devices run two models at once; a second run for a
 busy device waits. A device worker killed mid-run: its run is failed, its pool slots freed, the
-other device goes on, and the run is retried on the restarted worker."""
+other device goes on, and the run is retried on the restarted worker. (A broker and a database
+that restart mid-sweep: test_scale_out_outage.py; the cluster: scale_out_cluster.py.)"""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import dagster as dg
-import pytest
 import yaml
 from dagster._core.instance.config import dagster_instance_config
 
-from aaco_pipelines.analysis.envelope import measure_envelope
-from aaco_pipelines.analysis.envelope_choice import save_envelope
-from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, _write_config, prepare_dagster_home
-from aaco_pipelines.tracelake.store import TraceLake
-from tests import models
-from tests.helpers import REPO, add_model
-from tests.services import away, postgres_server, redis_server
-
-BIN = Path(sys.executable).parent
-# The test's instance looks at its runs every 2 s and frees a finished run's slots after 1 s;
-# the dagster.yaml AACO writes says 15 s and 10 s (instance/dagster.yaml).
-FAST_MONITORING = {"poll_interval_seconds": 2, "free_slots_after_run_end_seconds": 1}
-WRITER_POOL = "aaco_duckdb_writer"
-
-
-@dataclass
-class Cluster:
-    """The head (daemon) and the device workers, as processes the test can kill and restart."""
-
-    home: Path
-    env: dict
-    logs_dir: Path
-    postgres: str  # the instance's URL
-    broker: str  # redis's URL
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-    logs: list = field(default_factory=list)
-
-    def start(self, name: str, command: list[str], **extra: str) -> None:
-        log = open(self.logs_dir / f"{name}.log", "a")  # noqa: SIM115 - closed by stop_all
-        self.logs.append(log)
-        self.processes[name] = subprocess.Popen(
-            command, cwd=REPO, env={**self.env, **extra}, stdout=log, stderr=log,
-            start_new_session=True,  # its own process group, as under systemd
-        )  # fmt: skip
-
-    def start_worker(self, device: str) -> None:
-        self.start(f"worker-{device}", [str(BIN / "aaco"), "worker", "--target", device])
-
-    def kill_worker(self, device: str) -> None:
-        """`kill -9` of the worker's whole process group (celery, its heartbeat, its run)."""
-        process = self.processes.pop(f"worker-{device}")
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-    def stop_all(self) -> list:
-        """SIGTERM to every process still here; those that ignored it."""
-        killed = []
-        for process in self.processes.values():
-            process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                killed.append(process.args)
-        for log in self.logs:
-            log.close()
-        return killed
-
-
-@pytest.fixture
-def cluster(aaco_paths, monkeypatch, tmp_path):
-    """Head node (daemon) and two device workers, sharing PostgreSQL and redis."""
-    with postgres_server() as postgres, redis_server(persist=True) as broker:
-        monkeypatch.setenv(POSTGRES_ENV, postgres)
-        monkeypatch.setenv(BROKER_ENV, broker)
-        monkeypatch.setenv("DAGSTER_HOME", str(aaco_paths.dagster_home))
-        home = prepare_dagster_home(aaco_paths.dagster_home)
-        settings = yaml.safe_load((home / "dagster.yaml").read_text())
-        settings["run_monitoring"] |= FAST_MONITORING
-        (home / "dagster.yaml").write_text(yaml.safe_dump(settings))
-        # a 2 s heartbeat (12 s to lapse) instead of 5 s (30 s): the same path, sooner
-        env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-               "AACO_HEARTBEAT_S": "2"}  # fmt: skip
-        nodes = Cluster(home, env, tmp_path, postgres, broker)
-        # The daemon's registry sensor watches an empty folder: it would queue runs of its own
-        # for the models this test adds.
-        unwatched = tmp_path / "unwatched"
-        unwatched.mkdir()
-        try:
-            nodes.start("daemon", [str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
-                        AACO_REGISTRY=str(unwatched))  # fmt: skip
-            for device in ("gpu0", "gpu1"):
-                nodes.start_worker(device)
-            yield nodes
-        finally:
-            killed = nodes.stop_all()
-        assert not killed, f"SIGTERM did not stop {killed}"
-
-
-def _sweep(env: dict, *options: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(BIN / "aaco"), "sweep", *options], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
-
-
-def _two_models_two_devices(aaco_paths, names: tuple[str, ...] = ("a", "b")) -> TraceLake:
-    """Models a and b; gpu0's and gpu1's envelope: this host's, measured once by the suite (each
-    worker would otherwise spend 10 s measuring this same CPU again under its device's name)."""
-    for seed, name in enumerate(names, start=1):
-        add_model(aaco_paths, name, models.tiny_mlp(seed=seed))
-    lake = TraceLake(aaco_paths.tracelake)
-    for device in ("gpu0", "gpu1"):
-        save_envelope(lake, replace(measure_envelope("cpu"), target=device))
-    return lake
-
-
-def _wait_for_workers(home: Path, devices: set[str]) -> None:
-    """Each worker registers its device as a target when it starts."""
-    deadline = time.monotonic() + 60
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        while set(instance.get_dynamic_partitions("targets")) != devices:
-            assert time.monotonic() < deadline, instance.get_dynamic_partitions("targets")
-            time.sleep(0.5)
+from aaco_pipelines.instance import BROKER_ENV, POSTGRES_ENV, _write_config
+from tests.dagster.scale_out_cluster import (
+    BIN,
+    WRITER_POOL,
+    poll,
+    sweep_of,
+    two_models_two_devices,
+    wait_for_workers,
+)
+from tests.helpers import REPO
 
 
 def test_a_killed_worker_s_run_is_failed_freed_and_retried_on_its_restarted_worker(
@@ -146,19 +39,19 @@ def test_a_killed_worker_s_run_is_failed_freed_and_retried_on_its_restarted_work
     sweep` submits every model on every registered device as one backfill, refuses a device no
     worker registered, the launcher routes each run by its partition's target (no tag of ours),
     gpu0's and gpu1's workers run at once, and a device's second run waits for its first."""
-    lake = _two_models_two_devices(aaco_paths)
+    lake = two_models_two_devices(aaco_paths)
     assert yaml.safe_load((cluster.home / "dagster.yaml").read_text())["run_launcher"]["class"] == (
         "DeviceQueueRunLauncher"
     )
-    _wait_for_workers(cluster.home, {"gpu0", "gpu1"})
-    refused = _sweep(cluster.env, "--targets", "gpu7")
+    wait_for_workers(cluster.home, {"gpu0", "gpu1"})
+    refused = sweep_of(cluster.env, "--targets", "gpu7")
     assert refused.returncode == 2 and "gpu7" in refused.stderr and "aaco worker" in refused.stderr
     out = open(cluster.logs_dir / "sweep.out", "w+")  # noqa: SIM115 - closed below
     sweep = subprocess.Popen([str(BIN / "aaco"), "sweep"], cwd=REPO, env=cluster.env,
                              stdout=out, stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         with dg.DagsterInstance.from_config(str(cluster.home)) as instance:
-            victim = _poll(lambda: _at_the_writer_pool(instance, "gpu0"), 240, "gpu0 run there")
+            victim = poll(lambda: _at_the_writer_pool(instance, "gpu0"), 240, "gpu0 run there")
             cluster.kill_worker("gpu0")
             killed_at, killed_wall = time.monotonic(), time.time()
             times = _recovery(instance, victim, killed_at)
@@ -167,11 +60,11 @@ def test_a_killed_worker_s_run_is_failed_freed_and_retried_on_its_restarted_work
             times["gpu1's waiting step started"] = unblocked
             cluster.start_worker("gpu0")
             restarted = time.time()
-            retry = _poll(lambda: _succeeded_retry(instance, victim), 200, "successful retry")
+            retry = poll(lambda: _succeeded_retry(instance, victim), 200, "successful retry")
             times["killed run's retry succeeded"] = time.monotonic() - killed_at
             failure = _failure_message(instance, victim)
             swept = instance.get_run_by_id(victim).tags["aaco/sweep"]
-            _poll(lambda: not _slots_held(instance), 30, "release of every pool slot")
+            poll(lambda: not _slots_held(instance), 30, "release of every pool slot")
         sweep.wait(timeout=120)
     finally:
         if sweep.poll() is None:
@@ -197,57 +90,6 @@ def test_a_killed_worker_s_run_is_failed_freed_and_retried_on_its_restarted_work
     _one_run_at_a_time_per_device_and_both_at_once(cluster.home)
 
 
-def test_runs_survive_a_broker_and_a_database_that_restart_mid_sweep(aaco_paths, cluster):
-    """redis down for 20 s while the daemon hands the sweep's runs to the workers, then
-    PostgreSQL down for 15 s while they measure: every run is sent once redis is back, and waits
-    for PostgreSQL; each model succeeds once per device (a run whose write was in flight at the
-    moment PostgreSQL stopped fails, and Dagster retries it), is measured once per device, and
-    the sweep waits through both and ends all ok."""
-    lake = _two_models_two_devices(aaco_paths, ("a",))  # one model on each device
-    _wait_for_workers(cluster.home, {"gpu0", "gpu1"})
-    out = open(cluster.logs_dir / "sweep.out", "w+")  # noqa: SIM115 - closed below
-    sweep = None
-    try:
-        with dg.DagsterInstance.from_config(str(cluster.home)) as instance:
-            with away(cluster.broker):
-                down = time.monotonic()
-                sweep = subprocess.Popen([str(BIN / "aaco"), "sweep"], cwd=REPO, env=cluster.env,
-                                         stdout=out, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-                # down until the daemon is sending a run (it waits for the broker), 20 s at least
-                _poll(lambda: _in(instance, dg.DagsterRunStatus.STARTING), 240, "run dequeued")
-                time.sleep(max(0.0, 20 - (time.monotonic() - down)))
-            back = time.monotonic()
-            _poll(lambda: _in(instance, dg.DagsterRunStatus.STARTED), 120, "run started")
-            started_after = time.monotonic() - back
-            with away(cluster.postgres):
-                time.sleep(15)
-            assert sweep.wait(timeout=240) == 0
-            runs = instance.get_run_records()
-            print(f"redis down {back - down:.1f} s; first run started {started_after:.1f} s later")
-    finally:
-        if sweep is not None and sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-        out.seek(0)
-        printed = out.read()
-        out.close()
-    succeeded = [r.dagster_run for r in runs if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS]
-    assert sorted(run.tags["dagster/partition"] for run in succeeded) == ["a|gpu0", "a|gpu1"], (
-        printed
-    )  # the model on each device succeeded once
-    failed = [r.dagster_run for r in runs if r.dagster_run not in succeeded]
-    retried = {run.tags.get("dagster/parent_run_id") for run in succeeded}
-    assert all(run.run_id in retried for run in failed), printed  # and any failure was retried
-    print(f"{len(failed)} of {len(succeeded)} runs failed in an outage and were retried")
-    assert printed.splitlines()[-1] == "2 runs: 0 failed, 0 regressed", printed
-    sessions = lake.query("SELECT model_slug, target FROM sessions ORDER BY 1, 2").to_pylist()
-    assert [(r["model_slug"], r["target"]) for r in sessions] == [("a", "gpu0"), ("a", "gpu1")]
-
-
-def _in(instance, status: dg.DagsterRunStatus) -> bool:
-    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=[status])))
-
-
 def _one_run_at_a_time_per_device_and_both_at_once(home: Path) -> None:
     """Every run (the killed one and its retry included) went to its device's queue; a
     device's runs never overlapped; gpu0's and gpu1's did."""
@@ -264,16 +106,6 @@ def _one_run_at_a_time_per_device_and_both_at_once(home: Path) -> None:
         for x in by_device["gpu0"]
         for y in by_device["gpu1"]
     )
-
-
-def _poll(look, timeout_s: float, what: str):
-    """`look()` until it gives something, within a deadline: no sleep that assumes a quiet
-    machine."""
-    deadline = time.monotonic() + timeout_s
-    while not (found := look()):
-        assert time.monotonic() < deadline, f"no {what} within {timeout_s} s"
-        time.sleep(0.1)
-    return found
 
 
 def _at_the_writer_pool(instance, device: str) -> str | None:
