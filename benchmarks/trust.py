@@ -220,7 +220,7 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
         row["rivals"] = list(rivals(row["top_op"], top["others"] if top else []))
         row["tied"] += row["rivals"]
         row["close_calls"] = [c["bottleneck"] for c in json.loads(row["close_calls_json"] or "[]")]
-        classes = [o["bottleneck"] for o in queries.other_sessions(lake, row["session_id"])]
+        classes = top["other_classes"] if top else []
         row["close_calls"] += rivals(row["bottleneck"], classes)  # said beside the class too
         per_model.setdefault(row["model_slug"], []).append(row)
     agreement = {slug: _agreement(rows) for slug, rows in per_model.items()}

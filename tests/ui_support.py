@@ -21,6 +21,16 @@ from pathlib import Path
 
 # Debian's chromium, started the way this closed network needs: no sandbox (root in a container),
 # no GPU, and none of the background connections that would be refused here.
+MODEL_ASSET_KEYS = [  # what the measure_model job materializes per partition
+    "onnx_graph",
+    "benchmark_run",
+    "collected_traces",
+    "tracelake_session",
+    "kernel_attribution",
+    "bottleneck_report",
+    "performance_drift",
+]
+PER_SESSION_KEYS = MODEL_ASSET_KEYS[1:]  # onnx_graph is the model version's, not a session's
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

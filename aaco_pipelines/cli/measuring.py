@@ -54,7 +54,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         )
         quality = queries.measurement_quality_row(lake, session_id)
         top = queries.top_op(lake, session_id)
-        classes = [o["bottleneck"] for o in queries.other_sessions(lake, session_id)]
+    classes = top["other_classes"] if top else []  # no class before attribution either
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
         bottleneck += f" ({row['confidence']:.2f})"

@@ -4,9 +4,7 @@ cron)."""
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 import sys
 from pathlib import Path
 
@@ -30,40 +28,16 @@ def ui_port(raw: str | None) -> int:
     return int(value)
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Refuse a port something already listens on, before anything starts: Dagster would log
-    `[Errno 98]` deep in its output while its daemon still launched runs, and the browser
-    would show the other instance."""
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as exc:
-        raise AacoInputError(
-            f"cannot listen on host {host!r}: {exc.strerror}", fix="use --host 127.0.0.1"
-        ) from None
-    try:  # SO_REUSEADDR, as the webserver binds: a port in TIME_WAIT is free
-        socket.create_server((host, port), family=family).close()
-    except OSError as exc:
-        other = port + 1 if port < 65535 else DEFAULT_UI_PORT
-        if exc.errno != errno.EADDRINUSE:
-            raise AacoInputError(
-                f"cannot listen on {host}:{port}: {exc.strerror}",
-                fix=f"use --host 127.0.0.1, or a port above 1023 (aaco ui --port {other})",
-            ) from None
-        raise AacoInputError(
-            f"port {port} on {host} is already in use (another `aaco ui`, or Dagster?)",
-            fix=f"choose another port: aaco ui --port {other} (or {UI_PORT_ENV}={other} make "
-            "run), or stop what listens there",
-        ) from None
-
-
 def cmd_ui(args, paths: AacoPaths) -> int:
     """Set up AACO_HOME and DAGSTER_HOME, build the zoo if the registry is empty, start Dagster
     on a port checked free first."""
     from aaco_pipelines.instance import prepare_dagster_home
+    from aaco_pipelines.instance.local_services import check_port_free
     from aaco_pipelines.registry.zoo import build_zoo
 
     port = ui_port(args.port)
-    check_port_free(args.host, port)
+    other = port + 1 if port < 65535 else DEFAULT_UI_PORT
+    check_port_free(args.host, port, f"aaco ui --port {other} (or {UI_PORT_ENV}={other} make run)")
     build_zoo(paths.registry, only_if_empty=True)
     dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}

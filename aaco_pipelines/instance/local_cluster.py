@@ -26,9 +26,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from aaco_pipelines.atomic_file import write_atomically
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance import local_services as services
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
@@ -100,9 +101,8 @@ def up(paths: AacoPaths, targets: list[str], ui_port: int | None, say) -> LocalC
     environment.pop("AACO_TARGET", None)  # each worker is given its own
     aaco = str(Path(sys.executable).with_name("aaco"))
     if not services.alive(cluster.pids.get("head")):
-        if services.listening(cluster.ui_port):
-            cluster.save()
-            raise_port_busy(cluster.ui_port)
+        cluster.save()  # what runs already is recorded, whatever the port says
+        services.check_port_free("127.0.0.1", cluster.ui_port, "aaco cluster up --ui-port N")
         command = [aaco, "ui", "--host", "127.0.0.1", "--port", str(cluster.ui_port)]
         cluster.pids["head"] = _spawn(command, cluster.folder / "logs" / "head.log", environment)
         say(f"head (webserver and daemon): http://127.0.0.1:{cluster.ui_port}, log logs/head.log")
@@ -134,13 +134,6 @@ def down(paths: AacoPaths, say) -> LocalCluster | None:
             say(f"stopped {name}")
     cluster.save()
     return cluster
-
-
-def raise_port_busy(port: int) -> None:
-    raise AacoInputError(
-        f"port {port} is taken by another process: the head's UI cannot listen on it",
-        fix="aaco cluster up --ui-port N with a free port (or stop what listens on it)",
-    )
 
 
 def _start_postgres(cluster: LocalCluster, say) -> None:
@@ -214,9 +207,8 @@ def _stop_group(pid: int) -> None:
 
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group still runs (zombies aside)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(process.pid) == pgid and services.alive(process.pid):
                 return True
     return False

@@ -10,6 +10,7 @@ and loaded when it starts, so queued runs outlive a restart.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -17,6 +18,8 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+
+import psutil
 
 from aaco_pipelines.errors import AacoInputError
 
@@ -140,6 +143,30 @@ def redis_url(port: int) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
+def check_port_free(host: str, port: int, choose: str) -> None:
+    """Refuse a port something already listens on, before anything starts (`choose`: how the
+    caller's user picks another): Dagster would log `[Errno 98]` deep in its output while its
+    daemon still launched runs, and the browser would show the other instance."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise AacoInputError(
+            f"cannot listen on host {host!r}: {exc.strerror}", fix="use --host 127.0.0.1"
+        ) from None
+    try:  # SO_REUSEADDR, as the webserver binds: a port in TIME_WAIT is free
+        socket.create_server((host, port), family=family).close()
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise AacoInputError(
+                f"cannot listen on {host}:{port}: {exc.strerror}",
+                fix=f"use --host 127.0.0.1, or a port above 1023 ({choose})",
+            ) from None
+        raise AacoInputError(
+            f"port {port} on {host} is already in use (another `aaco ui`, or Dagster?)",
+            fix=f"choose another port: {choose}, or stop what listens there",
+        ) from None
+
+
 def listening(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
         return True
@@ -148,18 +175,10 @@ def listening(port: int) -> bool:
 
 def alive(pid: int | None) -> bool:
     """Whether the process runs (a zombie, exited but not reaped, does not)."""
-    if not pid:
-        return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return bool(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    except PermissionError:
-        pass  # another user's (the postgres user's server): it exists
-    with contextlib.suppress(OSError):
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    return True
 
 
 def stop_process(pid: int, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> None:

@@ -228,13 +228,19 @@ def top_op(lake: TraceLake, session_id: str, contenders: int = 32) -> dict | Non
     """The session's top ONNX node by median time, its share and how stable its rank is
     (null where not judged), with the next `contenders` nodes (`ranked`, the top op first:
     name, share, p50_ns, p_top) to find its ties among, and the top op of each of its
-    version's other sessions (`others`: other_sessions); None before attribution."""
+    version's other sessions (`others`) and their classes (`other_classes`: other_sessions);
+    None before attribution."""
     rows = lake.query(TOP_OPS_SQL, {"sid": session_id, "n": contenders + 1}).to_pylist()
     if not rows:
         return None
     ranked = [{k: row[k] for k in ("name", "share", "p50_ns", "p_top")} for row in rows]
-    others = [o["top_op"] for o in other_sessions(lake, session_id)]
-    return {**rows[0], "ranked": ranked, "others": others}
+    others = other_sessions(lake, session_id)
+    return {
+        **rows[0],
+        "ranked": ranked,
+        "others": [o["top_op"] for o in others],
+        "other_classes": [o["bottleneck"] for o in others],
+    }
 
 
 # The other completed sessions of the same model version, target and runtime, nearest in time

@@ -7,7 +7,6 @@ here and are written in tmp with the documented column names.
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 import sqlite3
@@ -53,14 +52,6 @@ def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
-
-
-@pytest.fixture(scope="module")
-def rpd_file(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("rpd") / "mytrace.rpd"
-    with gzip.open(RPD_GZ, "rb") as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return target
 
 
 @pytest.fixture(scope="module")

@@ -35,21 +35,12 @@ from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import SHARED
 
 SAMPLES = SHARED / "samples" / "profilers"
-RPD_GZ = SAMPLES / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"
 RUN = "sllm_r9700_decode_attn_564735_"
 KERNEL_CSV = SAMPLES / f"{RUN}kernel_trace.csv"
 AGENT_CSV = SAMPLES / f"{RUN}agent_info.csv"
 COUNTER_CSV = SAMPLES / f"{RUN}counter_collection.csv"
 V1_CSV = SAMPLES / "hpctraining_mi250_laplacian_rocprofv1_results.csv"
 INTERNAL_NAMES = ("collectors.", "read_ort_profile", "ort_profile.", "aaco_pipelines")
-
-
-@pytest.fixture(scope="module")
-def rpd_file(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("rpd") / "mytrace.rpd"
-    with gzip.open(RPD_GZ, "rb") as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    return target
 
 
 def collected(trace: Path, out: Path) -> tuple[dict, dict]:

@@ -21,6 +21,8 @@ from sensors.jobs import run_tags
 from tests import models
 from tests.helpers import REPO, add_model
 from tests.ui_support import (
+    MODEL_ASSET_KEYS,
+    PER_SESSION_KEYS,
     DagsterUI,
     describe,
     find_chromium,
@@ -34,15 +36,6 @@ from tests.ui_support import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
-MODEL_ASSET_KEYS = [  # what the measure_model job materializes per partition
-    "onnx_graph",
-    "benchmark_run",
-    "collected_traces",
-    "tracelake_session",
-    "kernel_attribution",
-    "bottleneck_report",
-    "performance_drift",
-]
 ASSET_KEYS = [*MODEL_ASSET_KEYS, "hardware_envelope", "nightly_review"]
 MODEL = "tiny_mlp"
 PARTITION = f"{MODEL}|cpu"  # model x target: this host measures on cpu
@@ -90,7 +83,6 @@ LATEST_METADATA = """query($key: [String!]!, $partition: String!) {
   assetOrError(assetKey: {path: $key}) { ... on Asset {
     assetMaterializations(partitions: [$partition], limit: 1) { metadataEntries { __typename label
       ... on MarkdownMetadataEntry { mdStr } ... on PathMetadataEntry { path } } } } } }"""
-PER_SESSION_KEYS = MODEL_ASSET_KEYS[1:]  # onnx_graph is the model version's, not a session's
 PLOT_ENTRIES = {  # asset -> its plot's metadata entry
     "kernel_attribution": "time_per_op_plot",
     "bottleneck_report": "roofline_plot",

@@ -33,16 +33,9 @@ from resources import (
 from sensors.jobs import run_tags
 from tests import models
 from tests.helpers import add_model
+from tests.ui_support import MODEL_ASSET_KEYS, PER_SESSION_KEYS
 
 QUEUE_TAG = "dagster-celery/queue"
-PER_SESSION = [
-    "benchmark_run",
-    "collected_traces",
-    "tracelake_session",
-    "kernel_attribution",
-    "bottleneck_report",
-    "performance_drift",
-]
 PLOTS = {
     "kernel_attribution": "time_per_op_plot",
     "bottleneck_report": "roofline_plot",
@@ -218,13 +211,13 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
     print(f"\nreport and trace: {sum(written):.2f} s of a {run_s:.1f} s run")
 
     numeric = (dg.IntMetadataValue, dg.FloatMetadataValue)
-    for key in ["onnx_graph", *PER_SESSION]:
+    for key in MODEL_ASSET_KEYS:
         meta = _metadata(instance, key)
         charted = [label for label, value in meta.items() if isinstance(value, numeric)]
         assert not charted, (key, charted)  # Dagster would join them across partitions
     session_id = _metadata(instance, "performance_drift")["session_id"].value
     files = session_files(paths.home, session_id)
-    for key in PER_SESSION:
+    for key in PER_SESSION_KEYS:
         meta = _metadata(instance, key)
         assert meta[REPORT].value == str(files.report), key
         assert meta[TRACE].value == str(files.trace), key
