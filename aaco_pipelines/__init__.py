@@ -10,7 +10,10 @@ circle (tests/test_architecture.py checks it):
     stages      stages/           the pipeline, one module per asset, and its runner
     surfaces    report/ cli/ doctor, instance/ and definitions (with assets/ resources/ sensors/)
 
-No Dagster here but in definitions.py and instance/.
+The Dagster project's folders sit at the top of the repository and install inside this package
+(assets/ as aaco_pipelines.assets, likewise resources/ and sensors/; pyproject.toml), so a user's
+own `assets` module in the same environment is left alone. No Dagster here but in definitions.py,
+instance/ and those three.
 """
 
 __version__ = "0.1.0"

@@ -5,14 +5,14 @@ This is the only module of the domain library that imports Dagster.
 
 import dagster as dg
 
-from assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
-from resources import (
+from aaco_pipelines.assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
+from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
     ModelRegistryResource,
     RecordIOManager,
     TraceLakeResource,
 )
-from sensors import (
+from aaco_pipelines.sensors import (
     calibrate_envelope_job,
     measure_model_job,
     model_registry_sensor,

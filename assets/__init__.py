@@ -5,22 +5,22 @@ one stage → describe the stage's result (metadata, plots, asset check results)
 storage and locking are the stage's; an asset runs no SQL.
 """
 
-from assets.attribution import kernel_attribution
-from assets.benchmark import benchmark_run
-from assets.bottleneck import bottleneck_report
-from assets.drift import performance_drift
-from assets.envelope import hardware_envelope
-from assets.graph import onnx_graph
-from assets.nightly_review import nightly_review
-from assets.partitions import (
+from aaco_pipelines.assets.attribution import kernel_attribution
+from aaco_pipelines.assets.benchmark import benchmark_run
+from aaco_pipelines.assets.bottleneck import bottleneck_report
+from aaco_pipelines.assets.drift import performance_drift
+from aaco_pipelines.assets.envelope import hardware_envelope
+from aaco_pipelines.assets.graph import onnx_graph
+from aaco_pipelines.assets.nightly_review import nightly_review
+from aaco_pipelines.assets.partitions import (
     model_target_key,
     model_target_partitions,
     models_partitions,
     nights_partitions,
     targets_partitions,
 )
-from assets.tracelake import tracelake_session
-from assets.traces import collected_traces
+from aaco_pipelines.assets.tracelake import tracelake_session
+from aaco_pipelines.assets.traces import collected_traces
 
 # Every asset partitioned by model x target, in pipeline order: what a per-model run materializes.
 MODEL_ASSETS = [

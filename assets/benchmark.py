@@ -2,12 +2,12 @@
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import model_and_target, model_target_partitions
+from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.graph.store import ModelVersion
+from aaco_pipelines.resources import BenchmarkRunnerResource, ModelRegistryResource
 from aaco_pipelines.stages.measure import MeasuredSession, check_target, measure
-from assets.partitions import model_and_target, model_target_partitions
-from assets.session_page import as_text, session_links
-from resources import BenchmarkRunnerResource, ModelRegistryResource
 
 
 @dg.asset(

@@ -4,14 +4,18 @@ import dagster as dg
 
 from aaco_pipelines.analysis.classification import close_call_text
 from aaco_pipelines.analysis.roofline import JudgedRoofline
+from aaco_pipelines.assets.envelope import envelope_metadata, hardware_envelope
+from aaco_pipelines.assets.partitions import model_target_partitions
+from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, roofline_chart
+from aaco_pipelines.resources import (
+    BenchmarkRunnerResource,
+    ModelRegistryResource,
+    TraceLakeResource,
+)
 from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
-from assets.envelope import envelope_metadata, hardware_envelope
-from assets.partitions import model_target_partitions
-from assets.session_page import as_text, session_links
-from resources import BenchmarkRunnerResource, ModelRegistryResource, TraceLakeResource
 
 
 @dg.asset(

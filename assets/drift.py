@@ -9,16 +9,16 @@ from pathlib import Path
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import model_target_partitions
+from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from aaco_pipelines.report.session_files import write_session_files
+from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.judge_drift import judge_drift
-from assets.partitions import model_target_partitions
-from assets.session_page import as_text, session_links
-from resources import ModelRegistryResource, TraceLakeResource
 
 
 @dg.asset(

@@ -6,7 +6,7 @@ from aaco_pipelines.analysis.envelope import ADD, HardwareEnvelope
 from aaco_pipelines.analysis.envelope_choice import measure_and_save
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.report.markdown_tables import markdown_table, num
-from resources import BenchmarkRunnerResource, TraceLakeResource
+from aaco_pipelines.resources import BenchmarkRunnerResource, TraceLakeResource
 
 
 @dg.asset(

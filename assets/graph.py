@@ -2,10 +2,10 @@
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import model_and_target, model_target_partitions
+from aaco_pipelines.assets.session_page import as_text
+from aaco_pipelines.resources import ModelRegistryResource
 from aaco_pipelines.stages.prepare import prepare_model_version
-from assets.partitions import model_and_target, model_target_partitions
-from assets.session_page import as_text
-from resources import ModelRegistryResource
 
 
 @dg.asset(

@@ -4,12 +4,12 @@ runs the nightly schedule tagged with the night."""
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import NIGHT_TAG, nights_partitions
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.fdr import CHANGES
 from aaco_pipelines.report.markdown_tables import markdown_table
+from aaco_pipelines.resources import TraceLakeResource
 from aaco_pipelines.stages.review_night import review_night
-from assets.partitions import NIGHT_TAG, nights_partitions
-from resources import TraceLakeResource
 
 DRIFT_ASSET = dg.AssetKey("performance_drift")
 

@@ -7,16 +7,16 @@ from pathlib import Path
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import model_target_partitions
+from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
+from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
-from assets.partitions import model_target_partitions
-from assets.session_page import as_text, session_links
-from resources import ModelRegistryResource, TraceLakeResource
 
 MIN_TELEMETRY_HZ = 10.0
 

@@ -66,8 +66,13 @@ def dagster_materialize(paths: AacoPaths, slugs: list[str], instance) -> None:
     """The asset graph for each model's partition on this host's target (cpu)."""
     import dagster as dg
 
-    from assets import MODEL_ASSETS, model_target_key, models_partitions, targets_partitions
-    from resources import (
+    from aaco_pipelines.assets import (
+        MODEL_ASSETS,
+        model_target_key,
+        models_partitions,
+        targets_partitions,
+    )
+    from aaco_pipelines.resources import (
         BenchmarkRunnerResource,
         ModelRegistryResource,
         RecordIOManager,

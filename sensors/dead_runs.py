@@ -17,7 +17,7 @@ import os
 
 import dagster as dg
 
-from sensors.sweep_owner import HOST_TAG, PID_TAG, has_owner, owner_alive, this_host
+from aaco_pipelines.sensors.sweep_owner import HOST_TAG, PID_TAG, has_owner, owner_alive, this_host
 
 FINISHED = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 UNFINISHED = [status for status in dg.DagsterRunStatus if status not in FINISHED]

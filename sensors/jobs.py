@@ -2,8 +2,7 @@
 
 import dagster as dg
 
-from aaco_pipelines.instance import routes_runs
-from assets import (
+from aaco_pipelines.assets import (
     MODEL_ASSETS,
     NIGHT_ASSETS,
     TARGET_ASSETS,
@@ -12,7 +11,8 @@ from assets import (
     nights_partitions,
     targets_partitions,
 )
-from resources.runner import default_target
+from aaco_pipelines.instance import routes_runs
+from aaco_pipelines.resources.runner import default_target
 
 DEVICE_TAG = "aaco/device"
 

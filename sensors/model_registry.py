@@ -14,11 +14,16 @@ import json
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import model_target_key, models_partitions
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256, read_registry
-from assets.partitions import model_target_key, models_partitions
-from resources import ModelRegistryResource
-from resources.runner import default_target
-from sensors.jobs import add_own_target, measure_model_job, measure_request, measured_targets
+from aaco_pipelines.resources import ModelRegistryResource
+from aaco_pipelines.resources.runner import default_target
+from aaco_pipelines.sensors.jobs import (
+    add_own_target,
+    measure_model_job,
+    measure_request,
+    measured_targets,
+)
 
 
 def content_key(model: RegisteredModel) -> str:

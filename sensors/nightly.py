@@ -8,8 +8,13 @@ import os
 
 import dagster as dg
 
-from assets.partitions import NIGHT_TAG, NIGHT_TIMEZONE, models_partitions, targets_partitions
-from sensors.jobs import measure_model_job, measure_request
+from aaco_pipelines.assets.partitions import (
+    NIGHT_TAG,
+    NIGHT_TIMEZONE,
+    models_partitions,
+    targets_partitions,
+)
+from aaco_pipelines.sensors.jobs import measure_model_job, measure_request
 
 NIGHTLY_CRON = os.environ.get("AACO_NIGHTLY_CRON", "0 2 * * *")
 

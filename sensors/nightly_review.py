@@ -7,8 +7,8 @@ cursor (the newest night reviewed) keeps older nights from being looked at again
 
 import dagster as dg
 
-from assets.partitions import NIGHT_TAG
-from sensors.jobs import review_night_job
+from aaco_pipelines.assets.partitions import NIGHT_TAG
+from aaco_pipelines.sensors.jobs import review_night_job
 
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 RECENT_RUNS = 1000  # nightly runs looked at per evaluation: more than a night of any registry

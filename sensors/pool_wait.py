@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 import dagster as dg
 
 from aaco_pipelines.errors import Interrupted
+from aaco_pipelines.sensors.dead_runs import recover_dead_runs
+from aaco_pipelines.sensors.sweep_owner import describe_owner, has_owner
 from aaco_pipelines.stopping import stop_requested
-from sensors.dead_runs import recover_dead_runs
-from sensors.sweep_owner import describe_owner, has_owner
 
 POLL_S = 1.0
 NOTICE_EVERY_S = 30.0

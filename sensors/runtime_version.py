@@ -9,14 +9,14 @@ import json
 
 import dagster as dg
 
+from aaco_pipelines.assets.partitions import models_partitions
 from aaco_pipelines.execution.environment import (
     capture_environment,
     fingerprint_parts,
     runtime_fingerprint,
 )
-from assets.partitions import models_partitions
-from resources.runner import default_target
-from sensors.jobs import (
+from aaco_pipelines.resources.runner import default_target
+from aaco_pipelines.sensors.jobs import (
     add_own_target,
     calibrate_envelope_job,
     measure_model_job,

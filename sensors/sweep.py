@@ -108,11 +108,11 @@ def execute_here(
     Each run is tagged with this process as its owner, and waits for its pools first
     (`pool_wait`): the runs a killed sweep left STARTED are failed and their slots freed, and a
     slot held by a live run is waited for aloud, stoppable by SIGTERM and SIGINT."""
+    from aaco_pipelines.assets.partitions import model_target_key
     from aaco_pipelines.definitions import defs
-    from assets.partitions import model_target_key
-    from sensors.jobs import measure_model_job, run_tags
-    from sensors.pool_wait import wait_for_pools
-    from sensors.sweep_owner import owner_tags
+    from aaco_pipelines.sensors.jobs import measure_model_job, run_tags
+    from aaco_pipelines.sensors.pool_wait import wait_for_pools
+    from aaco_pipelines.sensors.sweep_owner import owner_tags
 
     own = default_target()
     if targets and set(targets) != {own}:
@@ -157,7 +157,7 @@ def launch(
 ) -> list[SweepResult]:
     """One backfill of every model on every target (`dagster job backfill`: the instance's own
     way to submit many partitions), then each run's result as it finishes."""
-    from assets.partitions import model_target_key, targets_partitions
+    from aaco_pipelines.assets.partitions import model_target_key, targets_partitions
 
     registered = instance.get_dynamic_partitions(targets_partitions.name)
     targets = list(targets or registered)
@@ -341,7 +341,7 @@ def register_partitions(
 ) -> None:
     """Add the models' partitions, and this host's target when it measures, as the registry
     sensor would."""
-    from assets.partitions import models_partitions, targets_partitions
+    from aaco_pipelines.assets.partitions import models_partitions, targets_partitions
 
     for partitions, keys in (
         (models_partitions, [m.slug for m in models]),
@@ -355,7 +355,7 @@ def register_partitions(
 
 def path_resources(paths: AacoPaths) -> dict:
     """The registry and TraceLake of these paths (the Definitions read theirs at import time)."""
-    from resources import ModelRegistryResource, TraceLakeResource
+    from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 
     registry = ModelRegistryResource(
         home=str(paths.home), registry=str(paths.registry), tracelake=str(paths.tracelake)

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("aaco_pipelines", "assets", "resources", "sensors")
+# {folder at the top of the repository: the package it installs as} (pyproject.toml's package-dir)
+PACKAGES = {
+    "aaco_pipelines": "aaco_pipelines",
+    "assets": "aaco_pipelines.assets",
+    "resources": "aaco_pipelines.resources",
+    "sensors": "aaco_pipelines.sensors",
+}
 
 # (module prefix, layer); the longest matching prefix decides.
 LAYERS = {
@@ -44,9 +50,9 @@ LAYERS = {
     "aaco_pipelines.doctor": 5,
     "aaco_pipelines.instance": 5,
     "aaco_pipelines.definitions": 5,
-    "assets": 5,
-    "resources": 5,
-    "sensors": 5,
+    "aaco_pipelines.assets": 5,
+    "aaco_pipelines.resources": 5,
+    "aaco_pipelines.sensors": 5,
 }
 LAYER_NAMES = ("foundation", "storage", "producers", "readers", "stages", "surfaces")
 
@@ -54,14 +60,20 @@ LAYER_NAMES = ("foundation", "storage", "producers", "readers", "stages", "surfa
 UPWARD_ALLOWED: set[tuple[str, str]] = set()
 
 # Only these modules of the domain library may import Dagster (the rest is usable without it).
-DAGSTER_ALLOWED = ("aaco_pipelines.definitions", "aaco_pipelines.instance")
+DAGSTER_ALLOWED = (
+    "aaco_pipelines.definitions",
+    "aaco_pipelines.instance",
+    "aaco_pipelines.assets",
+    "aaco_pipelines.resources",
+    "aaco_pipelines.sensors",
+)
 
 
 def project_modules() -> dict[str, Path]:
     modules = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+    for folder, package in PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = [package, *path.relative_to(REPO / folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts = parts[:-1]
             modules[".".join(parts)] = path
@@ -206,6 +218,6 @@ def test_the_checks_catch_a_cycle_and_an_upward_import():
         {
             "aaco_pipelines.analysis.attribution": {"dagster"},
             "aaco_pipelines.instance.launcher": {"dagster_celery.launcher"},
-            "assets.graph": {"dagster"},
+            "aaco_pipelines.assets.graph": {"dagster"},
         }
     ) == ["aaco_pipelines.analysis.attribution"]

@@ -491,7 +491,7 @@ def test_a_theoretical_share_in_words(envelope):
 
 
 def test_the_asset_page_shows_the_theoretical_share_and_the_ceilings(envelope):
-    from assets.envelope import envelope_metadata
+    from aaco_pipelines.assets.envelope import envelope_metadata
 
     noisy_l3 = _cache_peak(4 * GB, 32 * MiB)
     noisy_l3.sweep[0]["clamped_to"] = "DRAM"

@@ -12,34 +12,34 @@ import sys
 import dagster as dg
 import pytest
 
-from aaco_pipelines.instance import event_log_settings
-from aaco_pipelines.llm.workload import Curves, GenerationWorkload
-from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
-from aaco_pipelines.registry.zoo import llama_decoder
-from aaco_pipelines.stages.pipeline import measure_model
-from aaco_pipelines.tracelake import engine
-from aaco_pipelines.tracelake.store import TraceLake
-from assets import (
+from aaco_pipelines.assets import (
     MODEL_ASSETS,
     NIGHT_ASSETS,
     model_target_key,
     models_partitions,
     targets_partitions,
 )
-from assets.partitions import NIGHT_TAG
-from resources import (
+from aaco_pipelines.assets.partitions import NIGHT_TAG
+from aaco_pipelines.instance import event_log_settings
+from aaco_pipelines.llm.workload import Curves, GenerationWorkload
+from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.registry.zoo import llama_decoder
+from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
     ModelRegistryResource,
     RecordIOManager,
     TraceLakeResource,
 )
-from sensors import (
+from aaco_pipelines.sensors import (
     model_registry_sensor,
     nightly_regression_sweep,
     nightly_review_sensor,
     runtime_version_sensor,
 )
+from aaco_pipelines.stages.pipeline import measure_model
+from aaco_pipelines.tracelake import engine
+from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import REPO, add_model
 
@@ -203,7 +203,7 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
 def test_records_read_what_fs_io_manager_wrote_and_the_other_way_round(instance, tmp_path):
     """An instance upgraded to RecordIOManager loads the inputs fs_io_manager stored before it,
     and the other way round: same bytes at the same paths."""
-    from assets.partitions import model_target_partitions
+    from aaco_pipelines.assets.partitions import model_target_partitions
 
     @dg.asset(partitions_def=model_target_partitions)
     def upstream(context) -> dict:

@@ -23,7 +23,7 @@ import pytest
 from aaco_pipelines.config import AacoPaths, device_pool
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.registry.sidecar import ModelSidecar
-from sensors.sweep_owner import STARTED_TAG, owner_alive, owner_tags
+from aaco_pipelines.sensors.sweep_owner import STARTED_TAG, owner_alive, owner_tags
 from tests import models
 from tests.helpers import add_model
 

@@ -17,7 +17,7 @@ from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import BACKFILL_ID_TAG, WILL_RETRY_TAG
 
-from sensors import sweep as sweep_module
+from aaco_pipelines.sensors import sweep as sweep_module
 
 RETRIES = {"run_retries": {"enabled": True, "max_retries": 2}}
 

@@ -17,7 +17,7 @@ import urllib.parse
 import pytest
 
 from aaco_pipelines.registry.sidecar import ModelSidecar
-from sensors.jobs import run_tags
+from aaco_pipelines.sensors.jobs import run_tags
 from tests import models
 from tests.helpers import REPO, add_model
 from tests.ui_support import (

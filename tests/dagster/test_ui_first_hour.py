@@ -18,19 +18,24 @@ from dagster._core.launcher import LaunchRunContext
 from dagster_celery.launcher import CeleryRunLauncher
 
 from aaco_pipelines.analysis.classification import judge
+from aaco_pipelines.assets import (
+    MODEL_ASSETS,
+    model_target_key,
+    models_partitions,
+    targets_partitions,
+)
 from aaco_pipelines.cli import main
 from aaco_pipelines.instance import TEMPLATE, event_log_settings, prepare_dagster_home
 from aaco_pipelines.instance.launcher import DeviceQueueRunLauncher
 from aaco_pipelines.report import session_files as session_files_module
 from aaco_pipelines.report.session_files import session_files
-from assets import MODEL_ASSETS, model_target_key, models_partitions, targets_partitions
-from resources import (
+from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
     ModelRegistryResource,
     RecordIOManager,
     TraceLakeResource,
 )
-from sensors.jobs import run_tags
+from aaco_pipelines.sensors.jobs import run_tags
 from tests import models
 from tests.helpers import add_model
 from tests.ui_support import MODEL_ASSET_KEYS, PER_SESSION_KEYS
@@ -186,7 +191,7 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
         written.append(time.perf_counter() - started)
         return files
 
-    monkeypatch.setattr("assets.drift.write_session_files", timed, raising=False)
+    monkeypatch.setattr("aaco_pipelines.assets.drift.write_session_files", timed, raising=False)
     add_model(aaco_paths, "tiny", models.tiny_mlp())
     instance.add_dynamic_partitions(models_partitions.name, ["tiny"])
     instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])

@@ -142,9 +142,9 @@ def test_a_sweep_reports_only_the_regressions_that_survive_fdr(aaco_paths):
 
     import pyarrow as pa
 
+    from aaco_pipelines.sensors.sweep import SweepResult, control_false_discoveries
     from aaco_pipelines.tracelake.schema import DRIFT_VERDICTS, conform
     from aaco_pipelines.tracelake.store import TraceLake
-    from sensors.sweep import SweepResult, control_false_discoveries
 
     lake = TraceLake(aaco_paths.tracelake)
     judged = {f"quiet{i}": ("no_change", 0.5) for i in range(20)}

@@ -9,12 +9,12 @@ import unicodedata
 
 import dagster as dg
 
+from aaco_pipelines.assets import models_partitions, targets_partitions
 from aaco_pipelines.cli import main
 from aaco_pipelines.registry.scan import model_slug, scan_registry, slug_conflicts
+from aaco_pipelines.resources import ModelRegistryResource
+from aaco_pipelines.sensors import model_registry_sensor
 from aaco_pipelines.tracelake.store import TraceLake
-from assets import models_partitions, targets_partitions
-from resources import ModelRegistryResource
-from sensors import model_registry_sensor
 from tests import models
 from tests.helpers import SHARED, store_sessions
 

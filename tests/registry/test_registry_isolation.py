@@ -17,9 +17,9 @@ from aaco_pipelines.doctor import WARNING, check_registry
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.external_data import external_files, hashed_model, model_sha256
 from aaco_pipelines.registry.scan import find_model, read_registry, scan_registry
+from aaco_pipelines.resources import ModelRegistryResource
+from aaco_pipelines.sensors import model_registry_sensor
 from aaco_pipelines.tracelake.store import TraceLake
-from resources import ModelRegistryResource
-from sensors import model_registry_sensor
 from tests import models
 from tests.helpers import FAST_SIDECAR, add_model
 
