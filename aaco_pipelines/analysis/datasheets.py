@@ -34,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
+
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 FALLBACK_DTYPE = "fp32"  # the roof of a node whose data type is unknown or lacks a peak
 PARTITIONS = (1, 2, 3, 4, 6, 8)  # CU shares a product can present as (GCDs, compute partitions)
@@ -257,6 +259,29 @@ def agent_arch(name: str | None, details_json: str | None = None) -> str | None:
             if str(key).lower() == "gfx_target_version":
                 return gfx_name(value)
     return None
+
+
+def session_gpu_targets(con, session_id: str) -> pa.Table:
+    """The session's GPU agents as (device, gfx, compute_units, name): the agents table names
+    a device "Agent <n>", kernel_events.device_id is that n; one agent per device number. Few
+    rows, read whole, for the per-kernel SQL to join on."""
+    rows = con.execute(
+        "SELECT TRY_CAST(regexp_extract(agent_id, '[0-9]+$') AS INTEGER) AS device, name, "
+        "details_json, compute_units FROM agents "
+        "WHERE session_id = $sid AND upper(agent_type) = 'GPU' ORDER BY agent_id",
+        {"sid": session_id},
+    ).fetchall()
+    first: dict = {}
+    for device, name, details, units in rows:
+        first.setdefault(device, (agent_arch(name, details), units, name))
+    return pa.table(
+        {
+            "device": pa.array(list(first), pa.int32()),
+            "gfx": pa.array([v[0] for v in first.values()], pa.string()),
+            "compute_units": pa.array([v[1] for v in first.values()], pa.int64()),
+            "name": pa.array([v[2] for v in first.values()], pa.string()),
+        }
+    )
 
 
 @dataclass(frozen=True)

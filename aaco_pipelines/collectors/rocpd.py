@@ -14,8 +14,8 @@ format", and source/share/rocprofiler-sdk-rocpd/data_views.sql), never the per-r
   kernel_name, agent_log_index, counter_name, value
 - rocpd_info_agents, or the rocpd_info_agent view: type, absolute_index, logical_index, name,
   product_name, extdata (JSON; cu_count, wave_front_size, max_engine_clk_fcompute when present)
-- rocpd_info_kernel_symbol (sgpr_count, arch_vgpr_count), joined on kernels.kernel_id when the
-  kernels view does not carry the register counts itself.
+- rocpd_info_kernel_symbol (sgpr_count, arch_vgpr_count, accum_vgpr_count), joined on
+  kernels.kernel_id when the kernels view does not carry the register counts itself.
 
 A later rocprofiler-sdk revision renamed some view columns (agent_logical_index for
 agent_log_index, correlation_id for corr_id); both spellings are accepted. Agents are named
@@ -113,6 +113,7 @@ def _kernel_events(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
             "lds_bytes": pick(c, "lds_size", alias="K"),
             "scratch_bytes": pick(c, "scratch_size", alias="K"),
             "vgpr_count": registers("arch_vgpr_count"),
+            "accum_vgpr_count": registers("accum_vgpr_count"),
             "sgpr_count": registers("sgpr_count"),
         }
     )

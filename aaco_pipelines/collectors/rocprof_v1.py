@@ -71,6 +71,7 @@ def _kernel_events(c: set) -> dict[str, str]:
             "lds_bytes": column(c, "lds"),
             "scratch_bytes": column(c, "scr"),
             "vgpr_count": column(c, "arch_vgpr", "vgpr"),
+            "accum_vgpr_count": column(c, "accum_vgpr"),
             "sgpr_count": column(c, "sgpr"),
         }
     )

@@ -48,7 +48,8 @@ Max_Engine_Clk_Fcompute, ..., Name (gfx target for GPUs), Vendor_Name, Product_N
 (53 columns in the sample); unmapped columns go to details_json.
 
 Times are the file's raw nanoseconds; duration = End_Timestamp - Start_Timestamp, never fixed.
-vgpr_count is VGPR_Count as written (architectural VGPRs; Accum_VGPR_Count stays out).
+vgpr_count is VGPR_Count as written (architectural VGPRs), accum_vgpr_count Accum_VGPR_Count
+(accumulation VGPRs, AGPRs), where the file has it.
 """
 
 from __future__ import annotations
@@ -313,6 +314,7 @@ def _kernel_events(c: set) -> dict[str, str]:
             "lds_bytes": column(c, "lds_block_size", "group_segment_size"),
             "scratch_bytes": column(c, "scratch_size", "private_segment_size"),
             "vgpr_count": column(c, "vgpr_count", "arch_vgpr_count"),
+            "accum_vgpr_count": column(c, "accum_vgpr_count"),
             "sgpr_count": column(c, "sgpr_count"),
         }
     )

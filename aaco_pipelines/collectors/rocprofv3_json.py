@@ -60,7 +60,8 @@ _COPY = (
 )
 _SYMBOL = (
     "STRUCT(kernel_id BIGINT, kernel_name VARCHAR, formatted_kernel_name VARCHAR, "
-    "demangled_kernel_name VARCHAR, sgpr_count BIGINT, arch_vgpr_count BIGINT)[]"
+    "demangled_kernel_name VARCHAR, sgpr_count BIGINT, arch_vgpr_count BIGINT, "
+    "accum_vgpr_count BIGINT)[]"
 )
 _ENTRY = (
     "STRUCT(metadata STRUCT(pid BIGINT), agents JSON[], kernel_symbols "
@@ -141,7 +142,8 @@ _VIEWS = {
         "FROM (SELECT entry, unnest(tool.agents) AS agent FROM json_tool)"
     ),
     "json_symbols": (
-        "SELECT entry, s.kernel_id, s.sgpr_count, s.arch_vgpr_count, coalesce("
+        "SELECT entry, s.kernel_id, s.sgpr_count, s.arch_vgpr_count, s.accum_vgpr_count, "
+        "coalesce("
         "nullif(s.formatted_kernel_name, ''), nullif(s.demangled_kernel_name, ''), "
         "s.kernel_name) AS name "
         "FROM (SELECT entry, unnest(tool.kernel_symbols) AS s FROM json_tool) "
@@ -203,6 +205,7 @@ def _kernel_events() -> dict[str, str]:
         "lds_bytes": f"{info}.group_segment_size",
         "scratch_bytes": f"{info}.private_segment_size",
         "vgpr_count": "s.arch_vgpr_count",
+        "accum_vgpr_count": "s.accum_vgpr_count",
         "sgpr_count": "s.sgpr_count",
     }
 

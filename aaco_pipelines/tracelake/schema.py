@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 14
+SCHEMA_VERSION = 15  # v15: kernel_events.accum_vgpr_count (AGPRs), for occupancy
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -147,7 +147,10 @@ KERNEL_EVENTS = pa.schema(
         ("workgroup_size", _i64),  # work-items per workgroup (x*y*z)
         ("lds_bytes", _i64),
         ("scratch_bytes", _i64),
-        ("vgpr_count", _i64),
+        ("vgpr_count", _i64),  # architectural VGPRs, as the profiler reports them
+        # v15: accumulation VGPRs (AGPRs) as the profiler reports them; null where the format
+        # has no such column (analysis.occupancy reads both)
+        ("accum_vgpr_count", _i64),
         ("sgpr_count", _i64),
     ]
 )

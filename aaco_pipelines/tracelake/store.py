@@ -128,6 +128,12 @@ MIGRATIONS: dict[int, list[str]] = {
     13: ["ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS close_calls_json VARCHAR"],
     # The digest of each bundle's manifest: unknown (not covered) for sessions loaded before.
     14: ["ALTER TABLE session_records ADD COLUMN IF NOT EXISTS manifest_sha256 VARCHAR"],
+    # Kernels keep their accumulation VGPRs (occupancy): unknown for kernels loaded before. The
+    # table of device-trace kernels exists from v10 on (made with the schema after this, else).
+    15: [
+        "ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS accum_vgpr_count BIGINT",
+        "ALTER TABLE IF EXISTS kernel_events_trace ADD COLUMN IF NOT EXISTS accum_vgpr_count BIGINT",
+    ],
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

@@ -118,7 +118,8 @@ def rocpd_db(tmp_path) -> Path:
         )
         db.execute(
             "INSERT INTO rocpd_info_kernel_symbol (id, guid, kernel_name, display_name, "
-            "sgpr_count, arch_vgpr_count) VALUES (7, 'g', 'gemm.kd', 'gemm', 96, 128)"
+            "sgpr_count, arch_vgpr_count, accum_vgpr_count) "
+            "VALUES (7, 'g', 'gemm.kd', 'gemm', 96, 128, 64)"
         )
         db.executemany(
             "INSERT INTO kernels (guid, tid, name, pid, agent_abs_index, agent_log_index, "
@@ -223,6 +224,7 @@ def test_rocprofv3_csv_sample(sllm_folder, tmp_path):
             "lds_bytes": 0,
             "scratch_bytes": 0,
             "vgpr_count": 16,
+            "accum_vgpr_count": 0,
             "sgpr_count": 128,
             "iteration": None,
             "node_name": None,
@@ -300,6 +302,7 @@ GUID = (
                 "lds_bytes": 1024,
                 "scratch_bytes": 16,
                 "vgpr_count": None,
+                "accum_vgpr_count": None,
             },
         ),
         (
@@ -349,6 +352,7 @@ GUID = (
                 "lds_bytes": 8456,
                 "scratch_bytes": 0,
                 "vgpr_count": 16,
+                "accum_vgpr_count": 0,
                 "sgpr_count": 32,
             },
         ),
@@ -470,6 +474,7 @@ def test_rocprofv3_json_sample(tmp_path):
     assert events["kernel_name"].null_count == 0
     assert events["correlation_id"].null_count == 0
     assert events["device_id"].null_count == 0
+    assert events["accum_vgpr_count"].null_count == 0  # every symbol says (0 on this gfx950)
     assert set(events["source"].to_pylist()) == {"rocprofv3_json"}
     assert pc.min(events["duration_ns"]).as_py() >= 0
     first = events.sort_by("correlation_id").slice(0, 1).to_pylist()[0]
@@ -540,6 +545,7 @@ def test_rocprof_v1_sample(tmp_path):
             "lds_bytes": 0,
             "scratch_bytes": 0,
             "vgpr_count": 16,
+            "accum_vgpr_count": 0,
             "sgpr_count": 32,
             "start_ns": 2001401019948822,
             "duration_ns": 1087688,
@@ -550,6 +556,8 @@ def test_rocprof_v1_sample(tmp_path):
     fill = rows[2]
     assert fill["event_name"] == "__amd_rocclr_fillBufferAligned.kd"
     assert fill["kernel_name"] == "__amd_rocclr_fillBufferAligned"
+    accum = {r["kernel_name"]: r["accum_vgpr_count"] for r in rows}
+    assert accum["check_kernel"] == 4  # the one kernel of the run with AGPRs (accum_vgpr)
 
 
 def test_rocprof_v1_clone_suffix_is_cleaned(tmp_path):
@@ -598,6 +606,7 @@ def test_rocpd_database(rocpd_db, tmp_path):
             "lds_bytes": 1024,
             "sgpr_count": 96,
             "vgpr_count": 128,
+            "accum_vgpr_count": 64,
         }
         == kernel
     )
