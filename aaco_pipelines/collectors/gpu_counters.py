@@ -1,0 +1,245 @@
+"""Which hardware counters to collect on each AMD GPU, and the formulas that turn them into work.
+
+One table, as data, per architecture: every quantity aaco derives from counters (FLOPs by data
+type, DRAM bytes read and written, L2 hits and misses, LDS bank-conflict cycles) is a sum of
+counters times factors, copied from AMD's own definitions:
+
+  [sol]   rocprofiler-compute's System Speed-of-Light panel per architecture (VALU FLOPs, MFMA
+          FLOPs, L2 Cache Hit Rate, L2-Fabric Read/Write BW), ROCm/rocm-systems@1b1610fc2b2ab32a
+          f71e6e04e4d4a6a4ae597992:projects/rocprofiler-compute/src/rocprof_compute_soc/
+          analysis_configs/<gfx>/0200_system_speed_of_light.yaml (gfx90a, gfx942, gfx950)
+  [lds]   the same tool's LDS panel ("Bank Conflict", "Bank Conflicts/Access"), .../<gfx>/
+          1200_local_data_share_lds.yaml
+  [sdk]   rocprofiler-sdk's counter definitions, ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6
+          a4ae597992:projects/rocprofiler-sdk/source/share/rocprofiler-sdk/counter_defs.yaml:
+          FETCH_SIZE and WRITE_SIZE per architecture (DRAM bytes), L2CacheHit, LDSBankConflict,
+          and which architectures define each raw counter
+  [mfma]  ROCm documentation, "MI300 and MI200 series performance counters and metrics",
+          https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-
+          counters.html ("Matrix fused multiply-add operation counters": SQ_INSTS_VALU_MFMA_MOPS_*
+          count matrix FMA ops "in the unit of 512")
+
+Formulas name raw counters only (what `rocprofv3 --pmc` collects and `counters_for` lists): a
+derived `X_sum` of counter_defs.yaml is `reduce(X, sum)`, and rocprofv3's CSV already sums a
+raw counter over its hardware instances in each dispatch's row ("Accumulate counters based on
+ID", rocprofiler-sdk source/lib/output/generateCSV.cpp at the commit above), so `X` and `X_sum`
+are the same number and readers accept either spelling (`SUM_SUFFIX`).
+
+Not counted, so absent rather than guessed: FLOPs on gfx908 (CDNA 1 has no per-type VALU or MFMA
+MOPS counters in counter_defs.yaml) and on RDNA (gfx11, gfx12 define only SQ_INSTS_VALU, an
+instruction count, and no WMMA counters); bf16/fp8/int8 VALU work (no counters on any
+architecture); the fp8 matrix rate on gfx90a (no F8 MFMA); gfx950's F6F4 matrix ops (no data type
+of aaco's). gfx12 has no WRITE_SIZE in [sdk]; its write bytes use gfx11's WRITE_SIZE form with
+gfx12's GL2C_EA_WRREQ ("transactions (either 32-byte or 64-byte)", [sdk]) in place of gfx11's
+GL2C_MC_WRREQ, and say so (`Formula.note`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+SUM_SUFFIX = "_sum"  # counter_defs.yaml's name of reduce(X, sum): the same value as X in rocprofv3
+
+SOURCES = {
+    "sol": "rocprofiler-compute analysis_configs/<gfx>/0200_system_speed_of_light.yaml "
+    "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
+    "lds": "rocprofiler-compute analysis_configs/<gfx>/1200_local_data_share_lds.yaml "
+    "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
+    "sdk": "rocprofiler-sdk source/share/rocprofiler-sdk/counter_defs.yaml "
+    "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
+    "mfma": "ROCm docs, MI300 and MI200 series performance counters and metrics, "
+    "https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-counters.html",
+}
+
+# The quantities a formula can give. FLOPs by data type, vector (VALU) and matrix (MFMA) apart;
+# int8 matrix work is integer ops, kept out of FLOP totals.
+DTYPES = ("fp64", "fp32", "fp16", "bf16", "fp8")
+QUANTITIES = (
+    *(f"{dtype}_vector_flops" for dtype in DTYPES),
+    *(f"{dtype}_matrix_flops" for dtype in DTYPES),
+    "int8_matrix_ops",
+    "hbm_read_bytes",  # bytes the L2 read over the fabric: DRAM/HBM, plus remote memory
+    "hbm_write_bytes",  # bytes the L2 wrote over the fabric (writes and atomics)
+    "l2_hits",
+    "l2_misses",
+    "lds_bank_conflict_cycles",
+    "lds_active_cycles",  # cycles the LDS served indexed accesses, conflicts included
+)
+
+
+@dataclass(frozen=True)
+class Formula:
+    """One quantity as sum(factor x counter), its source, and a caveat when it has one."""
+
+    quantity: str
+    terms: tuple[tuple[str, float], ...]  # (raw counter name, factor)
+    source: str  # a key of SOURCES
+    note: str | None = None
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        return tuple(counter for counter, _ in self.terms)
+
+
+def _valu(dtype: str, suffix: str) -> Formula:
+    """64 lanes per instruction, an FMA two FLOPs ([sol] "VALU FLOPs")."""
+    names = ("ADD", "MUL", "TRANS", "FMA")
+    return Formula(
+        f"{dtype}_vector_flops",
+        tuple((f"SQ_INSTS_VALU_{n}_{suffix}", 128.0 if n == "FMA" else 64.0) for n in names),
+        "sol",
+    )
+
+
+def _mfma(quantity: str, suffix: str) -> Formula:
+    """MOPS count matrix FMA ops in units of 512 ([mfma]; [sol] "MFMA FLOPs": 512 x MOPS)."""
+    return Formula(quantity, ((f"SQ_INSTS_VALU_MFMA_MOPS_{suffix}", 512.0),), "mfma")
+
+
+_VALU = (_valu("fp64", "F64"), _valu("fp32", "F32"), _valu("fp16", "F16"))
+_MFMA_CDNA2 = (
+    _mfma("fp64_matrix_flops", "F64"),
+    _mfma("fp32_matrix_flops", "F32"),
+    _mfma("fp16_matrix_flops", "F16"),
+    _mfma("bf16_matrix_flops", "BF16"),
+    _mfma("int8_matrix_ops", "I8"),
+)
+_MFMA_CDNA3 = (*_MFMA_CDNA2, _mfma("fp8_matrix_flops", "F8"))
+
+# L2 (TCC) of CDNA: hits and misses [sol] "L2 Cache Hit Rate"; LDS [lds].
+_TCC_HITS = (
+    Formula("l2_hits", (("TCC_HIT", 1.0),), "sol"),
+    Formula("l2_misses", (("TCC_MISS", 1.0),), "sol"),
+)
+_LDS_CDNA = (
+    Formula("lds_bank_conflict_cycles", (("SQ_LDS_BANK_CONFLICT", 1.0),), "lds"),
+    Formula("lds_active_cycles", (("SQ_LDS_IDX_ACTIVE", 1.0),), "lds"),
+)
+# gfx908/gfx90a ([sdk] FETCH_SIZE/WRITE_SIZE, [sol] L2-Fabric BW):
+#   read  = 32 x RDREQ_32B + 64 x (RDREQ - RDREQ_32B)
+#   write = 32 x (WRREQ - WRREQ_64B) + 64 x WRREQ_64B
+_BYTES_CDNA2 = (
+    Formula("hbm_read_bytes", (("TCC_EA_RDREQ", 64.0), ("TCC_EA_RDREQ_32B", -32.0)), "sdk"),
+    Formula("hbm_write_bytes", (("TCC_EA_WRREQ", 32.0), ("TCC_EA_WRREQ_64B", 32.0)), "sdk"),
+)
+# gfx940-942/gfx950: 128-byte reads are counted by TCC_BUBBLE ("Number of 128-byte read
+# requests sent to EA", [sdk]):
+#   read  = 128 x BUBBLE + 64 x (EA0_RDREQ - BUBBLE - EA0_RDREQ_32B) + 32 x EA0_RDREQ_32B
+_BYTES_CDNA3 = (
+    Formula(
+        "hbm_read_bytes",
+        (("TCC_EA0_RDREQ", 64.0), ("TCC_BUBBLE", 64.0), ("TCC_EA0_RDREQ_32B", -32.0)),
+        "sdk",
+    ),
+    Formula("hbm_write_bytes", (("TCC_EA0_WRREQ", 32.0), ("TCC_EA0_WRREQ_64B", 32.0)), "sdk"),
+)
+# RDNA's L2 is GL2C: [sdk] L2CacheHit and LDSBankConflict (gfx10-gfx12).
+_GL2C_HITS = (
+    Formula("l2_hits", (("GL2C_HIT", 1.0),), "sdk"),
+    Formula("l2_misses", (("GL2C_MISS", 1.0),), "sdk"),
+)
+_LDS_RDNA = (
+    Formula("lds_bank_conflict_cycles", (("SQC_LDS_BANK_CONFLICT", 1.0),), "sdk"),
+    Formula("lds_active_cycles", (("SQC_LDS_IDX_ACTIVE", 1.0),), "sdk"),
+)
+_BYTES_RDNA3 = (  # [sdk] FETCH_SIZE / WRITE_SIZE for gfx11
+    Formula(
+        "hbm_read_bytes",
+        tuple((f"GL2C_EA_RDREQ_{n}B", float(n)) for n in (32, 64, 96, 128)),
+        "sdk",
+    ),
+    Formula("hbm_write_bytes", (("GL2C_MC_WRREQ", 32.0), ("GL2C_EA_WRREQ_64B", 32.0)), "sdk"),
+)
+_BYTES_RDNA4 = (  # [sdk] FETCH_SIZE for gfx12 (no 96-byte requests); WRITE_SIZE: see above
+    Formula(
+        "hbm_read_bytes", tuple((f"GL2C_EA_RDREQ_{n}B", float(n)) for n in (32, 64, 128)), "sdk"
+    ),
+    Formula(
+        "hbm_write_bytes",
+        (("GL2C_EA_WRREQ", 32.0), ("GL2C_EA_WRREQ_64B", 32.0)),
+        "sdk",
+        note="counter_defs.yaml defines no WRITE_SIZE for gfx12: gfx11's form, with GL2C_EA_WRREQ",
+    ),
+)
+
+_NO_FLOPS_CDNA1 = "gfx908 has no per-type VALU or MFMA MOPS counters: FLOPs are not counted"
+_NO_FLOPS_RDNA = (
+    "RDNA counts VALU instructions (SQ_INSTS_VALU), not FLOPs by data type, and no WMMA work: "
+    "FLOPs are not counted"
+)
+
+
+@dataclass(frozen=True)
+class CounterFormulas:
+    """The formulas of one architecture family and what it cannot count."""
+
+    family: str  # "CDNA 3"
+    targets: tuple[str, ...]  # gfx targets it covers
+    formulas: tuple[Formula, ...]
+    not_counted: str | None = None  # the quantities it has no counters for, in a sentence
+
+
+FAMILIES = (
+    CounterFormulas(
+        "CDNA 1", ("gfx908",), (*_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA), _NO_FLOPS_CDNA1
+    ),
+    CounterFormulas(
+        "CDNA 2", ("gfx90a",), (*_VALU, *_MFMA_CDNA2, *_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA)
+    ),
+    CounterFormulas(
+        "CDNA 3",
+        ("gfx940", "gfx941", "gfx942"),
+        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA),
+    ),
+    CounterFormulas(
+        "CDNA 4", ("gfx950",), (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA)
+    ),
+    CounterFormulas(
+        "RDNA 3",
+        ("gfx1100", "gfx1101", "gfx1102"),
+        (*_BYTES_RDNA3, *_GL2C_HITS, *_LDS_RDNA),
+        _NO_FLOPS_RDNA,
+    ),
+    CounterFormulas(
+        "RDNA 4", ("gfx1200", "gfx1201"), (*_BYTES_RDNA4, *_GL2C_HITS, *_LDS_RDNA), _NO_FLOPS_RDNA
+    ),
+)
+
+_GFX = re.compile(r"gfx[0-9a-f]+", re.IGNORECASE)
+
+
+def gfx_target(name: str | None) -> str | None:
+    """The gfx target in an agent name or target string ("gfx942:sramecc+:xnack-" -> gfx942)."""
+    match = _GFX.search(name or "")
+    return match.group(0).lower() if match else None
+
+
+def formulas_for(gfx: str | None) -> CounterFormulas | None:
+    """The formula family of a gfx target; None for one this table does not know."""
+    target = gfx_target(gfx)
+    return next((f for f in FAMILIES if target in f.targets), None)
+
+
+def counters_for(gfx: str | None) -> tuple[str, ...]:
+    """Every raw counter the formulas of `gfx` name, in table order, each once: what a runner
+    collects there. Empty for an unknown target (`no_formulas_reason` says why), never a guess."""
+    family = formulas_for(gfx)
+    if family is None:
+        return ()
+    return tuple(dict.fromkeys(c for formula in family.formulas for c in formula.counters))
+
+
+def all_counters() -> tuple[str, ...]:
+    """Every raw counter any formula names, each once: what a reader of counters looks for."""
+    names = (c for family in FAMILIES for formula in family.formulas for c in formula.counters)
+    return tuple(dict.fromkeys(names))
+
+
+def no_formulas_reason(gfx: str | None) -> str | None:
+    """Why `gfx` has no counter formulas, in a sentence; None when it has them."""
+    if formulas_for(gfx) is not None:
+        return None
+    known = ", ".join(t for family in FAMILIES for t in family.targets)
+    what = gfx_target(gfx) or (f"agent {gfx!r}" if gfx else "an unnamed GPU (no agent info)")
+    return f"no hardware-counter formulas for {what} (known: {known})"
