@@ -206,6 +206,7 @@ def cmd_run(args, paths: AacoPaths) -> int:
         measured_iterations=args.iterations,
         profiled_iterations=None if args.profile else 1,
         limits=RunnerLimits(memory_limit_mb=args.memory_limit_mb),
+        counters=args.counters,
     )
     say = progress_printer()
     bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
@@ -271,6 +272,13 @@ def add_parser(sub) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="profiled pass with the sidecar's count; --no-profile keeps it to 1 iteration",
+    )
+    run.add_argument(
+        "--counters",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="also collect hardware counters, in passes under rocprofv3 --pmc (AMD GPU hosts; "
+        "said why not elsewhere); default: the sidecar's `counters`",
     )
     run.set_defaults(func=cmd_run)
 

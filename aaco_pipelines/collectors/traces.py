@@ -134,10 +134,13 @@ def load_trace(
     `detect_format`."""
     trace_format, source = _resolve(Path(path), scratch)
     _refuse_host_profile(trace_format, source)
+    session = sql_literal(session_id)
     try:
-        counts = _insert_tables(
-            con, trace_format, source, sql_literal(session_id), iteration, scratch
-        )
+        counts = _insert_tables(con, trace_format, source, session, iteration, scratch)
+        for database in _counter_pass_databases(Path(path), trace_format, source):
+            counts["counters"] = counts.get("counters", 0) + _insert_counters(
+                con, database, session, scratch
+            )
     except duckdb.OutOfMemoryException as exc:
         raise MemoryError(str(exc)) from exc  # the process's limit, not the trace
     except _READ_ERRORS as exc:
@@ -388,6 +391,32 @@ def _insert_batches(
     insert = f"INSERT INTO {target} BY NAME SELECT {select} FROM trace_batches"
     batches = _sqlite_batches(db, session, plan, schema, lambda rows: read.count(rows, table))
     return streamed_insert(con, insert, "trace_batches", schema, batches)
+
+
+def _counter_pass_databases(path: Path, trace_format: str, source: Path) -> list[Path]:
+    """The rocpd databases of counter passes in pmc_<k>/ folders of a rocpd trace folder (as
+    `aaco run --counters` writes them, one rocprofv3 run per pass): their counters belong to
+    the trace too. A CSV folder's pmc_<k>/ files are read with it already."""
+    if trace_format != "rocpd" or source == path:
+        return []
+    return [
+        database
+        for database in trace_paths.trace_files(path, "*.db")
+        if database.parent != path and database.relative_to(path).parts[0].startswith("pmc_")
+    ]
+
+
+def _insert_counters(con, database: Path, session: str, scratch: Path | None) -> int:
+    """A counter pass's rows of the counters table only: its kernels and agents are the traced
+    pass's again (each counter pass is a run of its own)."""
+    if _detect_file(database, scratch) != "rocpd":
+        raise AacoInputError("a counter pass's database is not rocpd", path=database, fix=SUPPORTED)
+    read = TraceRead.of(database, database.stat().st_size)
+    with closing(read.connect(database)) as db, read.explained():
+        plan = rocpd.plans(db).get("counters")
+        if plan is None:
+            return 0
+        return _insert_batches(con, "counters", session, plan, db, None, read)
 
 
 def _stamped_iteration(iteration: int | None) -> dict[str, str]:

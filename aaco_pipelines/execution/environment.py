@@ -220,15 +220,32 @@ def _rocprofv3() -> str:
     return path
 
 
+def _rocm_version(smi: dict, unavailable: dict[str, str]) -> str | None:
+    """amdsmi's ROCm version, else the install's .info/version."""
+    version = smi.get("rocm_version")
+    if version is None:
+        version = _probe(unavailable, "rocm_version", _rocm_version_file)
+    return version
+
+
+def rocm_version() -> tuple[str | None, str]:
+    """The ROCm version as capture_environment records it, and where it was read (or why it
+    is unknown): for the runner, which chooses rocprofv3's output format by it."""
+    unavailable: dict[str, str] = {}
+    smi = _probe(unavailable, "amdsmi", _amdsmi) or {}
+    version = _rocm_version(smi, unavailable)
+    if version is not None:
+        return version, "amdsmi" if smi.get("rocm_version") else "the ROCm install's .info/version"
+    return None, "; ".join(unavailable.values())
+
+
 def capture_environment() -> dict:
     """Everything about this host and runtime that could explain a latency difference."""
     unavailable: dict[str, str] = {}
     cpus = online_cpus()
     ort = _probe(unavailable, "onnxruntime", _onnxruntime) or {}
     smi = _probe(unavailable, "amdsmi", _amdsmi) or {}
-    rocm_version = smi.get("rocm_version")
-    if rocm_version is None:
-        rocm_version = _probe(unavailable, "rocm_version", _rocm_version_file)
+    rocm_version = _rocm_version(smi, unavailable)
     return {
         "captured_at": time.time_ns(),
         "hostname": socket.gethostname(),

@@ -2,8 +2,8 @@
 confused with `aaco worker`, a device's Celery worker that runs whole Dagster runs).
 
 Started by `execution.runner` as `python -m aaco_pipelines.execution.measuring_process REQUEST.json [PASSES]`
-(PASSES: all | measured | profiled; the runner splits them when the profiled pass runs under
-rocprofv3). It owns
+(PASSES: all | measured | profiled | counters_<k>; the runner splits them when the profiled pass
+runs under rocprofv3, and runs each counter pass under `rocprofv3 --pmc`). It owns
 nothing but its output folder, so a crash, hang or out-of-memory here cannot take the caller down.
 
 Passes, in order, each recorded with its start and end (epoch ns):
@@ -13,6 +13,10 @@ Passes, in order, each recorded with its start and end (epoch ns):
   profiled  a fresh session with ONNX Runtime's profiler ON, a short warm-up, then at least
             `profiled_iterations` runs, more when the measured pass was noisy, within a time
             cap (execution.profiled_count): the kernel trace, and the profiling overhead
+  counters_<k>  (with --counters on a GPU host) a fresh session, profiler off, a short warm-up
+            and `profiled_iterations` runs while rocprofv3 counts one pass of hardware counters:
+            its latencies are kept apart and never become latency figures
+            (execution.counter_passes)
 
 Progress lines go to stderr prefixed "aaco:"; a user error is written to error.json so the parent
 can re-raise it with the model path and the fix.
@@ -31,6 +35,7 @@ import numpy as np
 
 from aaco_pipelines.bundle import write_json
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.execution.counter_passes import COUNTER_PASS_PREFIX
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
 from aaco_pipelines.execution.lifeline import watch_parent
@@ -114,6 +119,8 @@ def _forward_passes(ort, request: dict, out: Path, which: str, passes: dict) -> 
         result.update(_measured_passes(ort, request, feeds, passes))
     if which in ("all", "profiled"):
         result.update(_profiled_pass(ort, request, feeds, passes, out))
+    if which.startswith(COUNTER_PASS_PREFIX):
+        _counter_pass(ort, request, feeds, passes, which)
     return result
 
 
@@ -154,6 +161,17 @@ def _profiled_pass(ort, request: dict, feeds: dict, passes: dict, out: Path) -> 
         "profiled_warmup_iterations": PROFILED_WARMUP_ITERATIONS,
         "profiled_iterations_rule": count.rule,
     }
+
+
+def _counter_pass(ort, request: dict, feeds: dict, passes: dict, which: str) -> None:
+    """The profiled pass's workload in a fresh session with no profiler of ONNX Runtime's, while
+    rocprofv3 counts the dispatches (each pass in a process of its own): the sidecar's
+    profiled_iterations, never grown for noise, since counters sum every dispatch anyway."""
+    count = request["profiled_iterations"]
+    progress(f"counter pass {which.removeprefix(COUNTER_PASS_PREFIX)}: {count} iterations")
+    session = create_session(ort, request, session_options(ort, request))
+    timed_pass(session, feeds, PROFILED_WARMUP_ITERATIONS)
+    passes[which] = timed_pass(session, feeds, count)
 
 
 def _measured_latencies(passes: dict, out: Path) -> list[int] | None:

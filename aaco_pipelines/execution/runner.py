@@ -32,6 +32,13 @@ import pyarrow.parquet as pq
 from aaco_pipelines.bundle import SessionBundle, copy_folder, record_evidence, write_json
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.execution.counter_passes import (
+    COUNTER_PASS_FOLDER,
+    COUNTER_PASS_PREFIX,
+    counter_command,
+    plan_counters,
+    trace_output_format,
+)
 from aaco_pipelines.execution.gpu_sampler import GpuSampler, request_performance_determinism
 from aaco_pipelines.execution.host_sampler import HostSampler
 from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgroup, remove_cgroup
@@ -115,6 +122,7 @@ class BenchmarkRequest:
     sidecar_path: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     generation: dict | None = None  # a decoder's generation plan: generation passes, not forward
+    counters: bool = False  # hardware counter passes under rocprofv3 --pmc (GPU hosts)
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
@@ -145,14 +153,16 @@ def run_benchmark(
     final = paths.sessions / started_at.strftime("%Y-%m-%d") / request.session_id
     try:
         with session_folder_held(staging, request.session_id):
+            calls, tracing = _trace_plan(request, staging, say)
             write_json(
                 staging / "request.json",
                 {
                     **request.to_json(),
                     "limits": {**dataclasses.asdict(limits), "memory_limit_rule": memory_rule},
+                    **tracing,  # its "counters" record holds the request's flag as "asked"
                 },
             )
-            outcome = _run_plan(request, staging, limits, say)
+            outcome = _run_plan(request, staging, limits, say, calls, tracing)
             _publish(request, staging, outcome, started_at, graph_dir, final)
     except BaseException as exc:
         # A stop signal can land just after the rename: the published folder is the one kept.
@@ -169,7 +179,8 @@ def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final
     """session.json and the evidence digests written, the folder renamed into sessions/."""
     if graph_dir is not None:
         copy_folder(graph_dir, staging / "graph")
-    worker = _merge_worker_results(staging, [call.passes for call in outcome["calls"]])
+    worker = _merge_worker_results(staging, [c.passes for c in outcome["calls"] if not _counts(c)])
+    outcome["counters"] = _counter_results(staging, outcome["counters"])
     write_json(
         staging / "session.json",
         {
@@ -206,15 +217,22 @@ def _worker_out_of_space(exc: BaseException, paths: AacoPaths) -> AacoInputError
 
 @dataclass(frozen=True)
 class WorkerCall:
-    passes: str  # all | measured | profiled
+    passes: str  # all | measured | profiled | counters_<k>
     command: list[str]
 
 
-def worker_plan(request_path: Path, rocprofv3: str | None, trace_dir: Path) -> list[WorkerCall]:
+def worker_plan(
+    request_path: Path,
+    rocprofv3: str | None,
+    trace_dir: Path,
+    output_format: str = "csv",
+    counter_passes: tuple[tuple[str, ...], ...] = (),
+) -> list[WorkerCall]:
     """One worker for every pass; or, with rocprofv3 on a GPU host, the measured passes in a
     plain worker and the profiled pass in a second worker traced by rocprofv3 (kernel, HIP
-    runtime API and memory-copy traces as CSV), so the device trace never slows the latency
-    figures down."""
+    runtime API and memory-copy traces in `output_format`), so the device trace never slows the
+    latency figures down; then one worker per counter pass, each under `rocprofv3 --pmc` with
+    that pass's counters, writing to trace_dir/pmc_<k>/ (execution.counter_passes)."""
     worker = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process", str(request_path)]
     if rocprofv3 is None:
         return [WorkerCall("all", [*worker, "all"])]
@@ -224,7 +242,7 @@ def worker_plan(request_path: Path, rocprofv3: str | None, trace_dir: Path) -> l
         "--hip-runtime-trace",
         "--memory-copy-trace",
         "--output-format",
-        "csv",
+        output_format,
         "--output-directory",
         str(trace_dir),
         "--output-file",
@@ -233,7 +251,54 @@ def worker_plan(request_path: Path, rocprofv3: str | None, trace_dir: Path) -> l
         *worker,
         "profiled",
     ]
-    return [WorkerCall("measured", [*worker, "measured"]), WorkerCall("profiled", traced)]
+    counted = [
+        WorkerCall(
+            f"{COUNTER_PASS_PREFIX}{k}",
+            counter_command(
+                rocprofv3,
+                counters,
+                output_format,
+                trace_dir / COUNTER_PASS_FOLDER.format(k),
+                [*worker, f"{COUNTER_PASS_PREFIX}{k}"],
+            ),
+        )
+        for k, counters in enumerate(counter_passes, start=1)
+    ]
+    return [WorkerCall("measured", [*worker, "measured"]), WorkerCall("profiled", traced), *counted]
+
+
+def _counts(call: WorkerCall) -> bool:
+    """A counter pass: its latencies are no latency figures."""
+    return call.passes.startswith(COUNTER_PASS_PREFIX)
+
+
+def _trace_plan(
+    request: BenchmarkRequest, staging: Path, say: Progress
+) -> tuple[list[WorkerCall], dict]:
+    """The worker calls, and what request.json and session.json record of the device trace
+    and the counters: the tool or why none, the output format and why, the counter passes
+    with their counters and commands, or why counters asked for are not collected (said on
+    the progress output too; the run goes on without them)."""
+    tracer, reason = device_tracer()
+    output_format, why = trace_output_format() if tracer else (None, reason)
+    counters = plan_counters(request.counters, tracer, reason, request.generation is not None)
+    calls = worker_plan(
+        staging / "request.json", tracer, staging / "rocprof", output_format or "csv",
+        counters.passes,
+    )  # fmt: skip
+    if counters.reason:
+        say(f"counters not collected: {counters.reason}")
+    profiled = next((c.command for c in calls if c.passes == "profiled"), None)
+    return calls, {
+        "device_trace": {
+            "tool": "rocprofv3" if tracer else None,
+            "reason": reason,
+            "command": profiled,
+            "output_format": output_format,
+            "output_format_reason": why,
+        },
+        "counters": {**counters.to_json(), "commands": [c.command for c in calls if _counts(c)]},
+    }
 
 
 def device_tracer() -> tuple[str | None, str]:
@@ -247,11 +312,14 @@ def device_tracer() -> tuple[str | None, str]:
 
 
 def _run_plan(
-    request: BenchmarkRequest, staging: Path, limits: RunnerLimits, say: Progress
+    request: BenchmarkRequest,
+    staging: Path,
+    limits: RunnerLimits,
+    say: Progress,
+    calls: list[WorkerCall],
+    tracing: dict,
 ) -> dict:
     """Every worker call of the plan under the limits, with GPU telemetry around all of them."""
-    tracer, reason = device_tracer()
-    calls = worker_plan(staging / "request.json", tracer, staging / "rocprof")
     gpu = GpuSampler(interval_s=limits.sample_interval_s * 2)
     determinism = (
         request_performance_determinism(gpu.amdsmi, LABORATORY_GFX_CLOCK_MHZ)
@@ -273,11 +341,7 @@ def _run_plan(
             pq.write_table(gpu_samples, staging / "gpu_samples.parquet")
     outcome = {
         "calls": calls,
-        "device_trace": {
-            "tool": "rocprofv3" if tracer else None,
-            "reason": reason,
-            "command": calls[-1].command if tracer else None,
-        },
+        **tracing,
         "gpu_telemetry": {"source": "amdsmi" if gpu.available else None, "reason": gpu.reason},
         "performance_determinism": determinism,
         "worker_wall_s": round(sum(o["worker_wall_s"] for o in observed), 3),
@@ -291,6 +355,18 @@ def _run_plan(
         staging / "observed.json", {**outcome, "calls": [dataclasses.asdict(c) for c in calls]}
     )
     return outcome
+
+
+def _counter_results(staging: Path, counters: dict) -> dict:
+    """The counters record with each pass's window and iteration count, from its worker's
+    files (its latencies stay in latencies.counters_<k>.json, out of the latency figures)."""
+    passes = []
+    for number, planned in enumerate(counters["passes"], start=1):
+        which = f"{COUNTER_PASS_PREFIX}{number}"
+        timed = json.loads((staging / f"latencies.{which}.json").read_text())[which]
+        window = {"start_ns": timed["start_ns"], "end_ns": timed["end_ns"]}
+        passes.append({**planned, **window, "iterations": len(timed["latency_ns"])})
+    return {**counters, "passes": passes}
 
 
 def _merge_worker_results(staging: Path, passes: list[str]) -> dict:

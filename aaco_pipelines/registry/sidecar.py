@@ -13,6 +13,7 @@
     disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
     tags: {family: bert}
     generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: output_tokens >= 2
+    counters: true                # hardware counter passes (rocprofv3 --pmc; AMD GPU hosts)
 
 `low`/`high` bound generated values (integers: [low, high); floats: uniform in [low, high),
 or standard normal when neither is given).
@@ -48,6 +49,7 @@ KNOWN_KEYS = {
     "disabled_optimizers",
     "tags",
     "generation",
+    "counters",
 }
 GENERATION_KEYS = {
     "prompt_tokens", "output_tokens", "scenarios", "requests", "min_duration_s", "batch_size",
@@ -91,6 +93,7 @@ class ModelSidecar:
     generation: GenerationWorkload | None = (
         None  # None: not declared (the graph may still be a decoder)
     )
+    counters: bool = False  # the runner's counter passes (execution.counter_passes)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -154,6 +157,9 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         )
     }
     min_seconds = _seconds(data, "min_measured_seconds", 1.0, path)
+    counters = data.get("counters", False)
+    if not isinstance(counters, bool):
+        raise _wrong("counters", counters, "true or false", path, "true")
     level = data.get("graph_optimization_level", "all")
     if level not in GRAPH_OPTIMIZATION_LEVELS:
         raise _wrong(
@@ -171,6 +177,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         tags=_tags(data.get("tags"), path),
         generation=_generation(data["generation"], path) if "generation" in data else None,
         min_measured_seconds=min_seconds,
+        counters=counters,
         **counts,
     )
 

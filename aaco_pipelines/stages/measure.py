@@ -41,6 +41,7 @@ class MeasureOptions:
     # duration; profiled, never grown for a noisy measured pass (execution.profiled_count).
     measured_iterations: int | None = None
     profiled_iterations: int | None = None
+    counters: bool | None = None  # hardware counter passes; None: as the sidecar says
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ def measure(
         sidecar_path=str(version.sidecar_path) if version.sidecar_path else None,
         tags=dict(sidecar.tags),
         generation=version.generation,
+        counters=sidecar.counters if options.counters is None else options.counters,
     )
     if request.laboratory and request.laboratory.warning and on_progress:
         on_progress(request.laboratory.warning)  # busy cores are said, never silently used
