@@ -6,6 +6,7 @@ they stay names and text and never become statements."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
@@ -38,3 +39,9 @@ def sql_path(path: Path) -> str:
             fix="rename the file or folder without the backslash (or without *, ? and [)",
         )
     return sql_literal("".join(f"[{c}]" if c in GLOB_CHARACTERS else c for c in text))
+
+
+def used_parameters(sql: str, params: dict) -> dict:
+    """The named parameters `sql` uses (`$name`): DuckDB refuses a parameter a query lacks, so
+    one set of values can serve several queries."""
+    return {k: v for k, v in params.items() if re.search(rf"\${re.escape(k)}\b", sql)}

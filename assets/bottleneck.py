@@ -104,6 +104,10 @@ def _metadata(diagnosis: Diagnosis, home) -> dict:
                 ],
             )
         ),
+        # each GPU kernel's occupancy, counted work and class (analysis/kernel_diagnosis.py)
+        "kernel_findings": dg.MetadataValue.md(_kernel_table(diagnosis))
+        if diagnosis.kernels.kernels.num_rows
+        else "no GPU kernels (the CPU provider's ops are judged above)",
         "envelope_id": choice.envelope_id,
         # measured | datasheet (published peaks, not measured) | none
         "envelope_source": choice.source,
@@ -118,6 +122,22 @@ def _metadata(diagnosis: Diagnosis, home) -> dict:
         else None,
     }
     return as_text(metadata)
+
+
+def _kernel_table(diagnosis: Diagnosis, limit: int = 10) -> str:
+    """The kernels with the most time: where they ran, their class and why."""
+    rows = diagnosis.kernels.kernels.slice(0, limit).to_pylist()
+    return markdown_table(
+        rows,
+        [
+            ("kernel_name", "kernel", None),  # its node is in the recommendations
+            ("share", "share", pct),
+            ("kernel_class", "class", None),
+            ("occupancy_text", "occupancy", None),
+            ("compute_utilization", "of peak", pct),
+            ("bandwidth_utilization", "of bandwidth", pct),
+        ],
+    )
 
 
 def _plots(points, roofs: JudgedRoofline) -> str:

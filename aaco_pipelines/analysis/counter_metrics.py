@@ -69,8 +69,9 @@ def kernel_hardware_metrics(con: duckdb.DuckDBPyConnection, session_id: str) -> 
 
 
 def kernel_hardware_summary(dispatches: pa.Table) -> pa.Table:
-    """Per kernel name and gfx target: dispatch count, summed time, work and bytes, and rates
-    weighted by time (FLOP/s and bytes/s as sums over sums of the dispatches that have both)."""
+    """Per device, kernel name and gfx target: dispatch count, summed time, work (per data type,
+    and the type with the most) and bytes, and rates weighted by time (FLOP/s and bytes/s as
+    sums over sums of the dispatches that have both)."""
     with duckdb.connect() as con:
         con.register("dispatches", dispatches)
         return con.sql(_SUMMARY_SQL).to_arrow_table()
@@ -237,8 +238,15 @@ ORDER BY dispatch_id NULLS LAST, correlation_id
 """.replace("$no_agent", sql_literal(no_formulas_reason(None)))
 
 
-_SUMMARY_SQL = """
-SELECT kernel_name, gfx, count(*) AS dispatches, sum(duration_ns)::BIGINT AS duration_ns,
+_FLOPS_BY_DTYPE = ", ".join(f"coalesce(sum({d}_flops), 0)" for d in DTYPES)
+_SUMMARY_SQL = f"""
+SELECT device, kernel_name, gfx, count(*) AS dispatches, sum(duration_ns)::BIGINT AS duration_ns,
+       {", ".join(f"sum({d}_flops) AS {d}_flops" for d in DTYPES)},
+       -- the data type with the most counted FLOPs (null: none counted)
+       CASE WHEN greatest({_FLOPS_BY_DTYPE}) > 0 THEN
+           [{", ".join(repr(d) for d in DTYPES)}][list_position([{_FLOPS_BY_DTYPE}],
+                                                             greatest({_FLOPS_BY_DTYPE}))]
+       END AS dtype,
        sum(total_flops) AS total_flops, sum(hbm_bytes) AS hbm_bytes,
        sum(total_flops) FILTER (WHERE duration_ns > 0)
            / (sum(duration_ns) FILTER (WHERE duration_ns > 0 AND total_flops IS NOT NULL) * 1e-9)
@@ -252,6 +260,6 @@ SELECT kernel_name, gfx, count(*) AS dispatches, sum(duration_ns)::BIGINT AS dur
            / sum(duration_ns) FILTER (WHERE lds_bank_conflict_rate IS NOT NULL)
            AS lds_bank_conflict_rate
 FROM dispatches
-GROUP BY kernel_name, gfx
+GROUP BY device, kernel_name, gfx
 ORDER BY duration_ns DESC NULLS LAST, kernel_name
 """

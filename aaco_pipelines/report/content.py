@@ -73,6 +73,11 @@ def report_content(data: ReportData) -> dict:
             "envelope_note": (data.bottleneck or {}).get("envelope_note"),
             "top_points": _floats(data.roofline_points.slice(0, TOP_OPS).to_pylist()),
         },
+        # why each GPU kernel takes its time (analysis/kernel_diagnosis.py); empty on a CPU
+        "kernels": {
+            "diagnoses": _floats(data.kernel_diagnoses.to_pylist()),
+            "counter_roofline": _floats(data.counter_roofline.to_pylist()),
+        },
         "telemetry": _telemetry(data.telemetry),
         "drift": [_drift(row) for row in data.drift],
         "generation": _generation(data),

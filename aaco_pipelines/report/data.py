@@ -16,6 +16,7 @@ from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.sql import used_parameters
 from aaco_pipelines.tracelake.queries import other_sessions, resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -95,6 +96,9 @@ class ReportData:
     phase_breakdown: pa.Table  # op-type level: phase, name, mean_ns, share
     # the version's other sessions nearest in time, with their top op and class
     other_sessions: list[dict]  # (queries.other_sessions)
+    # each GPU kernel's occupancy, counted work and class; the counted roofline per node
+    kernel_diagnoses: pa.Table  # most time first (empty on the CPU provider)
+    counter_roofline: pa.Table
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
@@ -116,9 +120,8 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
     sid = resolve_session(lake, session_id)
     params = {"sid": sid}
 
-    def rows(sql: str, **extra) -> pa.Table:  # DuckDB refuses parameters a query lacks
-        given = {**params, **extra}
-        return lake.query(sql, {k: v for k, v in given.items() if f"${k}" in sql})
+    def rows(sql: str, **extra) -> pa.Table:
+        return lake.query(sql, used_parameters(sql, {**params, **extra}))
 
     session = rows("SELECT * FROM sessions WHERE session_id = $sid").to_pylist()[0]
     environment = json.loads(session.pop("env_json") or "{}")
@@ -169,6 +172,16 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
             "AND level = 'op_type' ORDER BY phase DESC, mean_ns DESC"
         ),
         other_sessions=other_sessions(lake, sid),
+        kernel_diagnoses=rows(
+            "SELECT * EXCLUDE (session_id) FROM kernel_diagnoses WHERE session_id = $sid "
+            "ORDER BY total_ns DESC LIMIT $n",
+            n=TOP_KERNELS,
+        ),
+        counter_roofline=rows(
+            "SELECT * EXCLUDE (session_id) FROM counter_roofline WHERE session_id = $sid "
+            "ORDER BY time_ns DESC LIMIT $n",
+            n=TOP_KERNELS,
+        ),
     )
 
 

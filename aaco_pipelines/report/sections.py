@@ -52,6 +52,7 @@ def report_sections(content: dict) -> list[Section]:
         _derived(content["derived_metrics"]),
         _time(content),
         _roofline(content["roofline"]),
+        *([_kernels(content["kernels"])] if content["kernels"]["diagnoses"] else []),
         _telemetry(content["telemetry"]),
         _drift(content["drift"]),
         *([_generation(content["generation"])] if content.get("generation") else []),
@@ -356,6 +357,61 @@ ROOFLINE_COLUMNS = [
     ("utilization", "of roof", pct),
     ("roof_lifted", "lifted", None),
 ]
+
+
+KERNEL_COLUMNS = [
+    ("kernel_name", "kernel", None),
+    ("node_name", "node", None),
+    ("share", "share", pct),
+    ("kernel_class", "class", None),
+    ("occupancy_text", "occupancy", None),
+    ("flops_per_s", "counted FLOP/s", num),
+    ("compute_utilization", "of peak", pct),
+    ("bytes_per_s", "counted B/s", num),
+    ("bandwidth_utilization", "of bandwidth", pct),
+    ("l2_hit_rate", "L2 hit", pct),
+]
+COUNTER_ROOFLINE_COLUMNS = [
+    ("node_name", "node", None),
+    ("time_ns", "time / iter", duration),
+    ("counted_flops", "counted FLOPs", num),
+    ("counted_bytes", "counted bytes", num),
+    ("arithmetic_intensity", "FLOP/B", num),
+    ("bound", "bound", None),
+    ("utilization", "of roof", pct),
+    ("model_flops", "cost-model FLOPs", num),
+    ("flops_ratio", "counted / model", num),
+    ("disagreement", "note", None),
+]
+
+
+def _kernels(kernels: dict) -> Section:
+    """Each GPU kernel's occupancy and counted work against its roofs, its class and finding;
+    the counted roofline per node beside the cost model's."""
+    text = [
+        "Per GPU kernel, most time first: the occupancy its registers, LDS and grid allow (every "
+        "trace), what the hardware counted against the envelope's roofs (sessions with "
+        "counters), and the class that follows (compute_throughput_limited or "
+        "memory_bandwidth_bound at half a roof or more; under_occupied at a quarter of the "
+        "waves or a grid filling under half the GPU; latency_bound below both roofs; "
+        "not_judged where a trace alone cannot tell)."
+    ]
+    text += [row["finding"] for row in kernels["diagnoses"] if row.get("finding")][:3]
+    text += [
+        f"{row['node_name']}: {row['disagreement']}"
+        for row in kernels["counter_roofline"]
+        if row.get("disagreement")
+    ]
+    tables = [Table("Kernels: why they take their time", kernels["diagnoses"], KERNEL_COLUMNS)]
+    if kernels["counter_roofline"]:
+        tables.append(
+            Table(
+                "Counted roofline per node (hardware counters beside the cost model)",
+                kernels["counter_roofline"],
+                COUNTER_ROOFLINE_COLUMNS,
+            )
+        )
+    return Section("kernels", "Kernels: occupancy, counters, class", text, tables)
 
 
 def _telemetry(series: list[dict]) -> Section:

@@ -8,6 +8,7 @@ compute-bound, throttled or balanced) by a Bayesian combination of the evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -20,6 +21,11 @@ from aaco_pipelines.analysis.evidence import (
     evidence_means,
     session_evidence,
     session_utilization,
+)
+from aaco_pipelines.analysis.kernel_diagnosis import (
+    KernelDiagnoses,
+    diagnose_kernels,
+    recommendations,
 )
 from aaco_pipelines.analysis.roofline import (
     EnvelopeUtilization,
@@ -43,6 +49,7 @@ class Diagnosis:
     top_points: list[dict]  # the slowest roofline points, slowest first
     roofline_points: pa.Table | None  # every point, when there is a roof to draw them under
     roofs: JudgedRoofline  # the roofs the points were judged under, lifted where an op beat one
+    kernels: KernelDiagnoses  # each GPU kernel's occupancy, counters and class (empty on a CPU)
 
 
 def diagnose(
@@ -51,7 +58,7 @@ def diagnose(
     """Choose the envelope, place the ops on its roofline and classify; stored."""
     with lake.reading():  # the reads after explain's write share one open of the lake
         choice = session_envelope(lake, session_id, target)
-        report, utilization, roofs = explain(
+        report, utilization, roofs, kernels = explain(
             lake, session_id, metrics, choice.envelope_id, choice.envelope, note=choice.note
         )
         top = top_roofline_points(lake, session_id).to_pylist()
@@ -61,7 +68,7 @@ def diagnose(
     LakeJournal(lake.path).record(
         JUDGED_AGAINST, session_id=session_id, envelope_id=choice.envelope_id, note=choice.note
     )
-    return Diagnosis(session_id, choice, report, utilization, top, points, roofs)
+    return Diagnosis(session_id, choice, report, utilization, top, points, roofs, kernels)
 
 
 @reads_together
@@ -73,9 +80,10 @@ def explain(
     envelope: HardwareEnvelope | None,
     *,
     note: str | None = None,
-) -> tuple[BottleneckReport, EnvelopeUtilization | None, JudgedRoofline]:
+) -> tuple[BottleneckReport, EnvelopeUtilization | None, JudgedRoofline, KernelDiagnoses]:
     """Place the session's ops on the roofline, each under its data type's roof and its memory
-    level's ceiling, gather the evidence and classify; stored. A roof an op beat is lifted to
+    level's ceiling, gather the evidence and classify, and judge each GPU kernel (its findings
+    follow the session's recommendations); stored. A roof an op beat is lifted to
     that op's rate, for the points, the utilization and the class alike, and the note says so.
     Without an envelope (`note` says why) nothing is judged against a roof: no bound,
     utilization or intensity ratio, and the note is stored."""
@@ -96,6 +104,9 @@ def explain(
     )
     evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
     report = classify_bottleneck(evidence, evidence_means(metrics, mean_utilization))
+    kernels = diagnose_kernels(lake, session_id, envelope)
+    found = recommendations(kernels, len(report.recommendations) + 1)
+    report = dataclasses.replace(report, recommendations=[*report.recommendations, *found])
     summary = report.to_dict()
     row = {
         "session_id": session_id,
@@ -115,9 +126,14 @@ def explain(
     }
     lake.replace_session_rows(
         session_id,
-        {"roofline_points": roofline, "bottleneck_reports": pa.Table.from_pylist([row])},
+        {
+            "roofline_points": roofline,
+            "bottleneck_reports": pa.Table.from_pylist([row]),
+            "kernel_diagnoses": kernels.kernels,
+            "counter_roofline": kernels.nodes,
+        },
     )
-    return report, utilization, judged
+    return report, utilization, judged, kernels
 
 
 def _utilizations(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 15  # v15: kernel_events.accum_vgpr_count (AGPRs), for occupancy
+SCHEMA_VERSION = 16  # v16: kernel_diagnoses and counter_roofline (analysis/kernel_diagnosis.py)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -462,6 +462,60 @@ BASELINES = pa.schema(
     ]
 )
 
+# v16: why each GPU kernel takes its time (analysis/kernel_diagnosis.py): its occupancy (every
+# trace), what the hardware counted (sessions with counters), its roof and its class.
+KERNEL_DIAGNOSES = pa.schema(
+    [
+        ("session_id", _str),
+        ("device_id", _i32),
+        ("gfx", _str),
+        ("kernel_name", _str),
+        ("node_name", _str),  # the runtime node with most of its time (null: not attributed)
+        ("dispatches", _i64),
+        ("total_ns", _i64),
+        ("share", _f64),  # of the session's device kernel time
+        ("achievable_waves", _i64),  # per SIMD, as its resources allow
+        ("max_waves", _i64),
+        ("occupancy", _f64),
+        ("limiter", _str),  # vgpr | agpr | sgpr | lds | workgroups | grid | none
+        ("grid_fill", _f64),
+        ("uses_scratch", _bool),
+        ("occupancy_text", _str),
+        ("dtype", _str),  # the data type with the most counted FLOPs
+        ("flops_per_s", _f64),  # counted (null without counters)
+        ("bytes_per_s", _f64),  # counted HBM bytes
+        ("l2_hit_rate", _f64),
+        ("lds_bank_conflict_rate", _f64),
+        ("roof_flops_per_s", _f64),  # the envelope's peak of its data type
+        ("roof_bytes_per_s", _f64),  # the envelope's memory bandwidth
+        ("compute_utilization", _f64),  # flops_per_s / roof_flops_per_s
+        ("bandwidth_utilization", _f64),  # bytes_per_s / roof_bytes_per_s
+        ("kernel_class", _str),  # analysis.kernel_diagnosis.CLASSES
+        ("finding", _str),  # one sentence: where, how much, why
+    ]
+)
+# v16: the roofline of what the hardware counted, per runtime node, beside the cost model's.
+COUNTER_ROOFLINE = pa.schema(
+    [
+        ("session_id", _str),
+        ("node_name", _str),  # the runtime node its kernels were attributed to
+        ("time_ns", _f64),  # its kernels' time per iteration
+        ("counted_flops", _f64),  # per iteration (null: a kernel of it was not counted)
+        ("counted_bytes", _f64),
+        ("arithmetic_intensity", _f64),
+        ("achieved_flops_per_s", _f64),
+        ("achieved_bytes_per_s", _f64),
+        ("roof_flops_per_s", _f64),
+        ("roof_bytes_per_s", _f64),
+        ("bound", _str),  # compute | memory, by its counted intensity against the ridge
+        ("utilization", _f64),  # of the roof it is under
+        ("model_flops", _f64),  # the cost model's FLOPs of the ONNX nodes it ran
+        ("model_bytes", _f64),
+        ("flops_ratio", _f64),  # counted / cost model
+        ("disagreement", _str),  # when the two differ by more than 2x, what that means
+    ]
+)
+
 # The family of every kernel name the lake has seen (collectors.kernel_families): kernels are
 # labelled per distinct name after loading, not per row while loading, so a ten-million-kernel
 # trace loads in one parallel pass. Read families through the KERNEL_EVENTS_WITH_FAMILY view.
@@ -502,6 +556,8 @@ TABLES: dict[str, pa.Schema] = {
     "drift_verdicts": DRIFT_VERDICTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
+    "kernel_diagnoses": KERNEL_DIAGNOSES,
+    "counter_roofline": COUNTER_ROOFLINE,
     "completed_sessions": COMPLETED_SESSIONS,
 }
 # Tables stored under another name: every session row lives in session_records, and `sessions`

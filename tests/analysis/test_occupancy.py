@@ -383,7 +383,7 @@ def test_a_v14_lake_gains_accumulation_vgprs_and_keeps_its_kernels(aaco_paths, t
             con.execute(f"ALTER TABLE {table} DROP COLUMN accum_vgpr_count")
         stamp_schema_version(con, 14)
     _, new = ingested(folder, aaco_paths, "v15")  # migrates first
-    assert lake.schema_version() == SCHEMA_VERSION == 15
+    assert lake.schema_version() == SCHEMA_VERSION >= 15
     counts = lake.query(
         "SELECT session_id, count(*) AS kernels, count(accum_vgpr_count) AS with_agprs "
         "FROM kernel_events WHERE category = 'Kernel' GROUP BY session_id "

@@ -237,6 +237,8 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
     header = attribution["top_op_types"].value.splitlines()[0]
     assert header.startswith("| op type | p50 ms |"), header  # the op type once
     assert attribution["launch_tax"].value.endswith("%")  # text with its unit
+    kernels = _metadata(instance, "bottleneck_report")["kernel_findings"].value
+    assert kernels.startswith("no GPU kernels"), kernels  # the CPU provider: nothing invented
     drift = _metadata(instance, "performance_drift")
     assert drift["verdict_needs"].value.startswith("3 earlier sessions of this model")
     for key, label in (
