@@ -84,6 +84,9 @@ RECOMMENDATIONS = {
     "their selection changed",
     "kernel_count": "find why {name} launches more kernels ({before} -> {after}): a fusion or "
     "graph optimization may have been lost",
+    "kernel_hardware": "compare kernel {name} as the hardware counted it ({before} -> {after}): "
+    "it does more work or runs fewer waves than before (a different tile size, register "
+    "allocation or algorithm)",
     "new_kernels": "inspect the kernels only this session runs ({name}): a different kernel "
     "choice or a fallback path",
     "vanished_kernels": "inspect the kernels this session no longer runs ({name}): a fast path "

@@ -5,9 +5,9 @@ Model. D = current p50 - baseline median p50 (per iteration), sigma = the baseli
 session-to-session sd (1.4826 MAD, at least `noise_floor` of the median) widened by the
 median's own error, tau = `effect_scale` * median: the typical size of a real change. Each
 suspect k (a binary change: model file, runtime, provider; or a measured one: op time, kernels,
-clocks) is a hypothesis "k alone caused D", with prior PRIORS[kind] shared equally by the
-suspects of that kind, and likelihood Cauchy(D; 0, hypot(sigma, tau)) * fit_k (real changes
-are heavy-tailed: a model swap that is 5x slower is rare but nothing like a 9-sigma noise
+a kernel's counted work or occupancy, clocks) is a hypothesis "k alone caused D", with prior
+PRIORS[kind] shared equally by the suspects of that kind, and likelihood
+Cauchy(D; 0, hypot(sigma, tau)) * fit_k (real changes are heavy-tailed: a model swap that is 5x slower is rare but nothing like a 9-sigma noise
 draw; a Gaussian of scale tau would score it as improbable as noise), where fit_k =
 clip(share_k, min_fit, 1) is the fraction of D the suspect accounts for (binary changes can
 account for any amount: share 1; unknown magnitude: unknown_fit). "noise" has likelihood
@@ -41,6 +41,8 @@ PRIORS: dict[str, float] = {
     "host_contention": 0.10,
     "op_time": 0.08,  # one op type's time per iteration (op_breakdown)
     "kernel_count": 0.05,  # kernels per iteration of a family (kernel_events)
+    # a kernel whose counted work per dispatch or occupancy moved with its time (kernel_diagnoses)
+    "kernel_hardware": 0.05,
     "new_kernels": 0.04,  # kernels the baseline never ran
     "vanished_kernels": 0.01,  # kernels the current session no longer runs
     "noise": 0.10,  # no real change: session-to-session noise
@@ -384,7 +386,99 @@ def _kernel_suspects(
         *_family_suspects(kernels, delta, params),
         *_appeared(kernels, delta, params, new=True),
         *_appeared(kernels, delta, params, new=False),
+        *_hardware_suspects(lake, ids, kernels, delta, params),
     ]
+
+
+# Per kernel (name) and session: counted work per dispatch and occupancy, from each session's
+# kernel diagnosis (analysis/kernel_diagnosis.py); the baseline's median beside the current.
+HARDWARE_SQL = """
+WITH per_session AS (
+    SELECT session_id, kernel_name AS kernel,
+           sum(flops_per_s * total_ns * 1e-9) / sum(dispatches) AS flops,
+           sum(bytes_per_s * total_ns * 1e-9) / sum(dispatches) AS bytes,
+           arg_max(achievable_waves, total_ns) AS waves, arg_max(max_waves, total_ns) AS max_waves,
+           arg_max(limiter, total_ns) AS limiter
+    FROM kernel_diagnoses
+    WHERE session_id = $cur OR session_id IN (SELECT unnest($base))
+    GROUP BY session_id, kernel_name)
+SELECT kernel,
+       median(flops) FILTER (WHERE session_id <> $cur) AS base_flops,
+       any_value(flops) FILTER (WHERE session_id = $cur) AS cur_flops,
+       median(bytes) FILTER (WHERE session_id <> $cur) AS base_bytes,
+       any_value(bytes) FILTER (WHERE session_id = $cur) AS cur_bytes,
+       mode(waves) FILTER (WHERE session_id <> $cur) AS base_waves,
+       any_value(waves) FILTER (WHERE session_id = $cur) AS cur_waves,
+       any_value(max_waves) AS max_waves,
+       mode(limiter) FILTER (WHERE session_id <> $cur) AS base_limiter,
+       any_value(limiter) FILTER (WHERE session_id = $cur) AS cur_limiter
+FROM per_session GROUP BY kernel
+HAVING count(*) FILTER (WHERE session_id = $cur) > 0
+   AND count(*) FILTER (WHERE session_id <> $cur) > 0
+"""
+
+
+def _hardware_suspects(
+    lake: TraceLake, ids: dict, kernels: pa.Table, delta: _Delta, params: RootCauseParams
+) -> list[Suspect]:
+    """Kernels run on both sides whose time per iteration moved materially and whose counted
+    work per dispatch (FLOPs, HBM bytes) moved by min_change or more, or whose occupancy
+    changed: the hardware's evidence of what changed inside the kernel."""
+    hardware = {row["kernel"]: row for row in lake.query(HARDWARE_SQL, ids).to_pylist()}
+    if not hardware:
+        return []
+    names = kernels["kernel"].to_pylist()
+    change = kernels["cur_ns"].to_numpy() - kernels["base_ns"].to_numpy()
+    magnitude = np.maximum(kernels["base_ns"].to_numpy(), kernels["cur_ns"].to_numpy())
+    material = _material(change, magnitude, delta, params)
+    suspects = []
+    for name, moved, explained in zip(names, material, change, strict=True):
+        row = hardware.get(name)
+        if not moved or row is None or not _hardware_moved(row, params.min_change):
+            continue
+        suspects.append(
+            Suspect(
+                "kernel_hardware",
+                name,
+                _hardware_text(row, "base"),
+                _hardware_text(row, "cur"),
+                explained / 1e6,
+                _share(explained, delta.profiled),
+                detail={k: v for k, v in row.items() if k != "kernel"},
+            )
+        )
+    return suspects
+
+
+def _hardware_moved(row: dict, min_change: float) -> bool:
+    """Counted work per dispatch moved by min_change or more, or the occupancy changed."""
+    for what in ("flops", "bytes"):
+        base, cur = row[f"base_{what}"], row[f"cur_{what}"]
+        if (
+            base is not None
+            and cur is not None
+            and abs(cur - base) >= min_change * max(abs(base), abs(cur), 1e-9)
+        ):
+            return True
+    return row["base_waves"] is not None and row["base_waves"] != row["cur_waves"]
+
+
+def _hardware_text(row: dict, side: str) -> str:
+    """'occupancy 4 of 8 waves (vgpr), 1.02e+12 FLOP and 1.28e+08 B per dispatch'."""
+    parts = []
+    if row[f"{side}_waves"] is not None:
+        parts.append(
+            f"occupancy {row[f'{side}_waves']} of {row['max_waves']} waves "
+            f"({row[f'{side}_limiter']})"
+        )
+    work = [
+        f"{row[f'{side}_{what}']:.3g} {unit}"
+        for what, unit in (("flops", "FLOP"), ("bytes", "B"))
+        if row[f"{side}_{what}"] is not None
+    ]
+    if work:
+        parts.append(" and ".join(work) + " per dispatch")
+    return ", ".join(parts) or "not counted"
 
 
 def _family_suspects(kernels: pa.Table, delta: _Delta, params: RootCauseParams) -> list[Suspect]:

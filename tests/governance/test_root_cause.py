@@ -192,3 +192,38 @@ def test_a_swap_to_a_slower_model_file_ranks_model_version_first(swapped):
     assert ops[0].posterior > noise.posterior
     new = next(s for s in suspects if s.kind == "new_kernels")
     assert new.detail["kernels"] and new.explained_ms > 0
+
+
+def test_a_kernel_whose_counted_work_moved_with_its_time_is_a_suspect(tmp_path):
+    """Same model, same runtime, 30 % slower: the gemm kernel takes 30 us more per iteration and
+    the hardware counted twice its FLOPs per dispatch (1e9 -> 2e9) at half the occupancy; the
+    copy kernel, unchanged, is no suspect."""
+    lake = _lake(tmp_path, _session(4, 130_000), OPS)
+    kernels, diagnoses = [], []
+    for i in range(5):
+        gemm_ns = 60_000 if i < 4 else 90_000
+        for iteration in (0, 1):
+            kernels += [
+                {"session_id": f"s{i}", "category": "Kernel", "iteration": iteration,
+                 "kernel_name": name, "event_name": name, "start_ns": 0, "duration_ns": ns}
+                for name, ns in (("gemm", gemm_ns), ("copy", 10_000))
+            ]  # fmt: skip
+        flops = 1e9 if i < 4 else 2e9
+        diagnoses += [
+            {"session_id": f"s{i}", "kernel_name": "gemm", "dispatches": 2,
+             "total_ns": 2 * gemm_ns, "flops_per_s": flops / (gemm_ns * 1e-9),
+             "bytes_per_s": 1e6 / (gemm_ns * 1e-9), "achievable_waves": 4 if i < 4 else 2,
+             "max_waves": 8, "limiter": "vgpr"},
+            {"session_id": f"s{i}", "kernel_name": "copy", "dispatches": 2, "total_ns": 20_000,
+             "flops_per_s": 0.0, "bytes_per_s": 1e6 / 1e-5, "achievable_waves": 8,
+             "max_waves": 8, "limiter": "none"},
+        ]  # fmt: skip
+    lake.append_rows("kernel_events", pa.Table.from_pylist(kernels))
+    lake.append_rows("kernel_diagnoses", pa.Table.from_pylist(diagnoses))
+    suspects = explain_change(lake, BASELINE, "s4")
+    _check_distribution(suspects)
+    (hardware,) = [s for s in suspects if s.kind == "kernel_hardware"]
+    assert hardware.name == "gemm"
+    assert hardware.explained_ms == pytest.approx(0.03)  # 30 us more per iteration
+    assert hardware.before == "occupancy 4 of 8 waves (vgpr), 1e+09 FLOP and 1e+06 B per dispatch"
+    assert hardware.after == "occupancy 2 of 8 waves (vgpr), 2e+09 FLOP and 1e+06 B per dispatch"
