@@ -18,6 +18,9 @@ formulas of collectors.gpu_counters for that target give:
   l2_hit_rate     hits / (hits + misses), 0..1
   lds_bank_conflict_cycles, lds_bank_conflict_rate   conflict cycles / LDS indexed-active
                   cycles, 0..1 (rocprofiler-compute's conflicts/access is rate / (1 - rate))
+  valu_thread_utilization   the share of a wave's 64 lanes its VALU instructions kept busy,
+                  0..1 (rocprofiler-sdk's VALUUtilization / 100): low is divergence, or
+                  workgroups that are no multiple of 64
   flops_per_s, bytes_per_s   over the dispatch's duration; arithmetic_intensity = FLOPs / bytes
 
 A metric is null when a counter it needs was not collected, and `missing` names it with those
@@ -55,6 +58,7 @@ _SUMS = {
 _RATIOS = {  # metric: (numerator quantity, the quantities whose sum is the denominator)
     "l2_hit_rate": ("l2_hits", ("l2_hits", "l2_misses")),
     "lds_bank_conflict_rate": ("lds_bank_conflict_cycles", ("lds_active_cycles",)),
+    "valu_thread_utilization": ("valu_thread_cycles", ("valu_lane_cycles",)),
 }
 _REPORTED = (*_DTYPE_PARTS, "int8_ops", "hbm_read_bytes", "hbm_write_bytes", *_RATIOS)
 
@@ -227,7 +231,7 @@ SELECT dispatch_id, correlation_id, kernel_name, device, gfx, duration_ns, durat
        {", ".join(_DTYPE_PARTS)}, int8_ops, vector_flops, matrix_flops,
        vector_flops + matrix_flops AS total_flops,
        hbm_read_bytes, hbm_write_bytes, hbm_read_bytes + hbm_write_bytes AS hbm_bytes,
-       l2_hit_rate, lds_bank_conflict_cycles, lds_bank_conflict_rate,
+       l2_hit_rate, lds_bank_conflict_cycles, lds_bank_conflict_rate, valu_thread_utilization,
        (vector_flops + matrix_flops) / (nullif(duration_ns, 0) * 1e-9) AS flops_per_s,
        (hbm_read_bytes + hbm_write_bytes) / (nullif(duration_ns, 0) * 1e-9) AS bytes_per_s,
        (vector_flops + matrix_flops) / nullif(hbm_read_bytes + hbm_write_bytes, 0)
@@ -258,7 +262,10 @@ SELECT device, kernel_name, gfx, count(*) AS dispatches, sum(duration_ns)::BIGIN
            AS l2_hit_rate,
        sum(lds_bank_conflict_rate * duration_ns)
            / sum(duration_ns) FILTER (WHERE lds_bank_conflict_rate IS NOT NULL)
-           AS lds_bank_conflict_rate
+           AS lds_bank_conflict_rate,
+       sum(valu_thread_utilization * duration_ns)
+           / sum(duration_ns) FILTER (WHERE valu_thread_utilization IS NOT NULL)
+           AS valu_thread_utilization
 FROM dispatches
 GROUP BY device, kernel_name, gfx
 ORDER BY duration_ns DESC NULLS LAST, kernel_name

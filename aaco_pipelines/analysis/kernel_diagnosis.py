@@ -11,15 +11,15 @@ kernel's class is the first row of this table that holds:
   memory_bandwidth_bound      counted HBM bytes/s >= ROOF_SHARE of the bandwidth      bytes/s, peak
   under_occupied              achievable occupancy <= LOW_OCCUPANCY, or its grid      limiter,
                               fills < LOW_GRID_FILL of the GPU's wave slots           waves, fill
+  divergence_limited          its VALU work kept < DIVERGENCE of a wave's lanes busy  lanes used
+                              (branches masking threads off, or workgroups that are
+                              no multiple of 64; CDNA counts it, RDNA does not)
   latency_bound               counted, below both roofs, occupancy fine: it waits     both shares
                               (on memory latency, dependencies, the front end)
   not_judged                  no counters, and occupancy does not limit it: a trace   occupancy
                               alone cannot tell memory from compute
 
 A kernel near a roof is bound by it whatever its occupancy (more waves cannot beat a roof).
-`divergence_limited` is not judged: it needs the VALU active-thread counters
-(SQ_THREAD_CYCLES_VALU), which the counter formulas (collectors/gpu_counters.py) do not collect
-yet, and a class nothing can measure is never shown.
 
 The counted roofline rolls the counted work up per runtime node through attribution (each
 kernel's counted FLOPs and bytes per dispatch, times its dispatches at that node per iteration)
@@ -51,12 +51,14 @@ from aaco_pipelines.tracelake.store import TraceLake
 ROOF_SHARE = 0.5  # at half a roof or more, the roof is what holds the kernel
 LOW_OCCUPANCY = 0.25  # 2 of 8 waves per SIMD (CDNA), 4 of 16 (RDNA): too few to hide latency
 LOW_GRID_FILL = 0.5  # half the GPU's wave slots idle for want of work
+DIVERGENCE = 0.5  # VALU work with fewer than half a wave's lanes active: divergence
 DISAGREEMENT = 2.0  # counted and cost-model FLOPs further apart than this are reported
 FINDING_MIN_SHARE = 0.05  # kernels with less of the time make no recommendation
 CLASSES = (
     "compute_throughput_limited",
     "memory_bandwidth_bound",
     "under_occupied",
+    "divergence_limited",
     "latency_bound",
     "not_judged",
 )
@@ -64,6 +66,8 @@ ACTIONS = {
     "compute_throughput_limited": "use a faster data type or the matrix cores for",
     "memory_bandwidth_bound": "cut the bytes moved by (fuse, lower precision, better reuse)",
     "under_occupied": "raise the occupancy of",
+    "divergence_limited": "make the threads of a wave take the same branch (or size workgroups "
+    "in multiples of 64) in",
     "latency_bound": "give more independent work per wave to",
 }
 
@@ -187,6 +191,7 @@ homes AS (  -- the runtime node with most of the kernel's time
 joined AS (
     SELECT s.*, h.node_name, s.total_ns / sum(s.total_ns) OVER () AS share,
            t.dtype, t.flops_per_s, t.bytes_per_s, t.l2_hit_rate, t.lds_bank_conflict_rate,
+           t.valu_thread_utilization,
            CASE WHEN t.dtype IS NOT NULL THEN CASE t.dtype
                {" ".join(f"WHEN '{d}' THEN $peak_{d}" for d in DTYPES)} END
            END AS roof_flops_per_s,
@@ -206,8 +211,9 @@ SELECT $sid AS session_id, *,
         WHEN bandwidth_utilization >= {ROOF_SHARE} THEN 'memory_bandwidth_bound'
         WHEN occupancy <= {LOW_OCCUPANCY}
              OR (limiter = 'grid' AND grid_fill < {LOW_GRID_FILL}) THEN 'under_occupied'
+        WHEN valu_thread_utilization < {DIVERGENCE} THEN 'divergence_limited'
         WHEN compute_utilization IS NOT NULL OR bandwidth_utilization IS NOT NULL
-             THEN 'latency_bound'
+             OR valu_thread_utilization IS NOT NULL THEN 'latency_bound'
         ELSE 'not_judged'
     END AS kernel_class
 FROM judged
@@ -290,9 +296,11 @@ def _finding(row: dict, occupancy: str | None) -> str:
             )
             if value is not None
         ]
-        why = f"below both roofs ({', '.join(shares)}) with {occupancy}"
+        why = f"below both roofs ({', '.join(shares) or 'not counted'}) with {occupancy}"
     elif kind == "under_occupied":
         why = occupancy
+    elif kind == "divergence_limited":
+        why = f"its VALU work kept {row['valu_thread_utilization']:.0%} of a wave's lanes busy"
     else:
         why = f"not judged without counters ({occupancy})" if occupancy else "not judged"
     return f"{head}, {why}"

@@ -48,6 +48,9 @@ SOURCES = {
     "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
     "sdk": "rocprofiler-sdk source/share/rocprofiler-sdk/counter_defs.yaml "
     "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
+    "valu": "rocprofiler-sdk counter_defs.yaml, VALUUtilization: 100 x SQ_THREAD_CYCLES_VALU / "
+    "(SQ_ACTIVE_INST_VALU x MAX_WAVE_SIZE), gfx9 to gfx950 (ROCm/rocprofiler-sdk@"
+    "16c0eaee02c7f2139476d34eedfe04c8c82dab53:source/share/rocprofiler-sdk/counter_defs.yaml)",
     "mfma": "ROCm docs, MI300 and MI200 series performance counters and metrics, "
     "https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-counters.html",
 }
@@ -65,6 +68,8 @@ QUANTITIES = (
     "l2_misses",
     "lds_bank_conflict_cycles",
     "lds_active_cycles",  # cycles the LDS served indexed accesses, conflicts included
+    "valu_thread_cycles",  # VALU cycles times the threads active in them
+    "valu_lane_cycles",  # VALU cycles times the wave's 64 lanes: what full waves would use
 )
 
 
@@ -111,6 +116,12 @@ _MFMA_CDNA3 = (*_MFMA_CDNA2, _mfma("fp8_matrix_flops", "F8"))
 _TCC_HITS = (
     Formula("l2_hits", (("TCC_HIT", 1.0),), "sol"),
     Formula("l2_misses", (("TCC_MISS", 1.0),), "sol"),
+)
+# Lanes a wave's VALU instructions kept busy [valu]: threads masked off by a branch (divergence)
+# or a workgroup that is no multiple of 64 leave lanes idle. MAX_WAVE_SIZE is 64 on CDNA.
+_VALU_LANES_CDNA = (
+    Formula("valu_thread_cycles", (("SQ_THREAD_CYCLES_VALU", 1.0),), "valu"),
+    Formula("valu_lane_cycles", (("SQ_ACTIVE_INST_VALU", 64.0),), "valu"),
 )
 _LDS_CDNA = (
     Formula("lds_bank_conflict_cycles", (("SQ_LDS_BANK_CONFLICT", 1.0),), "lds"),
@@ -166,7 +177,7 @@ _BYTES_RDNA4 = (  # [sdk] FETCH_SIZE for gfx12 (no 96-byte requests); WRITE_SIZE
 _NO_FLOPS_CDNA1 = "gfx908 has no per-type VALU or MFMA MOPS counters: FLOPs are not counted"
 _NO_FLOPS_RDNA = (
     "RDNA counts VALU instructions (SQ_INSTS_VALU), not FLOPs by data type, and no WMMA work: "
-    "FLOPs are not counted"
+    "FLOPs are not counted; nor are the VALU lanes in use (no VALUUtilization there)"
 )
 
 
@@ -182,18 +193,25 @@ class CounterFormulas:
 
 FAMILIES = (
     CounterFormulas(
-        "CDNA 1", ("gfx908",), (*_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA), _NO_FLOPS_CDNA1
+        "CDNA 1",
+        ("gfx908",),
+        (*_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
+        _NO_FLOPS_CDNA1,
     ),
     CounterFormulas(
-        "CDNA 2", ("gfx90a",), (*_VALU, *_MFMA_CDNA2, *_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA)
+        "CDNA 2",
+        ("gfx90a",),
+        (*_VALU, *_MFMA_CDNA2, *_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
     ),
     CounterFormulas(
         "CDNA 3",
         ("gfx940", "gfx941", "gfx942"),
-        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA),
+        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
     ),
     CounterFormulas(
-        "CDNA 4", ("gfx950",), (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA)
+        "CDNA 4",
+        ("gfx950",),
+        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
     ),
     CounterFormulas(
         "RDNA 3",

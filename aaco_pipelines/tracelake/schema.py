@@ -486,6 +486,7 @@ KERNEL_DIAGNOSES = pa.schema(
         ("bytes_per_s", _f64),  # counted HBM bytes
         ("l2_hit_rate", _f64),
         ("lds_bank_conflict_rate", _f64),
+        ("valu_thread_utilization", _f64),  # share of a wave's lanes its VALU work kept busy
         ("roof_flops_per_s", _f64),  # the envelope's peak of its data type
         ("roof_bytes_per_s", _f64),  # the envelope's memory bandwidth
         ("compute_utilization", _f64),  # flops_per_s / roof_flops_per_s

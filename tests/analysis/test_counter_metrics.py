@@ -295,6 +295,22 @@ def test_counters_join_by_correlation_id_when_the_dispatch_id_is_missing(tmp_pat
     assert (row["kernel_name"], row["duration_ns"], row["l2_hit_rate"]) == ("gemm", 2000, 0.25)
 
 
+def test_valu_lanes_in_use_by_hand(tmp_path):
+    """rocprofiler-sdk's VALUUtilization: 3200 thread-cycles over 100 VALU cycles x 64 lanes is
+    half the lanes; a counter missing names it."""
+    row = metrics_of(
+        lake_with(
+            tmp_path, [(7, "SQ_THREAD_CYCLES_VALU", 3200.0), (7, "SQ_ACTIVE_INST_VALU", 100.0)]
+        ),
+        "s1",
+    )[7]
+    assert row["valu_thread_utilization"] == pytest.approx(3200 / (100 * 64))
+    (tmp_path / "b").mkdir()
+    row = metrics_of(lake_with(tmp_path / "b", [(7, "SQ_THREAD_CYCLES_VALU", 3200.0)]), "s1")[7]
+    assert row["valu_thread_utilization"] is None
+    assert "valu_thread_utilization (SQ_ACTIVE_INST_VALU)" in row["missing"]
+
+
 def test_a_counter_pass_of_its_own_run_takes_its_kernels_median_time(tmp_path):
     """`aaco run --counters` collects each pass in a run of its own: the traced pass's dispatch 7
     is another kernel (softmax), so the counters' dispatch 7 (gemm) must not take its time but

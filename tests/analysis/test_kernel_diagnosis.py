@@ -80,6 +80,8 @@ KERNELS = {  # name: (node, ns per dispatch, VGPRs, grid work-items, counters pe
              {"TCC_EA0_RDREQ": 2e6, "TCC_BUBBLE": 2e6,
               "TCC_EA0_WRREQ": 1e6, "TCC_EA0_WRREQ_64B": 1e6}),
     "small": ("/Softmax", 50_000, 32, BIG_GRID, {"TCC_EA0_RDREQ": 1e4, "TCC_BUBBLE": 1e4}),
+    "branchy": ("/Where", 40_000, 32, BIG_GRID,
+                {"SQ_THREAD_CYCLES_VALU": 1.6e6, "SQ_ACTIVE_INST_VALU": 1e5}),
     "tiny_grid": ("/Gather", 20_000, 32, 256, None),
     "vgpr_hog": ("/Conv", 30_000, 512, BIG_GRID, None),
     "plain": ("/Relu", 10_000, 64, BIG_GRID, None),
@@ -152,6 +154,11 @@ def test_each_kernel_is_judged_against_its_roofs_and_occupancy(counted_lake):
     # 128 x 1e4 B in 50 us = 2.56e10 B/s: 0.5 % of the bandwidth, 8 of 8 waves: it waits
     assert small["bandwidth_utilization"] == pytest.approx(2.56e10 / 5.3e12)
     assert (small["occupancy"], small["kernel_class"]) == (1.0, "latency_bound")
+    # 1.6e6 thread-cycles over 1e5 VALU cycles x 64 lanes: a quarter of the lanes busy
+    branchy = kernels["branchy"]
+    assert branchy["valu_thread_utilization"] == pytest.approx(0.25)
+    assert branchy["kernel_class"] == "divergence_limited"
+    assert "kept 25% of a wave's lanes busy" in branchy["finding"]
     # one workgroup of 4 waves on 9,728 slots; 512 VGPRs leave 1 of 8 waves
     assert (kernels["tiny_grid"]["limiter"], kernels["tiny_grid"]["kernel_class"]) == (
         "grid",
@@ -175,7 +182,7 @@ def test_the_counted_roofline_per_node_says_where_the_cost_model_disagrees(count
             counted_lake, "s1", datasheet_envelope(MI300X)
         ).nodes.to_pylist()
     }
-    assert set(nodes) == {"/mlp/MatMul", "/Add", "/Softmax"}  # the counted ones
+    assert set(nodes) == {"/mlp/MatMul", "/Add", "/Softmax", "/Where"}  # the counted ones
     matmul = nodes["/mlp/MatMul"]
     # per iteration: 1.024e12 FLOPs and 128 x 1e6 = 1.28e8 B in 1 ms; intensity 8000 FLOP/B is
     # far right of the ridge (2048 x 304 x 2.1 GHz = 1307.4e12 / 5.3e12 = 247): compute-bound at 78 % of its roof
