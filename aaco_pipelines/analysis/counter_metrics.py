@@ -15,6 +15,9 @@ formulas of collectors.gpu_counters for that target give:
                   architecture has); vector_flops, matrix_flops and total_flops (floating point
                   only) sum them; int8_ops is MFMA integer work, outside the FLOP totals
   hbm_read_bytes, hbm_write_bytes, hbm_bytes     bytes the L2 moved over the fabric
+  l2_bytes, lds_bytes   bytes the vector L1 requested from the L2, bytes the LDS moved
+                  (rocprofiler-compute's roofline; collectors.gpu_counters [roof]);
+                  l2_bytes_per_s, lds_bytes_per_s over the dispatch's duration
   l2_hit_rate     hits / (hits + misses), 0..1
   lds_bank_conflict_cycles, lds_bank_conflict_rate   conflict cycles / LDS indexed-active
                   cycles, 0..1 (rocprofiler-compute's conflicts/access is rate / (1 - rate))
@@ -54,13 +57,23 @@ _SUMS = {
     "hbm_read_bytes": ("hbm_read_bytes",),
     "hbm_write_bytes": ("hbm_write_bytes",),
     "lds_bank_conflict_cycles": ("lds_bank_conflict_cycles",),
+    "l2_bytes": ("l2_bytes",),
+    "lds_bytes": ("lds_bytes",),
 }
 _RATIOS = {  # metric: (numerator quantity, the quantities whose sum is the denominator)
     "l2_hit_rate": ("l2_hits", ("l2_hits", "l2_misses")),
     "lds_bank_conflict_rate": ("lds_bank_conflict_cycles", ("lds_active_cycles",)),
     "valu_thread_utilization": ("valu_thread_cycles", ("valu_lane_cycles",)),
 }
-_REPORTED = (*_DTYPE_PARTS, "int8_ops", "hbm_read_bytes", "hbm_write_bytes", *_RATIOS)
+_REPORTED = (
+    *_DTYPE_PARTS,
+    "int8_ops",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "l2_bytes",
+    "lds_bytes",
+    *_RATIOS,
+)
 
 
 def kernel_hardware_metrics(con: duckdb.DuckDBPyConnection, session_id: str) -> pa.Table:
@@ -74,8 +87,8 @@ def kernel_hardware_metrics(con: duckdb.DuckDBPyConnection, session_id: str) -> 
 
 def kernel_hardware_summary(dispatches: pa.Table) -> pa.Table:
     """Per device, kernel name and gfx target: dispatch count, summed time, work (per data type,
-    and the type with the most) and bytes, and rates weighted by time (FLOP/s and bytes/s as
-    sums over sums of the dispatches that have both)."""
+    and the type with the most) and bytes (HBM, L2, LDS), and rates weighted by time (FLOP/s
+    and bytes/s as sums over sums of the dispatches that have both)."""
     with duckdb.connect() as con:
         con.register("dispatches", dispatches)
         return con.sql(_SUMMARY_SQL).to_arrow_table()
@@ -232,6 +245,9 @@ SELECT dispatch_id, correlation_id, kernel_name, device, gfx, duration_ns, durat
        vector_flops + matrix_flops AS total_flops,
        hbm_read_bytes, hbm_write_bytes, hbm_read_bytes + hbm_write_bytes AS hbm_bytes,
        l2_hit_rate, lds_bank_conflict_cycles, lds_bank_conflict_rate, valu_thread_utilization,
+       l2_bytes, lds_bytes,
+       l2_bytes / (nullif(duration_ns, 0) * 1e-9) AS l2_bytes_per_s,
+       lds_bytes / (nullif(duration_ns, 0) * 1e-9) AS lds_bytes_per_s,
        (vector_flops + matrix_flops) / (nullif(duration_ns, 0) * 1e-9) AS flops_per_s,
        (hbm_read_bytes + hbm_write_bytes) / (nullif(duration_ns, 0) * 1e-9) AS bytes_per_s,
        (vector_flops + matrix_flops) / nullif(hbm_read_bytes + hbm_write_bytes, 0)
@@ -240,6 +256,14 @@ SELECT dispatch_id, correlation_id, kernel_name, device, gfx, duration_ns, durat
 FROM metrics
 ORDER BY dispatch_id NULLS LAST, correlation_id
 """.replace("$no_agent", sql_literal(no_formulas_reason(None)))
+
+
+def _rate(column: str) -> str:
+    """Summed `column` over the summed time of the dispatches that counted it."""
+    return (
+        f"sum({column}) FILTER (WHERE duration_ns > 0) / (sum(duration_ns) "
+        f"FILTER (WHERE duration_ns > 0 AND {column} IS NOT NULL) * 1e-9)"
+    )
 
 
 _FLOPS_BY_DTYPE = ", ".join(f"coalesce(sum({d}_flops), 0)" for d in DTYPES)
@@ -258,6 +282,8 @@ SELECT device, kernel_name, gfx, count(*) AS dispatches, sum(duration_ns)::BIGIN
        sum(hbm_bytes) FILTER (WHERE duration_ns > 0)
            / (sum(duration_ns) FILTER (WHERE duration_ns > 0 AND hbm_bytes IS NOT NULL) * 1e-9)
            AS bytes_per_s,
+       sum(l2_bytes) AS l2_bytes, sum(lds_bytes) AS lds_bytes,
+       {_rate("l2_bytes")} AS l2_bytes_per_s, {_rate("lds_bytes")} AS lds_bytes_per_s,
        sum(l2_hit_rate * duration_ns) / sum(duration_ns) FILTER (WHERE l2_hit_rate IS NOT NULL)
            AS l2_hit_rate,
        sum(lds_bank_conflict_rate * duration_ns)

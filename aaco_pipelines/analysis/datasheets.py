@@ -16,6 +16,16 @@ matrix FP16). Data types are the roofs a node can sit under:
                                       RDNA is vector); fp32 is the matrix FP32 rate on CDNA
   fp32_vector                         the vector FP32 rate, for reference only
 
+The counted roofline's ceilings inside the GPU (analysis.kernel_diagnosis) are theoretical
+peaks computed the way rocprofiler-compute's System Speed-of-Light panel computes them
+(LEVEL_SOURCES), at the product's peak engine clock:
+
+  LDS   128 bytes per clock per CU x CUs x clock          CDNA only (RDNA: no published figure)
+  L2    128 bytes per clock per channel x channels x clock, where the product's L2 channels are
+        published (l2_channels); none otherwise (never a guess)
+
+MI300X: LDS 128 x 304 x 2.1 GHz = 81.7 TB/s; L2 128 x 128 channels x 2.1 GHz = 34.4 TB/s.
+
 A data type a GPU lacks (fp8 before CDNA 3, tf32 on CDNA 4) is absent: its nodes fall back to
 the fp32 roof, and the roofline says so (roofline_points.roof_dtype).
 
@@ -64,6 +74,28 @@ CDNA4_WHITE_PAPER = (
     "amd-cdna-4-architecture-whitepaper.pdf",
 )
 
+# Bytes per clock of the GPU's inner levels, as rocprofiler-compute's System Speed-of-Light
+# panel computes their peaks (ROCm/rocm-systems@125b34004e49c181e67e600c2262a4b1bf67830c:
+# projects/rocprofiler-compute/src/rocprof_compute_soc/analysis_configs/gfx942/
+# 0200_system_speed_of_light.yaml; gfx950's at 019e04cfccb1761752a6243c00a946bcddc2b717 the same):
+# "Theoretical LDS Bandwidth" peak = max_sclk x cu_per_gpu x 0.128 GB/s (128 B/clock/CU) and
+# "L2 Cache BW" peak = max_sclk / 1000 x 128 x total_l2_chan GB/s (128 B/clock/channel).
+LDS_BYTES_PER_CLOCK_PER_CU = 128
+L2_BYTES_PER_CLOCK_PER_CHANNEL = 128
+LDS_ARCHS = frozenset({"gfx908", "gfx90a", "gfx942", "gfx950"})  # CDNA: the panel's targets
+LEVEL_SOURCES = {
+    "LDS": "rocprofiler-compute System Speed-of-Light, Theoretical LDS Bandwidth peak: "
+    "128 B/clock/CU x CUs x peak clock (ROCm/rocm-systems@125b34004e49c181e67e600c2262a4b1bf67830c:"
+    "projects/rocprofiler-compute/src/rocprof_compute_soc/analysis_configs/gfx942/"
+    "0200_system_speed_of_light.yaml)",
+    "L2": "rocprofiler-compute System Speed-of-Light, L2 Cache BW peak: 128 B/clock/channel x "
+    "L2 channels x peak clock (same file); channels: 32 per MI100 / MI200 die (ROCm Compute "
+    "Profiler docs, L2 cache (TCC), https://rocm.docs.amd.com/projects/rocprofiler-compute/en/"
+    "latest/conceptual/l2-cache.html), 16 per CDNA 3 / CDNA 4 XCD (l2_banks in soc_gfx942.py and "
+    "soc_gfx950.py, ROCm/rocm-systems@10d7b2605a5caad379d1bcb878942eacfedc17f1) x XCDs (num_xcds "
+    "spx in utils/mi_gpu_spec.yaml: 8 on MI300X / MI325X / MI350 series, 6 on MI300A)",
+}
+
 # FLOP per clock per CU, dense. CDNA: white papers above. RDNA: the rates that reproduce AMD's
 # published card peaks (RDNA 3 WMMA fp16/bf16/iu8 at 512, RDNA 4 WMMA at 1024 for fp16/bf16 and
 # 2048 for fp8/iu8; RDNA 2 packed fp16 at twice its 128 fp32 rate, fp64 at 1/16).
@@ -105,6 +137,7 @@ class Datasheet:
     url: str  # the product's specification page
     white_paper: tuple[str, str]  # (document, URL) of the per-CU rates
     names: tuple[str, ...] = ()  # regular expressions its product name matches
+    l2_channels: int | None = None  # published L2 channel count (LEVEL_SOURCES); None: unknown
 
     def peak(self, dtype: str) -> float | None:
         """FLOP/s of the whole product for a data type; None when it has no such peak."""
@@ -113,6 +146,16 @@ class Datasheet:
 
     def peaks(self) -> dict[str, float]:
         return {d: p for d in (*DTYPES, "fp32_vector") if (p := self.peak(d)) is not None}
+
+    def level_bandwidths(self) -> dict[str, float]:
+        """B/s of the GPU's inner levels ("L2", "LDS") where their peaks are published."""
+        clock = self.peak_clock_mhz * 1e6
+        levels = {}
+        if self.l2_channels:
+            levels["L2"] = L2_BYTES_PER_CLOCK_PER_CHANNEL * self.l2_channels * clock
+        if self.arch in LDS_ARCHS:
+            levels["LDS"] = LDS_BYTES_PER_CLOCK_PER_CU * self.compute_units * clock
+        return levels
 
     def named(self, product_name: str | None) -> bool:
         return bool(product_name) and any(
@@ -129,41 +172,41 @@ DATASHEETS: tuple[Datasheet, ...] = (
     Datasheet(
         "AMD Instinct MI100", "gfx908", 120, 1502, 1.2288 * TB, "HBM2",
         "https://www.amd.com/en/products/accelerators/instinct/mi100.html", CDNA1_WHITE_PAPER,
-        (r"MI100",),
+        (r"MI100",), l2_channels=32,
     ),
     # MI210 before MI250: a 104-CU gfx90a agent without a product name is either an MI210 or
     # one GCD of an MI250, and both have the same per-GCD peaks.
     Datasheet(
         "AMD Instinct MI210", "gfx90a", 104, 1700, 1.6384 * TB, "HBM2e",
-        _instinct("mi200", "mi210"), CDNA2_WHITE_PAPER, (r"MI210",),
+        _instinct("mi200", "mi210"), CDNA2_WHITE_PAPER, (r"MI210",), l2_channels=32,
     ),
     Datasheet(
         "AMD Instinct MI250X", "gfx90a", 220, 1700, 3.2768 * TB, "HBM2e",
-        _instinct("mi200", "mi250x"), CDNA2_WHITE_PAPER, (r"MI250X",),
+        _instinct("mi200", "mi250x"), CDNA2_WHITE_PAPER, (r"MI250X",), l2_channels=64,
     ),
     Datasheet(
         "AMD Instinct MI250", "gfx90a", 208, 1700, 3.2768 * TB, "HBM2e",
-        _instinct("mi200", "mi250"), CDNA2_WHITE_PAPER, (r"MI250(?!X)",),
+        _instinct("mi200", "mi250"), CDNA2_WHITE_PAPER, (r"MI250(?!X)",), l2_channels=64,
     ),
     Datasheet(
         "AMD Instinct MI300X", "gfx942", 304, 2100, 5.3 * TB, "HBM3",
-        _instinct("mi300", "mi300x"), CDNA3_WHITE_PAPER, (r"MI300X",),
+        _instinct("mi300", "mi300x"), CDNA3_WHITE_PAPER, (r"MI300X",), l2_channels=128,
     ),
     Datasheet(
         "AMD Instinct MI325X", "gfx942", 304, 2100, 6.0 * TB, "HBM3E",
-        _instinct("mi300", "mi325x"), CDNA3_WHITE_PAPER, (r"MI325X",),
+        _instinct("mi300", "mi325x"), CDNA3_WHITE_PAPER, (r"MI325X",), l2_channels=128,
     ),
     Datasheet(
         "AMD Instinct MI300A", "gfx942", 228, 2100, 5.3 * TB, "HBM3 (shared with the CPU)",
-        _instinct("mi300", "mi300a"), CDNA3_WHITE_PAPER, (r"MI300A",),
+        _instinct("mi300", "mi300a"), CDNA3_WHITE_PAPER, (r"MI300A",), l2_channels=96,
     ),
     Datasheet(
         "AMD Instinct MI355X", "gfx950", 256, 2400, 8.0 * TB, "HBM3E",
-        _instinct("mi350", "mi355x"), CDNA4_WHITE_PAPER, (r"MI355X",),
+        _instinct("mi350", "mi355x"), CDNA4_WHITE_PAPER, (r"MI355X",), l2_channels=128,
     ),
     Datasheet(
         "AMD Instinct MI350X", "gfx950", 256, 2200, 8.0 * TB, "HBM3E",
-        _instinct("mi350", "mi350x"), CDNA4_WHITE_PAPER, (r"MI350X",),
+        _instinct("mi350", "mi350x"), CDNA4_WHITE_PAPER, (r"MI350X",), l2_channels=128,
     ),
     Datasheet(
         "AMD Radeon PRO V620", "gfx1030", 72, 2200, 512e9, "GDDR6",

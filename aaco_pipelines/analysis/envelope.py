@@ -146,7 +146,11 @@ class HardwareEnvelope:
     # from a datasheet, where cpuinfo does not say, or stored before it was recorded.
     theoretical: dict | None = None
     # Bandwidth of the CPU's data caches ("L2", "L3"): the same Add at a working set inside each
-    # level; each sweep entry has working_set_bytes and capacity_bytes. Empty on a GPU.
+    # level; each sweep entry has working_set_bytes and capacity_bytes. Empty on a measured GPU.
+    # From a GPU datasheet: the published "L2" and "LDS" peaks (datasheets.LEVEL_SOURCES),
+    # without a sweep, so without a capacity: memory_ceilings (which places an op by the bytes
+    # it moves) leaves them out, and the counted roofline judges each level's counted bytes
+    # against them (analysis.kernel_diagnosis).
     cache_bandwidth: dict[str, ResourcePeak] = field(default_factory=dict)
 
     @property
@@ -271,6 +275,10 @@ def datasheet_envelope(agent: GpuAgent, now_ns: int | None = None) -> HardwareEn
         return ResourcePeak(resource, value, value, value, unit, [])
 
     missing = [d for d in GEMM_DTYPES + ("fp64", "tf32", "fp8") if d not in peaks]
+    levels = {
+        level: published("cache_bandwidth", peak * match.compute_scale, "B/s")
+        for level, peak in sheet.level_bandwidths().items()
+    }
     return HardwareEnvelope(
         target=agent.arch or "unknown",
         providers=[],
@@ -286,6 +294,7 @@ def datasheet_envelope(agent: GpuAgent, now_ns: int | None = None) -> HardwareEn
             if d not in (FALLBACK_DTYPE, "fp32_vector")
         },
         dtype_notes={d: f"the {sheet.product} has no {d} peak" for d in missing},
+        cache_bandwidth=levels,
         reference={
             "product": sheet.product,
             "url": sheet.url,

@@ -22,8 +22,13 @@ kernel's class is the first row of this table that holds:
 A kernel near a roof is bound by it whatever its occupancy (more waves cannot beat a roof).
 
 The counted roofline rolls the counted work up per runtime node through attribution (each
-kernel's counted FLOPs and bytes per dispatch, times its dispatches at that node per iteration)
-and sets it beside the cost model's FLOPs of the ONNX nodes that node ran: more than
+kernel's counted FLOPs and bytes per dispatch, times its dispatches at that node per iteration).
+It is hierarchical where the counters allow: the bytes at HBM, at the L2 (vector L1 requests)
+and at the LDS each give an intensity (FLOPs per byte of that level) and an achieved bytes/s,
+set against that level's ceiling (the envelope's bandwidth; a GPU datasheet's L2 and LDS peaks,
+analysis.datasheets). The level closest to its ceiling (the largest share) binds: it is the
+slope the node sits under. A level without counted bytes or without a ceiling has no share.
+The roll-up is set beside the cost model's FLOPs of the ONNX nodes that node ran: more than
 DISAGREEMENT apart, either the cost model is wrong about the op or the kernels do work the op
 does not need (padding, recomputation, a slow algorithm), and the report says so.
 """
@@ -41,7 +46,7 @@ from aaco_pipelines.analysis.counter_metrics import (
     kernel_hardware_metrics,
     kernel_hardware_summary,
 )
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
+from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.occupancy import describe, kernel_occupancy
 from aaco_pipelines.collectors.gpu_counters import DTYPES
 from aaco_pipelines.sql import used_parameters
@@ -54,6 +59,7 @@ LOW_GRID_FILL = 0.5  # half the GPU's wave slots idle for want of work
 DIVERGENCE = 0.5  # VALU work with fewer than half a wave's lanes active: divergence
 DISAGREEMENT = 2.0  # counted and cost-model FLOPs further apart than this are reported
 FINDING_MIN_SHARE = 0.05  # kernels with less of the time make no recommendation
+LEVELS = ("HBM", "L2", "LDS")  # the counted memory levels, outermost first
 CLASSES = (
     "compute_throughput_limited",
     "memory_bandwidth_bound",
@@ -132,10 +138,21 @@ def _action(row: dict) -> str:
 
 
 def _roofs(envelope: HardwareEnvelope | None) -> dict:
-    """The envelope's peaks as query parameters: fp32 and each data type's, and bandwidth."""
+    """The envelope's peaks as query parameters: fp32 and each data type's, the bandwidth, and
+    the GPU's L2 and LDS ceilings (a GPU envelope's published levels only: a CPU envelope's
+    "L2" is the host's cache)."""
     peaks = envelope.gemm_peaks() if envelope is not None else {}
     roofs = {f"peak_{d}": peaks.get(d, peaks.get("fp32")) for d in DTYPES}
-    return {**roofs, "bandwidth": envelope.bandwidth.peak if envelope is not None else None}
+    levels = envelope.cache_bandwidth if envelope is not None and envelope.device else {}
+    return {
+        **roofs,
+        "bandwidth": envelope.bandwidth.peak if envelope is not None else None,
+        **{f"{level.lower()}_bandwidth": _peak_of(levels.get(level)) for level in LEVELS[1:]},
+    }
+
+
+def _peak_of(peak: ResourcePeak | None) -> float | None:
+    return peak.peak if peak is not None else None
 
 
 def _kernel_places(lake: TraceLake, session_id: str) -> pa.Table:
@@ -224,7 +241,9 @@ ORDER BY total_ns DESC, device_id, kernel_name
 NODES_SQL = """
 WITH per_dispatch AS (
     SELECT kernel_name, sum(total_flops) / count(*) AS flops, sum(hbm_bytes) / count(*) AS bytes,
-           count(total_flops) = count(*) AS all_flops, count(hbm_bytes) = count(*) AS all_bytes
+           sum(l2_bytes) / count(*) AS l2, sum(lds_bytes) / count(*) AS lds,
+           count(total_flops) = count(*) AS all_flops, count(hbm_bytes) = count(*) AS all_bytes,
+           count(l2_bytes) = count(*) AS all_l2, count(lds_bytes) = count(*) AS all_lds
     FROM counted GROUP BY kernel_name
 ),
 per_node AS (
@@ -233,7 +252,11 @@ per_node AS (
            CASE WHEN bool_and(coalesce(c.all_flops, false))
                 THEN sum(p.dispatches / p.iterations * c.flops) END AS counted_flops,
            CASE WHEN bool_and(coalesce(c.all_bytes, false))
-                THEN sum(p.dispatches / p.iterations * c.bytes) END AS counted_bytes
+                THEN sum(p.dispatches / p.iterations * c.bytes) END AS counted_bytes,
+           CASE WHEN bool_and(coalesce(c.all_l2, false))
+                THEN sum(p.dispatches / p.iterations * c.l2) END AS counted_l2_bytes,
+           CASE WHEN bool_and(coalesce(c.all_lds, false))
+                THEN sum(p.dispatches / p.iterations * c.lds) END AS counted_lds_bytes
     FROM places p LEFT JOIN per_dispatch c USING (kernel_name)
     WHERE p.node_name IS NOT NULL AND p.iterations > 0
     GROUP BY p.node_name
@@ -246,10 +269,22 @@ placed AS (
     SELECT n.*, n.counted_flops / nullif(n.counted_bytes, 0) AS arithmetic_intensity,
            n.counted_flops / (n.time_ns * 1e-9) AS achieved_flops_per_s,
            n.counted_bytes / (n.time_ns * 1e-9) AS achieved_bytes_per_s,
+           n.counted_flops / nullif(n.counted_l2_bytes, 0) AS l2_intensity,
+           n.counted_l2_bytes / (n.time_ns * 1e-9) AS achieved_l2_bytes_per_s,
+           n.counted_flops / nullif(n.counted_lds_bytes, 0) AS lds_intensity,
+           n.counted_lds_bytes / (n.time_ns * 1e-9) AS achieved_lds_bytes_per_s,
            coalesce(t.roof_flops_per_s, $peak_fp32) AS roof_flops_per_s,
-           $bandwidth AS roof_bytes_per_s, c.model_flops, c.model_bytes
+           $bandwidth AS roof_bytes_per_s, $l2_bandwidth AS roof_l2_bytes_per_s,
+           $lds_bandwidth AS roof_lds_bytes_per_s, c.model_flops, c.model_bytes
     FROM per_node n LEFT JOIN typed t USING (node_name) LEFT JOIN cost c USING (node_name)
     WHERE n.counted_flops IS NOT NULL OR n.counted_bytes IS NOT NULL
+       OR n.counted_l2_bytes IS NOT NULL OR n.counted_lds_bytes IS NOT NULL
+),
+shared AS (  -- each level's achieved bytes/s as a share of its ceiling
+    SELECT *, achieved_bytes_per_s / roof_bytes_per_s AS hbm_share,
+           achieved_l2_bytes_per_s / roof_l2_bytes_per_s AS l2_share,
+           achieved_lds_bytes_per_s / roof_lds_bytes_per_s AS lds_share
+    FROM placed
 )
 SELECT $sid AS session_id, node_name, time_ns, counted_flops, counted_bytes,
        arithmetic_intensity, achieved_flops_per_s, achieved_bytes_per_s, roof_flops_per_s,
@@ -260,8 +295,17 @@ SELECT $sid AS session_id, node_name, time_ns, counted_flops, counted_bytes,
             ELSE 'memory' END AS bound,
        CASE bound WHEN 'compute' THEN achieved_flops_per_s / roof_flops_per_s
                   WHEN 'memory' THEN achieved_bytes_per_s / roof_bytes_per_s END AS utilization,
+       hbm_share, counted_l2_bytes, l2_intensity, achieved_l2_bytes_per_s, roof_l2_bytes_per_s,
+       l2_share, counted_lds_bytes, lds_intensity, achieved_lds_bytes_per_s,
+       roof_lds_bytes_per_s, lds_share,
+       -- the level closest to its ceiling binds (outermost first on a tie)
+       CASE WHEN coalesce(hbm_share, l2_share, lds_share) IS NULL THEN NULL
+            WHEN coalesce(hbm_share, -1) >= greatest(coalesce(l2_share, -1),
+                                                     coalesce(lds_share, -1)) THEN 'HBM'
+            WHEN coalesce(l2_share, -1) >= coalesce(lds_share, -1) THEN 'L2'
+            ELSE 'LDS' END AS binding_level,
        model_flops, model_bytes, counted_flops / nullif(model_flops, 0) AS flops_ratio
-FROM placed
+FROM shared
 ORDER BY time_ns DESC, node_name
 """
 

@@ -1,7 +1,8 @@
 """Which hardware counters to collect on each AMD GPU, and the formulas that turn them into work.
 
 One table, as data, per architecture: every quantity aaco derives from counters (FLOPs by data
-type, DRAM bytes read and written, L2 hits and misses, LDS bank-conflict cycles) is a sum of
+type, DRAM bytes read and written, L2 hits and misses, LDS bank-conflict cycles, the bytes
+the L2 and the LDS served) is a sum of
 counters times factors, copied from AMD's own definitions:
 
   [sol]   rocprofiler-compute's System Speed-of-Light panel per architecture (VALU FLOPs, MFMA
@@ -18,6 +19,20 @@ counters times factors, copied from AMD's own definitions:
           https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-
           counters.html ("Matrix fused multiply-add operation counters": SQ_INSTS_VALU_MFMA_MOPS_*
           count matrix FMA ops "in the unit of 512")
+  [roof]  rocprofiler-compute's empirical roofline panel, the bytes behind its L2 and LDS
+          arithmetic intensities ("Total L2 Cache Data", "Total LDS Data"), ROCm/rocm-systems@
+          10d7b2605a5caad379d1bcb878942eacfedc17f1:projects/rocprofiler-compute/src/
+          rocprof_compute_soc/analysis_configs/<gfx>/0400_roofline.yaml (gfx90a, gfx942, gfx950;
+          gfx908 at 11fb0725b50d80a1ec97a1c880c7db9f492edd9b):
+            l2_bytes  = 64 x (TCP_TCC_READ_REQ + TCP_TCC_WRITE_REQ + TCP_TCC_ATOMIC_WITH_RET_REQ
+                              + TCP_TCC_ATOMIC_WITHOUT_RET_REQ)      vL1D -> L2 requests
+            lds_bytes = (SQ_LDS_IDX_ACTIVE - SQ_LDS_BANK_CONFLICT) x 4 x $lds_banks_per_cu
+          with $lds_banks_per_cu = 32 on every CDNA target (rocprof_compute_soc/soc_gfx90a.py,
+          soc_gfx942.py, soc_gfx950.py at the same commit): 128 bytes per conflict-free cycle
+  [roof4] the same panel for gfx1201 ("LDS BW", the SQC_ spelling of the same form; soc_gfx1201.py
+          sets lds_banks_per_cu = 32), ROCm/rocm-systems@0a4cacac249a31fd6853fa10342c77f9e948b1cb:
+          projects/rocprofiler-compute/src/rocprof_compute_soc/analysis_configs/gfx1201/
+          0400_roofline.yaml
 
 Formulas name raw counters only (what `rocprofv3 --pmc` collects and `counters_for` lists): a
 derived `X_sum` of counter_defs.yaml is `reduce(X, sum)`, and rocprofv3's CSV already sums a
@@ -31,7 +46,11 @@ instruction count, and no WMMA counters); bf16/fp8/int8 VALU work (no counters o
 architecture); the fp8 matrix rate on gfx90a (no F8 MFMA); gfx950's F6F4 matrix ops (no data type
 of aaco's). gfx12 has no WRITE_SIZE in [sdk]; its write bytes use gfx11's WRITE_SIZE form with
 gfx12's GL2C_EA_WRREQ ("transactions (either 32-byte or 64-byte)", [sdk]) in place of gfx11's
-GL2C_MC_WRREQ, and say so (`Formula.note`).
+GL2C_MC_WRREQ, and say so (`Formula.note`). L2 bytes on RDNA (the gfx1201 panel reads
+GL1C_GL2_REQ_* counters this table does not name yet) and LDS bytes on RDNA 3
+(rocprofiler-compute has no gfx11 roofline panel) are not counted. The 64-byte L2 request is
+[roof]'s: on gfx942 the vcopy capture's 8 MiB of reads are 65,536 TCP_TCC_READ_REQ, so 128-byte
+read requests count as 64 bytes there, as they do in rocprofiler-compute.
 """
 
 from __future__ import annotations
@@ -53,7 +72,13 @@ SOURCES = {
     "16c0eaee02c7f2139476d34eedfe04c8c82dab53:source/share/rocprofiler-sdk/counter_defs.yaml)",
     "mfma": "ROCm docs, MI300 and MI200 series performance counters and metrics, "
     "https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-counters.html",
+    "roof": "rocprofiler-compute analysis_configs/<gfx>/0400_roofline.yaml, Total L2 Cache Data "
+    "and Total LDS Data (ROCm/rocm-systems@10d7b2605a5caad379d1bcb878942eacfedc17f1)",
+    "roof4": "rocprofiler-compute analysis_configs/gfx1201/0400_roofline.yaml, LDS BW "
+    "(ROCm/rocm-systems@0a4cacac249a31fd6853fa10342c77f9e948b1cb)",
 }
+L2_REQUEST_BYTES = 64.0  # [roof]: each vL1D -> L2 request counted as one 64-byte line
+LDS_BYTES_PER_CYCLE = 4.0 * 32  # [roof]: 4-byte banks x $lds_banks_per_cu (32 on CDNA, gfx1201)
 
 # The quantities a formula can give. FLOPs by data type, vector (VALU) and matrix (MFMA) apart;
 # int8 matrix work is integer ops, kept out of FLOP totals.
@@ -70,6 +95,8 @@ QUANTITIES = (
     "lds_active_cycles",  # cycles the LDS served indexed accesses, conflicts included
     "valu_thread_cycles",  # VALU cycles times the threads active in them
     "valu_lane_cycles",  # VALU cycles times the wave's 64 lanes: what full waves would use
+    "l2_bytes",  # bytes the vector L1 requested from the L2 (reads, writes, atomics)
+    "lds_bytes",  # bytes the LDS moved in its conflict-free cycles
 )
 
 
@@ -127,6 +154,29 @@ _LDS_CDNA = (
     Formula("lds_bank_conflict_cycles", (("SQ_LDS_BANK_CONFLICT", 1.0),), "lds"),
     Formula("lds_active_cycles", (("SQ_LDS_IDX_ACTIVE", 1.0),), "lds"),
 )
+# Bytes at the L2 and the LDS, for the hierarchical roofline [roof].
+_L2_REQUESTS = (
+    "TCP_TCC_READ_REQ",
+    "TCP_TCC_WRITE_REQ",
+    "TCP_TCC_ATOMIC_WITH_RET_REQ",
+    "TCP_TCC_ATOMIC_WITHOUT_RET_REQ",
+)
+_LEVEL_BYTES_CDNA = (
+    Formula("l2_bytes", tuple((c, L2_REQUEST_BYTES) for c in _L2_REQUESTS), "roof"),
+    Formula(
+        "lds_bytes",
+        (
+            ("SQ_LDS_IDX_ACTIVE", LDS_BYTES_PER_CYCLE),
+            ("SQ_LDS_BANK_CONFLICT", -LDS_BYTES_PER_CYCLE),
+        ),
+        "roof",
+    ),
+)
+_LDS_BYTES_RDNA4 = Formula(
+    "lds_bytes",
+    (("SQC_LDS_IDX_ACTIVE", LDS_BYTES_PER_CYCLE), ("SQC_LDS_BANK_CONFLICT", -LDS_BYTES_PER_CYCLE)),
+    "roof4",
+)
 # gfx908/gfx90a ([sdk] FETCH_SIZE/WRITE_SIZE, [sol] L2-Fabric BW):
 #   read  = 32 x RDREQ_32B + 64 x (RDREQ - RDREQ_32B)
 #   write = 32 x (WRREQ - WRREQ_64B) + 64 x WRREQ_64B
@@ -179,6 +229,8 @@ _NO_FLOPS_RDNA = (
     "RDNA counts VALU instructions (SQ_INSTS_VALU), not FLOPs by data type, and no WMMA work: "
     "FLOPs are not counted; nor are the VALU lanes in use (no VALUUtilization there)"
 )
+_NO_LEVELS_RDNA3 = "; nor L2 and LDS bytes (rocprofiler-compute has no gfx11 roofline)"
+_NO_L2_RDNA4 = "; nor L2 bytes (aaco does not collect the GL1C_GL2 requests yet)"
 
 
 @dataclass(frozen=True)
@@ -195,32 +247,59 @@ FAMILIES = (
     CounterFormulas(
         "CDNA 1",
         ("gfx908",),
-        (*_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
+        (*_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA, *_LEVEL_BYTES_CDNA),
         _NO_FLOPS_CDNA1,
     ),
     CounterFormulas(
         "CDNA 2",
         ("gfx90a",),
-        (*_VALU, *_MFMA_CDNA2, *_BYTES_CDNA2, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
+        (
+            *_VALU,
+            *_MFMA_CDNA2,
+            *_BYTES_CDNA2,
+            *_TCC_HITS,
+            *_LDS_CDNA,
+            *_VALU_LANES_CDNA,
+            *_LEVEL_BYTES_CDNA,
+        ),
     ),
     CounterFormulas(
         "CDNA 3",
         ("gfx940", "gfx941", "gfx942"),
-        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
+        (
+            *_VALU,
+            *_MFMA_CDNA3,
+            *_BYTES_CDNA3,
+            *_TCC_HITS,
+            *_LDS_CDNA,
+            *_VALU_LANES_CDNA,
+            *_LEVEL_BYTES_CDNA,
+        ),
     ),
     CounterFormulas(
         "CDNA 4",
         ("gfx950",),
-        (*_VALU, *_MFMA_CDNA3, *_BYTES_CDNA3, *_TCC_HITS, *_LDS_CDNA, *_VALU_LANES_CDNA),
+        (
+            *_VALU,
+            *_MFMA_CDNA3,
+            *_BYTES_CDNA3,
+            *_TCC_HITS,
+            *_LDS_CDNA,
+            *_VALU_LANES_CDNA,
+            *_LEVEL_BYTES_CDNA,
+        ),
     ),
     CounterFormulas(
         "RDNA 3",
         ("gfx1100", "gfx1101", "gfx1102"),
         (*_BYTES_RDNA3, *_GL2C_HITS, *_LDS_RDNA),
-        _NO_FLOPS_RDNA,
+        _NO_FLOPS_RDNA + _NO_LEVELS_RDNA3,
     ),
     CounterFormulas(
-        "RDNA 4", ("gfx1200", "gfx1201"), (*_BYTES_RDNA4, *_GL2C_HITS, *_LDS_RDNA), _NO_FLOPS_RDNA
+        "RDNA 4",
+        ("gfx1200", "gfx1201"),
+        (*_BYTES_RDNA4, *_GL2C_HITS, *_LDS_RDNA, _LDS_BYTES_RDNA4),
+        _NO_FLOPS_RDNA + _NO_L2_RDNA4,
     ),
 )
 

@@ -510,6 +510,20 @@ COUNTER_ROOFLINE = pa.schema(
         ("roof_bytes_per_s", _f64),
         ("bound", _str),  # compute | memory, by its counted intensity against the ridge
         ("utilization", _f64),  # of the roof it is under
+        # The hierarchical roofline: per level (HBM above, L2, LDS) its counted bytes per
+        # iteration, FLOPs per byte, achieved B/s, ceiling B/s and achieved share of it
+        ("hbm_share", _f64),  # achieved_bytes_per_s / roof_bytes_per_s
+        ("counted_l2_bytes", _f64),  # vector L1 -> L2 requests x 64 B
+        ("l2_intensity", _f64),
+        ("achieved_l2_bytes_per_s", _f64),
+        ("roof_l2_bytes_per_s", _f64),  # null: no published L2 peak for the GPU
+        ("l2_share", _f64),
+        ("counted_lds_bytes", _f64),
+        ("lds_intensity", _f64),
+        ("achieved_lds_bytes_per_s", _f64),
+        ("roof_lds_bytes_per_s", _f64),
+        ("lds_share", _f64),
+        ("binding_level", _str),  # HBM | L2 | LDS: the level closest to its ceiling
         ("model_flops", _f64),  # the cost model's FLOPs of the ONNX nodes it ran
         ("model_bytes", _f64),
         ("flops_ratio", _f64),  # counted / cost model

@@ -197,6 +197,45 @@ def test_gfx942_reads_count_128_byte_requests_by_hand(tmp_path):
     assert row["fp8_flops"] is None and row["total_flops"] is None
 
 
+@pytest.mark.parametrize(
+    ("capture", "reads", "duration_ns"),
+    [
+        # gfx90a: TCP_TCC_READ_REQ_sum = TCP_TCC_WRITE_REQ_sum = 131072, atomics 0:
+        #   64 x (131072 + 131072) = 16,777,216 B (the 8 MiB read + 8 MiB written) in 20,160 ns
+        ("rocprof_compute_mi200_vcopy", 131_072, 20_160),
+        # gfx942: TCP_TCC_READ_REQ_sum = 65536, TCP_TCC_WRITE_REQ_sum = 131072, atomics 0:
+        #   64 x (65536 + 131072) = 12,582,912 B in 16,160 ns; the 8 MiB of reads went as 65,536
+        #   128-byte requests, which rocprofiler-compute's 64-byte line counts as 4 MiB
+        ("rocprof_compute_mi300x_vcopy", 65_536, 16_160),
+    ],
+)
+def test_l2_and_lds_bytes_of_the_real_vcopy_captures_by_hand(tmp_path, capture, reads, duration_ns):
+    lake = pmc_perf_lake(tmp_path, capture)
+    row = metrics_of(lake, "s1")[0]
+    assert row["l2_bytes"] == 64 * (reads + 131_072)
+    assert row["l2_bytes_per_s"] == pytest.approx(64 * (reads + 131_072) / (duration_ns * 1e-9))
+    # SQ_LDS_IDX_ACTIVE = SQ_LDS_BANK_CONFLICT = 0: a copy moves nothing through the LDS
+    assert row["lds_bytes"] == 0 and row["lds_bytes_per_s"] == 0
+    assert not any(m.startswith(("l2_bytes", "lds_bytes")) for m in row["missing"])
+    with lake.connect() as con:
+        summary = kernel_hardware_summary(kernel_hardware_metrics(con, "s1")).to_pylist()[0]
+    assert summary["l2_bytes"] == 64 * (reads + 131_072) * summary["dispatches"]
+
+
+def test_lds_bytes_are_conflict_free_cycles_times_128_and_missing_counters_named(tmp_path):
+    # (1000 active - 200 conflict cycles) x 4 B x 32 banks = 102,400 B
+    lake = lake_with(
+        tmp_path, [(7, "SQ_LDS_IDX_ACTIVE", 1000.0), (7, "SQ_LDS_BANK_CONFLICT", 200.0)]
+    )
+    row = metrics_of(lake, "s1")[7]
+    assert row["lds_bytes"] == 102_400
+    assert row["l2_bytes"] is None
+    assert (
+        "l2_bytes (TCP_TCC_READ_REQ, TCP_TCC_WRITE_REQ, TCP_TCC_ATOMIC_WITH_RET_REQ, "
+        "TCP_TCC_ATOMIC_WITHOUT_RET_REQ)" in row["missing"]
+    )
+
+
 def test_roll_up_per_kernel_weights_rates_by_time(tmp_path):
     dispatches = kernel_hardware_metrics_of(tmp_path, "rocprof_compute_mi300x_vcopy")
     summary = kernel_hardware_summary(dispatches).to_pylist()

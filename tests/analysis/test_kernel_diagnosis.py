@@ -3,6 +3,7 @@ the counted roofline per node beside the cost model's, and the findings as recom
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -78,10 +79,14 @@ KERNELS = {  # name: (node, ns per dispatch, VGPRs, grid work-items, counters pe
                  {"SQ_INSTS_VALU_MFMA_MOPS_F16": 2e9, "TCC_EA0_RDREQ": 1e6, "TCC_BUBBLE": 1e6}),
     "copy": ("/Add", 100_000, 32, BIG_GRID,
              {"TCC_EA0_RDREQ": 2e6, "TCC_BUBBLE": 2e6,
-              "TCC_EA0_WRREQ": 1e6, "TCC_EA0_WRREQ_64B": 1e6}),
-    "small": ("/Softmax", 50_000, 32, BIG_GRID, {"TCC_EA0_RDREQ": 1e4, "TCC_BUBBLE": 1e4}),
+              "TCC_EA0_WRREQ": 1e6, "TCC_EA0_WRREQ_64B": 1e6,
+              "TCP_TCC_READ_REQ": 4e6, "TCP_TCC_WRITE_REQ": 1e6}),
+    "small": ("/Softmax", 50_000, 32, BIG_GRID,
+              {"TCC_EA0_RDREQ": 1e4, "TCC_BUBBLE": 1e4, "TCP_TCC_READ_REQ": 1e5,
+               "SQ_LDS_IDX_ACTIVE": 3e7, "SQ_LDS_BANK_CONFLICT": 1e6}),
     "branchy": ("/Where", 40_000, 32, BIG_GRID,
-                {"SQ_THREAD_CYCLES_VALU": 1.6e6, "SQ_ACTIVE_INST_VALU": 1e5}),
+                {"SQ_THREAD_CYCLES_VALU": 1.6e6, "SQ_ACTIVE_INST_VALU": 1e5,
+                 "TCP_TCC_READ_REQ": 1.5e7}),
     "tiny_grid": ("/Gather", 20_000, 32, 256, None),
     "vgpr_hog": ("/Conv", 30_000, 512, BIG_GRID, None),
     "plain": ("/Relu", 10_000, 64, BIG_GRID, None),
@@ -194,6 +199,67 @@ def test_the_counted_roofline_per_node_says_where_the_cost_model_disagrees(count
     add = nodes["/Add"]
     assert add["bound"] == "memory" and add["flops_ratio"] is None  # the model says 0 FLOPs
     assert add["disagreement"] is None
+
+
+def test_mi300x_datasheet_ceilings_for_l2_and_lds_and_none_where_unpublished():
+    levels = datasheet_envelope(MI300X).cache_bandwidth
+    # L2: 128 B/clock x 128 channels (16 per XCD x 8) x 2.1 GHz = 34.41 TB/s
+    assert levels["L2"].peak == pytest.approx(128 * 128 * 2.1e9)
+    # LDS: 128 B/clock/CU x 304 CUs x 2.1 GHz = 81.72 TB/s
+    assert levels["LDS"].peak == pytest.approx(128 * 304 * 2.1e9)
+    # one XCD of it (CPX partition, 38 CUs): an eighth of each
+    xcd = datasheet_envelope(GpuAgent(arch="gfx942", product_name="MI300X", compute_units=38))
+    assert xcd.cache_bandwidth["L2"].peak == pytest.approx(128 * 16 * 2.1e9)
+    assert xcd.cache_bandwidth["LDS"].peak == pytest.approx(128 * 38 * 2.1e9)
+    # published peaks have no capacity: the cost-model roofline's ceilings stay DRAM only
+    assert [level for level, _, _ in datasheet_envelope(MI300X).memory_ceilings()] == ["DRAM"]
+    # RDNA: no published L2 or LDS bandwidth, so no ceiling (never a guess)
+    r9700 = GpuAgent(arch="gfx1201", product_name="AMD Radeon AI PRO R9700", compute_units=64)
+    assert datasheet_envelope(r9700).cache_bandwidth == {}
+
+
+def test_the_counted_roofline_is_hierarchical_and_names_the_binding_level(counted_lake):
+    envelope = datasheet_envelope(MI300X)
+    l2_roof, lds_roof = 128 * 128 * 2.1e9, 128 * 304 * 2.1e9  # 3.44064e13, 8.17152e13 B/s
+    nodes = {
+        row["node_name"]: row
+        for row in diagnose_kernels(counted_lake, "s1", envelope).nodes.to_pylist()
+    }
+    add = nodes["/Add"]  # one 100 us dispatch per iteration
+    # HBM: 3.2e8 B / 1e-4 s = 3.2e12 B/s, 60.4 % of 5.3 TB/s
+    assert add["hbm_share"] == pytest.approx(3.2e12 / 5.3e12)
+    # L2: 64 x (4e6 read + 1e6 write requests) = 3.2e8 B -> 3.2e12 B/s, 9.3 % of 34.4 TB/s
+    assert add["counted_l2_bytes"] == pytest.approx(3.2e8)
+    assert add["achieved_l2_bytes_per_s"] == pytest.approx(3.2e12)
+    assert add["roof_l2_bytes_per_s"] == pytest.approx(l2_roof)
+    assert add["l2_share"] == pytest.approx(3.2e12 / l2_roof)
+    assert add["counted_lds_bytes"] == 0 and add["lds_share"] == 0
+    assert add["binding_level"] == "HBM"
+    softmax = nodes["/Softmax"]  # one 50 us dispatch per iteration
+    # LDS: (3e7 active - 1e6 conflict cycles) x 4 B x 32 banks = 3.712e9 B -> 7.424e13 B/s,
+    # 90.9 % of 81.7 TB/s; HBM 128 x 1e4 = 1.28e6 B -> 2.56e10 B/s (0.5 %); L2 64 x 1e5 =
+    # 6.4e6 B -> 1.28e11 B/s (0.4 %): the LDS binds
+    assert softmax["counted_lds_bytes"] == pytest.approx(3.712e9)
+    assert softmax["achieved_lds_bytes_per_s"] == pytest.approx(7.424e13)
+    assert softmax["lds_share"] == pytest.approx(7.424e13 / lds_roof)
+    assert softmax["hbm_share"] == pytest.approx(2.56e10 / 5.3e12)
+    assert softmax["l2_share"] == pytest.approx(1.28e11 / l2_roof)
+    assert softmax["binding_level"] == "LDS"
+    where = nodes["/Where"]  # one 40 us dispatch: L2 64 x 1.5e7 = 9.6e8 B -> 2.4e13 B/s (69.8 %)
+    assert where["l2_share"] == pytest.approx(2.4e13 / l2_roof)
+    assert where["binding_level"] == "L2"
+    matmul = nodes["/mlp/MatMul"]  # 1.024e12 FLOPs per iteration over 0 L2 and LDS bytes
+    assert matmul["l2_intensity"] is None and matmul["lds_intensity"] is None
+    assert matmul["binding_level"] == "HBM"
+    # Without published L2 and LDS peaks their shares are null, never guessed: HBM binds alone
+    bare = dataclasses.replace(envelope, cache_bandwidth={})
+    where = {
+        row["node_name"]: row
+        for row in diagnose_kernels(counted_lake, "s1", bare).nodes.to_pylist()
+    }["/Where"]
+    assert where["counted_l2_bytes"] == pytest.approx(9.6e8)
+    assert where["roof_l2_bytes_per_s"] is None and where["l2_share"] is None
+    assert where["binding_level"] == "HBM"
 
 
 def test_a_session_without_device_kernels_has_no_kernel_rows(tmp_path):
