@@ -44,7 +44,13 @@ from aaco_pipelines.analysis.ranking_stability import (
     stability_metrics,
 )
 from aaco_pipelines.graph.extract import all_nodes, subgraphs
-from aaco_pipelines.tracelake.schema import OP_BREAKDOWN, PHASE_BREAKDOWN, conform, empty_table
+from aaco_pipelines.tracelake.schema import (
+    KERNEL_PLACES,
+    OP_BREAKDOWN,
+    PHASE_BREAKDOWN,
+    conform,
+    empty_table,
+)
 
 CONFIDENCE = {
     "exact_name": 1.0,
@@ -634,6 +640,7 @@ def attribute_session(lake, session_id: str, optimized_model: onnx.ModelProto | 
     runtime_graph = with_profiled_nodes(runtime_graph, lake, session_id)
     mapping = map_runtime_nodes(original_nodes(graph_nodes), runtime_graph)
     kernels = session_kernels(lake, session_id)
+    places = kernel_places(lake, session_id, kernels)
     breakdown, per_node, stability = time_breakdown(lake.query, session_id, sha, kernels, mapping)
     source, tables = kernel_source(kernels)
     groups, members = fusion_groups(mapping, graph_nodes)
@@ -648,10 +655,31 @@ def attribute_session(lake, session_id: str, optimized_model: onnx.ModelProto | 
         "node_attribution": mapping.add_column(0, "session_id", session_column),
         "op_breakdown": breakdown,
         "phase_breakdown": phase_breakdown(lake, session_id, sha, per_node),
+        "kernel_places": places,
         "kernels": kernels,  # not stored: the derived metrics are computed from it
         # not stored as such: the node ranking's stability, among the derived metrics
         "ranking": stability_metrics(stability),
     }
+
+
+PLACES_SQL = """
+SELECT kernel_name, node_name, count(*) AS dispatches, sum(duration_ns)::BIGINT AS ns,
+       count(DISTINCT iteration) AS iterations
+FROM {kernels} WHERE kernel_name IS NOT NULL GROUP BY ALL
+"""
+
+
+def kernel_places(lake, session_id: str, kernels: pa.Table | str | None = None) -> pa.Table:
+    """KERNEL_PLACES: each device kernel's dispatches and time per runtime node it was
+    attributed to, in the profiled iterations (`kernels`: session_kernels', computed when not
+    given). Host node executions name no kernel and make no rows."""
+    kernels = session_kernels(lake, session_id) if kernels is None else kernels
+    source, tables = kernel_source(kernels)
+    places = lake.query(
+        PLACES_SQL.format(kernels=source), None if tables else {"sid": session_id}, tables=tables
+    )
+    column = pa.array([session_id] * places.num_rows, pa.string())
+    return conform(places.add_column(0, "session_id", column), KERNEL_PLACES)
 
 
 def time_breakdown(

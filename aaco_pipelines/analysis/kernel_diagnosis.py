@@ -40,7 +40,6 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from aaco_pipelines.analysis.attribution import session_kernels
 from aaco_pipelines.analysis.classification import Recommendation
 from aaco_pipelines.analysis.counter_metrics import (
     kernel_hardware_metrics,
@@ -156,18 +155,13 @@ def _peak_of(peak: ResourcePeak | None) -> float | None:
 
 
 def _kernel_places(lake: TraceLake, session_id: str) -> pa.Table:
-    """(kernel_name, node_name, dispatches, ns, iterations) of the profiled iterations: where
-    each kernel ran, by attribution (kernels that name no node keep a null node)."""
-    kernels = session_kernels(lake, session_id)
-    group = (
-        "SELECT kernel_name, node_name, count(*) AS dispatches, sum(duration_ns) AS ns, "
-        "count(DISTINCT iteration) AS iterations FROM {} GROUP BY ALL"
+    """(kernel_name, node_name, dispatches, ns, iterations): where each kernel ran, as the
+    attribution stage stored it (analysis.attribution.kernel_places)."""
+    return lake.query(
+        "SELECT kernel_name, node_name, dispatches, ns, iterations FROM kernel_places "
+        "WHERE session_id = $sid",
+        {"sid": session_id},
     )
-    if isinstance(kernels, str):
-        return lake.query(group.format(f"({kernels})"), {"sid": session_id})
-    with duckdb.connect() as con:
-        con.register("kernels", kernels)
-        return con.sql(group.format("kernels")).to_arrow_table()
 
 
 def _model_cost(lake: TraceLake, session_id: str) -> pa.Table:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 16  # v16: kernel_diagnoses and counter_roofline (analysis/kernel_diagnosis.py)
+SCHEMA_VERSION = 16  # v16: kernel_places, kernel_diagnoses, counter_roofline (kernel diagnosis)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -462,6 +462,19 @@ BASELINES = pa.schema(
     ]
 )
 
+# v16: where each device kernel ran (analysis.attribution.kernel_places): the attribution's
+# kernel -> runtime node assignment, summed per pair, so the kernel diagnosis need not attribute
+# ten million kernels a second time.
+KERNEL_PLACES = pa.schema(
+    [
+        ("session_id", _str),
+        ("kernel_name", _str),
+        ("node_name", _str),  # the runtime node it was attributed to (null: unmatched)
+        ("dispatches", _i64),  # in the profiled iterations
+        ("ns", _i64),
+        ("iterations", _i64),  # profiled iterations it ran in
+    ]
+)
 # v16: why each GPU kernel takes its time (analysis/kernel_diagnosis.py): its occupancy (every
 # trace), what the hardware counted (sessions with counters), its roof and its class.
 KERNEL_DIAGNOSES = pa.schema(
@@ -571,6 +584,7 @@ TABLES: dict[str, pa.Schema] = {
     "drift_verdicts": DRIFT_VERDICTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
+    "kernel_places": KERNEL_PLACES,
     "kernel_diagnoses": KERNEL_DIAGNOSES,
     "counter_roofline": COUNTER_ROOFLINE,
     "completed_sessions": COMPLETED_SESSIONS,

@@ -134,7 +134,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS accum_vgpr_count BIGINT",
         "ALTER TABLE IF EXISTS kernel_events_trace ADD COLUMN IF NOT EXISTS accum_vgpr_count BIGINT",
     ],
-    16: [],  # kernel_diagnoses and counter_roofline, created with every missing table
+    16: [],  # kernel_places, kernel_diagnoses, counter_roofline: created as missing tables
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

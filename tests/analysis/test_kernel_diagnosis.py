@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 
+from aaco_pipelines.analysis.attribution import kernel_places
 from aaco_pipelines.analysis.datasheets import GpuAgent
 from aaco_pipelines.analysis.envelope import datasheet_envelope
 from aaco_pipelines.analysis.kernel_diagnosis import diagnose_kernels
@@ -49,6 +50,11 @@ def test_a_real_gfx1201_trace_names_its_grid_starved_kernel_first(tmp_path):
     ).to_pylist()[0]["ns"]
     first = rows[0]
     assert first["kernel_name"] == "ullm_paged_decode_attn_f32_kernel"
+    (place,) = lake.query(  # stored by the attribution, read back by the diagnosis
+        "SELECT * FROM kernel_places WHERE session_id = $sid AND kernel_name = $k",
+        {"sid": session, "k": first["kernel_name"]},
+    ).to_pylist()
+    assert (place["dispatches"], place["ns"], place["node_name"]) == (106, total, None)
     assert first["total_ns"] == total and first["dispatches"] == 106
     assert (first["limiter"], first["kernel_class"]) == ("grid", "under_occupied")
     assert first["grid_fill"] == pytest.approx(320 / 2048)
@@ -133,6 +139,7 @@ def counted_lake(tmp_path) -> TraceLake:
             "INSERT INTO node_attribution (session_id, runtime_node, onnx_node, share) VALUES "
             "('s1', '/mlp/MatMul', '/mlp/MatMul', 1.0), ('s1', '/Add', '/Add', 1.0)"
         )
+    lake.append_rows("kernel_places", kernel_places(lake, "s1"))  # as the attribution stores it
     return lake
 
 
