@@ -292,10 +292,24 @@ def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second
     assert points == {(1, 16), (2, 16), (4, 16), (1, 8), (1, 32)}
     for b, p in points:
         assert curve[(b, p, "requests")] == WORKLOAD.curves.repeats * b
+    # The batch really ran four sequences: the KV cache the model returned at each length is
+    # four times batch 1's (a batch size that was ignored would give the same cache).
+    caches = {
+        (r["batch_size"], r["kv_length"]): r["kv_bytes"]
+        for r in _rows(
+            lake,
+            "SELECT DISTINCT batch_size, kv_length, kv_bytes FROM generation_steps "
+            "WHERE session_id = $sid AND run = 'curve' AND batch_size IN (1, 4)",
+            sid,
+        )
+    }
+    shared = {kv for b, kv in caches if b == 4} & {kv for b, kv in caches if b == 1}
+    assert shared and all(caches[(4, kv)] == 4 * caches[(1, kv)] for kv in shared)
+    # And it gives more tokens/s: well over 1.5x on a quiet host, 1.48x with the suite's other
+    # processes on both cores, 1.03x once with a fresh clone's CI and another suite sharing the
+    # two cores; timing on a busy host can say no more than "more".
     rates = [curve[(b, PROMPT_TOKENS, "output_tokens_per_s")] for b in (1, 4)]
-    # Batching four sequences gives well over 1.5x the tokens/s on a quiet host (1.48x was seen
-    # with the suite's other processes on both cores); a batch size that was ignored gives 1x.
-    assert rates[1] > 1.2 * rates[0]
+    assert rates[1] > rates[0]
 
 
 # --- phases, session row, headline -----------------------------------------------------------
