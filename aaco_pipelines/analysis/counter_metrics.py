@@ -77,7 +77,8 @@ _REPORTED = (
 
 
 def kernel_hardware_metrics(con: duckdb.DuckDBPyConnection, session_id: str) -> pa.Table:
-    """One row per counted dispatch of the session, ordered by dispatch id."""
+    """One row per counted dispatch of the session, ordered by dispatch id; only the kernel
+    rows a counted dispatch can match are read (a session without counters reads none)."""
     con.register("_counter_agents", _agent_targets(con, session_id))
     try:
         return con.sql(_dispatch_sql(), params={"sid": session_id}).to_arrow_table()
@@ -189,21 +190,24 @@ WITH counted AS (
     FROM counters WHERE session_id = $sid
     GROUP BY ALL
 ),
-kernels AS (
+kernels AS (  -- only the kernel rows a counted dispatch can match (a trace has millions)
     SELECT dispatch_id, correlation_id, device_id, kernel_name, duration_ns
     FROM kernel_events WHERE session_id = $sid AND category = 'Kernel'
+      AND (dispatch_id IN (SELECT dispatch_id FROM counted)
+           OR correlation_id IN (SELECT correlation_id FROM counted)
+           OR kernel_name IN (SELECT kernel_name FROM counted))
 ),
 by_dispatch AS (
     SELECT dispatch_id, device_id, kernel_name, quantile_disc(duration_ns, 0.5) AS duration_ns
-    FROM kernels WHERE dispatch_id IS NOT NULL GROUP BY ALL
+    FROM kernels WHERE dispatch_id IN (SELECT dispatch_id FROM counted) GROUP BY ALL
 ),
 by_correlation AS (
     SELECT correlation_id, device_id, kernel_name, quantile_disc(duration_ns, 0.5) AS duration_ns
-    FROM kernels WHERE correlation_id IS NOT NULL GROUP BY ALL
+    FROM kernels WHERE correlation_id IN (SELECT correlation_id FROM counted) GROUP BY ALL
 ),
 by_name AS (
     SELECT device_id, kernel_name, quantile_disc(duration_ns, 0.5) AS duration_ns
-    FROM kernels WHERE kernel_name IS NOT NULL GROUP BY ALL
+    FROM kernels WHERE kernel_name IN (SELECT kernel_name FROM counted) GROUP BY ALL
 ),
 joined AS (
     SELECT c.*,
