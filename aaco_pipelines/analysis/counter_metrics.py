@@ -47,6 +47,8 @@ from aaco_pipelines.collectors.gpu_counters import (
 )
 from aaco_pipelines.sql import sql_identifier, sql_literal
 
+NO_SESSION = "\x00"  # no session has this id: a query for it has the columns and no rows
+
 # The output metrics, each as the formula quantities it sums (a ratio: its two parts).
 _DTYPE_PARTS = {f"{d}_flops": (f"{d}_vector_flops", f"{d}_matrix_flops") for d in DTYPES}
 _SUMS = {
@@ -78,7 +80,13 @@ _REPORTED = (
 
 def kernel_hardware_metrics(con: duckdb.DuckDBPyConnection, session_id: str) -> pa.Table:
     """One row per counted dispatch of the session, ordered by dispatch id; only the kernel
-    rows a counted dispatch can match are read (a session without counters reads none)."""
+    rows a counted dispatch can match are read, and none for a session without counters (most
+    traces: its table has the columns and no rows)."""
+    counted = con.execute(
+        "SELECT count(*) > 0 FROM (SELECT 1 FROM counters WHERE session_id = $sid LIMIT 1)",
+        {"sid": session_id},
+    ).fetchone()[0]
+    session_id = session_id if counted else NO_SESSION
     con.register("_counter_agents", _agent_targets(con, session_id))
     try:
         return con.sql(_dispatch_sql(), params={"sid": session_id}).to_arrow_table()
