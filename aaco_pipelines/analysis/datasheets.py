@@ -46,6 +46,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from aaco_pipelines.execution.amd_gpus import (
+    KFD_NODES,
+    gfx_name,
+    gfx_target,
+    kfd_gpu_nodes,
+)
+
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 FALLBACK_DTYPE = "fp32"  # the roof of a node whose data type is unknown or lacks a peak
 PARTITIONS = (1, 2, 3, 4, 6, 8)  # CU shares a product can present as (GCDs, compute partitions)
@@ -243,8 +250,6 @@ DATASHEETS: tuple[Datasheet, ...] = (
 
 # --- GPU agents ------------------------------------------------------------------------------
 
-_GFX = re.compile(r"gfx[0-9a-f]+", re.IGNORECASE)
-
 
 @dataclass(frozen=True)
 class GpuAgent:
@@ -274,25 +279,12 @@ class GpuAgent:
         }
 
 
-def gfx_name(gfx_target_version: int | str | None) -> str | None:
-    """The LLVM target of a KFD / rocprofv3 Gfx_Target_Version: 90402 -> gfx942, 90010 ->
-    gfx90a, 100300 -> gfx1030, 120001 -> gfx1201 (major, minor, stepping in hex)."""
-    try:
-        version = int(gfx_target_version)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    if version <= 0:
-        return None
-    major, minor, stepping = version // 10000, (version // 100) % 100, version % 100
-    return f"gfx{major}{minor}{stepping:x}"
-
-
 def agent_arch(name: str | None, details_json: str | None = None) -> str | None:
     """The gfx target of an agent: from its name ("gfx90a:sramecc+:xnack-" -> gfx90a), else
     from the Gfx_Target_Version kept in its details."""
-    match = _GFX.search(name or "")
-    if match:
-        return match.group(0).lower()
+    target = gfx_target(name)
+    if target:
+        return target
     try:
         details = json.loads(details_json) if details_json else {}
     except ValueError:
@@ -382,21 +374,15 @@ def match_datasheet(agent: GpuAgent) -> DatasheetMatch | None:
 
 # --- This host's GPU (for a measured envelope) ----------------------------------------------
 
-KFD_NODES = Path("/sys/class/kfd/kfd/topology/nodes")
-
 
 def local_gpu(device_index: int = 0, nodes: Path = KFD_NODES) -> GpuAgent | None:
     """The GPU a ROCm provider runs on (device `device_index` among KFD's GPU nodes, in node
     order), from the KFD topology; None without one. The product name comes from the DRM
     device when the driver exposes it."""
-    gpus = []
-    for node in sorted(nodes.glob("*"), key=lambda p: int(p.name) if p.name.isdigit() else -1):
-        properties = _kfd_properties(node / "properties")
-        if properties.get("simd_count", 0) > 0:
-            gpus.append(properties)
+    gpus = kfd_gpu_nodes(nodes)
     if device_index >= len(gpus):
         return None
-    props = gpus[device_index]
+    _, props = gpus[device_index]
     simd_per_cu = props.get("simd_per_cu") or 4
     return GpuAgent(
         arch=gfx_name(props.get("gfx_target_version")),
@@ -407,19 +393,6 @@ def local_gpu(device_index: int = 0, nodes: Path = KFD_NODES) -> GpuAgent | None
         else None,
         agent_id=f"GPU {device_index}",
     )
-
-
-def _kfd_properties(path: Path) -> dict[str, int]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return {}
-    found = {}
-    for line in lines:
-        key, _, value = line.partition(" ")
-        if value.strip().lstrip("-").isdigit():
-            found[key] = int(value)
-    return found
 
 
 def _drm_product_name(render_minor: int | None) -> str | None:

@@ -49,7 +49,12 @@ from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.occupancy import describe, kernel_occupancy
 from aaco_pipelines.collectors.gpu_counters import DTYPES
 from aaco_pipelines.sql import used_parameters
-from aaco_pipelines.tracelake.schema import COUNTER_ROOFLINE, KERNEL_DIAGNOSES, conform
+from aaco_pipelines.tracelake.schema import (
+    COUNTER_ROOFLINE,
+    KERNEL_DIAGNOSES,
+    conform,
+    empty_table,
+)
 from aaco_pipelines.tracelake.store import TraceLake
 
 ROOF_SHARE = 0.5  # at half a roof or more, the roof is what holds the kernel
@@ -100,7 +105,7 @@ def diagnose_kernels(
     with lake.connect() as con:
         occupancy = kernel_occupancy(con, session_id)
         if occupancy.num_rows == 0:
-            return KernelDiagnoses(_empty(KERNEL_DIAGNOSES), _empty(COUNTER_ROOFLINE))
+            return KernelDiagnoses(empty_table(KERNEL_DIAGNOSES), empty_table(COUNTER_ROOFLINE))
         counted = kernel_hardware_metrics(con, session_id)
     places = _kernel_places(lake, session_id)
     with duckdb.connect() as con:
@@ -362,7 +367,3 @@ def _disagreements(nodes: pa.Table) -> list[str | None]:
                 "overstates the op, or part of its work ran in kernels that were not counted"
             )
     return texts
-
-
-def _empty(schema: pa.Schema) -> pa.Table:
-    return schema.empty_table()

@@ -55,8 +55,9 @@ read requests count as 64 bytes there, as they do in rocprofiler-compute.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from aaco_pipelines.execution.amd_gpus import gfx_target
 
 SUM_SUFFIX = "_sum"  # counter_defs.yaml's name of reduce(X, sum): the same value as X in rocprofv3
 
@@ -302,14 +303,6 @@ FAMILIES = (
         _NO_FLOPS_RDNA + _NO_L2_RDNA4,
     ),
 )
-
-_GFX = re.compile(r"gfx[0-9a-f]+", re.IGNORECASE)
-
-
-def gfx_target(name: str | None) -> str | None:
-    """The gfx target in an agent name or target string ("gfx942:sramecc+:xnack-" -> gfx942)."""
-    match = _GFX.search(name or "")
-    return match.group(0).lower() if match else None
 
 
 def formulas_for(gfx: str | None) -> CounterFormulas | None:

@@ -61,8 +61,8 @@ from pathlib import Path
 
 from aaco_pipelines.collectors.gpu_counters import counters_for
 from aaco_pipelines.execution import environment
+from aaco_pipelines.execution.amd_gpus import KFD_NODES, gfx_name, kfd_gpu_nodes
 
-KFD_TOPOLOGY = Path("/sys/class/kfd/kfd/topology/nodes")
 COUNTER_PASS_FOLDER = "pmc_{}"  # under the trace folder, as rocprofv3 names its passes
 COUNTER_OUTPUT_FILE = "counters"
 COUNTER_PASS_PREFIX = "counters_"  # the worker's name of counter pass k: counters_<k>
@@ -148,42 +148,16 @@ def counter_command(
     ]
 
 
-def gpu_architecture(topology: Path = KFD_TOPOLOGY) -> tuple[str | None, str]:
+def gpu_architecture(topology: Path = KFD_NODES) -> tuple[str | None, str]:
     """The gfx target of the first GPU the KFD topology lists, and where it was read; None and
     why not when there is none."""
-    try:
-        nodes = sorted(
-            (p for p in topology.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
-        )
-    except OSError:
+    if not topology.is_dir():
         return None, f"no KFD topology at {topology} to tell the GPU's architecture"
-    for node in nodes:
-        version = _gfx_target_version(node / "properties")
-        if version:
-            return gfx_name(version), f"KFD topology node {node.name}"
+    for node, properties in kfd_gpu_nodes(topology):
+        gfx = gfx_name(properties.get("gfx_target_version"))
+        if gfx:
+            return gfx, f"KFD topology node {node}"
     return None, f"no GPU node with a gfx_target_version under {topology}"
-
-
-def gfx_name(target_version: int) -> str:
-    """KFD's gfx_target_version as the gfx name: 90010 -> gfx90a, 120001 -> gfx1201."""
-    major, minor, stepping = (
-        target_version // 10000,
-        target_version // 100 % 100,
-        target_version % 100,
-    )
-    return f"gfx{major}{minor:x}{stepping:x}"
-
-
-def _gfx_target_version(properties: Path) -> int:
-    try:
-        text = properties.read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "gfx_target_version" and value.strip().isdigit():
-            return int(value)
-    return 0
 
 
 def trace_output_format() -> tuple[str, str]:

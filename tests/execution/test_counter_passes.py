@@ -26,10 +26,10 @@ from aaco_pipelines.collectors.gpu_counters import counters_for
 from aaco_pipelines.collectors.traces import collect_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution import counter_passes, environment, runner
+from aaco_pipelines.execution.amd_gpus import gfx_name
 from aaco_pipelines.execution.counter_passes import (
     BLOCK_REGISTERS,
     counter_block,
-    gfx_name,
     gpu_architecture,
     split_into_passes,
     trace_output_format,
@@ -146,10 +146,10 @@ def test_rocpd_from_rocm_7_on_and_csv_before(monkeypatch, version, expected):
 
 
 def test_the_gpu_architecture_is_read_from_the_kfd_topology(tmp_path):
-    for node, version in (("0", 0), ("1", 90010), ("2", 120001)):
-        (tmp_path / node).mkdir()
+    for node, simds, version in (("0", 0, 0), ("1", 416, 90010), ("2", 128, 120001)):
+        (tmp_path / node).mkdir()  # node 0 is the CPU: no SIMDs
         (tmp_path / node / "properties").write_text(
-            f"cpu_cores_count 8\ngfx_target_version {version}\n"
+            f"cpu_cores_count 8\nsimd_count {simds}\ngfx_target_version {version}\n"
         )
     assert gpu_architecture(tmp_path) == ("gfx90a", "KFD topology node 1")
     assert [gfx_name(v) for v in (90402, 90500, 110000, 120001, 100300)] == [
