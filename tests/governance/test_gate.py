@@ -189,10 +189,12 @@ def test_the_gate_names_a_suspect_measurement_on_either_side(mlp_swap_and_back, 
 
 def test_the_threshold_is_respected(mlp_swap_and_back):
     lake, (t0, t1, t2, slower, _) = mlp_swap_and_back
-    verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], threshold_pct=1e4, resamples=500)
+    # A threshold no slowdown reaches: on a busy runner a session's preempted iterations have
+    # made its p99 +10,080 % (and +10,000 % was the threshold here once), so 10^7 %.
+    verdict = gate_verdict(lake, slower, baseline=[t0, t1, t2], threshold_pct=1e7, resamples=500)
     assert not verdict.regression and verdict.severity == "none"
     assert verdict.evidence["decided_by"] == "below_threshold"
-    assert "below the 10000 % threshold" in verdict.recommendation
+    assert "is below the 1e+07 % threshold" in verdict.recommendation
     assert [severity(e, 3.0) for e in (2.9, 3.0, 5.9, 6.0, 14.9, 15.0)] == [
         "none", "minor", "minor", "major", "major", "critical"
     ]  # fmt: skip
