@@ -202,3 +202,54 @@ def slower_mlp(extra_layers: int = 40, **mlp_dims) -> onnx.ModelProto:
         graph.node.append(helper.make_node("Relu", [f"m{i}"], [f"y{i + 1}"], name=f"extra{i}/relu"))
         last = f"y{i + 1}"
     return model
+
+
+def transformer_block(rows: int = 64, hidden: int = 256, seed: int = 0) -> onnx.ModelProto:
+    """A transformer MLP block as an exporter writes it, op by op: a LayerNorm (ReduceMean, Sub,
+    Pow, ReduceMean, Add, Sqrt, Div, Mul, Add), MatMul + bias Add, Erf-GELU, MatMul + bias Add,
+    Relu, a residual Add. ONNX Runtime fuses the LayerNorm and the MatMul + Add pairs at every
+    level, the GELU (GeluFusion) and Gemm + Relu (FusedGemm) from `extended` on."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, value):
+        return numpy_helper.from_array(np.asarray(value, dtype=np.float32), name)
+
+    weights = [
+        init("ln.gamma", np.ones(hidden)), init("ln.beta", np.zeros(hidden)), init("eps", 1e-5),
+        init("two", 2.0), init("sqrt2", 1.4142135), init("one", 1.0), init("half", 0.5),
+        init("fc1.w", rng.standard_normal((hidden, 4 * hidden)) * 0.05),
+        init("fc1.b", rng.standard_normal(4 * hidden)),
+        init("fc2.w", rng.standard_normal((4 * hidden, hidden)) * 0.05),
+        init("fc2.b", rng.standard_normal(hidden)),
+    ]  # fmt: skip
+    node = helper.make_node
+    nodes = [
+        node("ReduceMean", ["x"], ["mu"], name="ln/mean", axes=[-1]),
+        node("Sub", ["x", "mu"], ["xc"], name="ln/sub"),
+        node("Pow", ["xc", "two"], ["sq"], name="ln/pow"),
+        node("ReduceMean", ["sq"], ["var"], name="ln/var", axes=[-1]),
+        node("Add", ["var", "eps"], ["ve"], name="ln/add_eps"),
+        node("Sqrt", ["ve"], ["sd"], name="ln/sqrt"),
+        node("Div", ["xc", "sd"], ["xn"], name="ln/div"),
+        node("Mul", ["xn", "ln.gamma"], ["xg"], name="ln/scale"),
+        node("Add", ["xg", "ln.beta"], ["ln"], name="ln/shift"),
+        node("MatMul", ["ln", "fc1.w"], ["h"], name="fc1/matmul"),
+        node("Add", ["h", "fc1.b"], ["hb"], name="fc1/bias"),
+        node("Div", ["hb", "sqrt2"], ["d"], name="gelu/div"),
+        node("Erf", ["d"], ["e"], name="gelu/erf"),
+        node("Add", ["e", "one"], ["a"], name="gelu/add"),
+        node("Mul", ["hb", "a"], ["ha"], name="gelu/mul"),
+        node("Mul", ["ha", "half"], ["g"], name="gelu/half"),
+        node("MatMul", ["g", "fc2.w"], ["o"], name="fc2/matmul"),
+        node("Add", ["o", "fc2.b"], ["ob"], name="fc2/bias"),
+        node("Relu", ["ob"], ["r"], name="fc2/relu"),
+        node("Add", ["r", "x"], ["y"], name="residual"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "transformer_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, hidden])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, hidden])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=9)

@@ -66,7 +66,7 @@ def ranking_stability(
     top = min(TOP, ops)
     order = np.lexsort((-times.mean(axis=0), -np.median(times, axis=0)))  # observed ranking
     ranked = order[_contenders(times[:, order], top)]  # still in observed order
-    medians = _resampled_medians(times[:, ranked], resamples, seed)
+    medians = resampled_medians(times[:, ranked], resamples, seed)
     firsts = np.argsort(-medians, axis=1, kind="stable")[:, :top]  # ties keep observed order
     p_top, p_top3 = np.zeros(ops), np.zeros(ops)
     p_top[ranked] = np.bincount(firsts[:, 0], minlength=len(ranked)) / resamples
@@ -84,8 +84,9 @@ def _contenders(times: np.ndarray, top: int) -> np.ndarray:
     return np.flatnonzero(times.max(axis=0) >= floor)
 
 
-def _resampled_medians(times: np.ndarray, resamples: int, seed: int) -> np.ndarray:
-    """Each op's median over `resamples` resamples of the iterations (resamples x ops)."""
+def resampled_medians(times: np.ndarray, resamples: int, seed: int) -> np.ndarray:
+    """Each op's median over `resamples` resamples of the iterations (resamples x ops); also
+    the structural diff's bootstrap of each node's time (analysis/structural_diff)."""
     n, ops = times.shape
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, n, size=(resamples, n))

@@ -1,5 +1,7 @@
-"""`aaco diff` (the CI gate's verdict on a session) and `aaco baseline create|list|show|pin`
-(the named baselines it compares with). The verdict and baseline text is report.verdict_text's."""
+"""`aaco diff` (the CI gate's verdict on a session; with --structure, two sessions' graphs
+aligned node by node) and `aaco baseline create|list|show|pin` (the named baselines it compares
+with). The verdict and baseline text is report.verdict_text's, the structure's
+report.structure_text's."""
 
 from __future__ import annotations
 
@@ -14,8 +16,11 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     """The gate's verdict on a session; exit 1 on a regression with --fail-on-regression.
     Decided side by side where the stored sessions cannot settle it (--paired auto, the
     default); by default, where the versions cannot be measured again, the stored verdict
-    stands."""
+    stands. With --structure A B: the structural diff of two sessions instead."""
     import json
+
+    if args.structure:
+        return cmd_structure(args, paths)
 
     from aaco_pipelines.governance.gate import gate_verdict
     from aaco_pipelines.manifest import require_unchanged
@@ -25,7 +30,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     lake = open_lake(paths.tracelake)
     verdict = gate_verdict(
         lake,
-        args.current,
+        args.current or "latest",
         baseline=args.baseline,
         threshold_pct=args.threshold,
         confidence=args.confidence,
@@ -59,6 +64,42 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     return 1 if args.fail_on_regression and verdict.regression else 0
 
 
+# The gate's options, which a structural diff has no use for: (attribute, as written).
+GATE_ONLY = (("baseline", "--baseline"), ("current", "--current"), ("paired", "--paired"),
+             ("fail_on_regression", "--fail-on-regression"))  # fmt: skip
+
+
+def cmd_structure(args, paths: AacoPaths) -> int:
+    """`aaco diff --structure A B`: what B ran differently from A, node by node (fusions lost
+    and gained, kernels per node, time per node with its CI)."""
+    import json
+
+    from aaco_pipelines.analysis.structural_diff import structural_diff
+    from aaco_pipelines.manifest import require_unchanged
+    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.report.structure_text import structure_headline, structure_tables
+    from aaco_pipelines.tracelake.queries import resolve_session
+
+    given = [flag for name, flag in GATE_ONLY if getattr(args, name)]
+    if given:
+        raise AacoInputError(
+            f"--structure compares two sessions; {', '.join(given)} belong to the gate",
+            fix="drop them, or drop --structure for the gate's verdict",
+        )
+    lake = open_lake(paths.tracelake)
+    a, b = (resolve_session(lake, s) if s == "latest" else s for s in args.structure)
+    diff = structural_diff(lake, a, b)  # an unknown id: one line from there
+    require_unchanged(lake, [a, b])  # aligned on their stored numbers: refused if they changed
+    if args.json:
+        print(json.dumps(diff.to_dict(), indent=2, default=str))
+        return 0
+    print(structure_headline(diff))
+    for title, rows in structure_tables(diff):
+        print(f"\n{title}")
+        print_table(rows)
+    return 0
+
+
 def add_diff_parser(sub) -> None:
     diff = sub.add_parser("diff", help="CI gate: is a session a regression against a baseline?")
     diff.add_argument(
@@ -66,7 +107,7 @@ def add_diff_parser(sub) -> None:
         help="baseline name or session id (default: the pinned baseline, else the previous "
         "5 sessions of the model)",
     )
-    diff.add_argument("--current", default="latest", help="session id, or latest (latest)")
+    diff.add_argument("--current", help="session id, or latest (latest)")
     diff.add_argument("--threshold", type=float, default=3.0, help="least p50 slowdown, %% (3)")
     diff.add_argument("--confidence", type=float, default=0.95, help="CI level (0.95)")
     diff.add_argument(
@@ -86,6 +127,14 @@ def add_diff_parser(sub) -> None:
     )
     diff.add_argument(
         "--rounds", type=int, default=20, help="side by side: interleaved rounds (20)"
+    )
+    diff.add_argument(
+        "--structure",
+        nargs=2,
+        metavar=("A", "B"),
+        help="instead of the gate: align two analysed sessions of one model (ids, or latest) "
+        "node by node: fusions lost and gained, kernels per node, kernels that came and went, "
+        "time per node with a bootstrap CI",
     )
     diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
     diff.set_defaults(func=cmd_diff)

@@ -82,6 +82,9 @@ RECOMMENDATIONS = {
     "{after} while this session was",
     "op_time": "profile op type {name} ({before} -> {after} per iteration): its kernels or "
     "their selection changed",
+    "fusion_change": "restore the fusion ({name}; {before} -> {after}): check the sidecar's "
+    "graph_optimization_level and disabled_optimizers, then the runtime and the model's "
+    "pattern; aaco diff --structure shows every fusion that changed",
     "kernel_count": "find why {name} launches more kernels ({before} -> {after}): a fusion or "
     "graph optimization may have been lost",
     "kernel_hardware": "compare kernel {name} as the hardware counted it ({before} -> {after}): "

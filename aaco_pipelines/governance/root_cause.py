@@ -5,7 +5,7 @@ Model. D = current p50 - baseline median p50 (per iteration), sigma = the baseli
 session-to-session sd (1.4826 MAD, at least `noise_floor` of the median) widened by the
 median's own error, tau = `effect_scale` * median: the typical size of a real change. Each
 suspect k (a binary change: model file, runtime, provider; or a measured one: op time, kernels,
-a kernel's counted work or occupancy, clocks) is a hypothesis "k alone caused D", with prior
+a kernel's counted work or occupancy, a fusion lost or gained, clocks) is a hypothesis "k alone caused D", with prior
 PRIORS[kind] shared equally by the suspects of that kind, and likelihood
 Cauchy(D; 0, hypot(sigma, tau)) * fit_k (real changes are heavy-tailed: a model swap that is 5x slower is rare but nothing like a 9-sigma noise
 draw; a Gaussian of scale tau would score it as improbable as noise), where fit_k =
@@ -25,28 +25,39 @@ import numpy as np
 import pyarrow as pa
 
 from aaco_pipelines.analysis.envelope import CONTENDED_SHARE
+from aaco_pipelines.analysis.structural_diff import FusionTotal, structural_diff
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
 
 # How often each kind of change is the cause of a performance regression, before looking at the
 # evidence: a judgment from release triage (model and runtime upgrades dominate; a kernel or op
 # regressing on its own, with nothing else changed, is rarer), not a measured frequency. Pass
-# RootCauseParams(priors=...) to use your own history.
+# RootCauseParams(priors=...) to use your own history. They sum to 1: the other kinds were
+# scaled down, roughly in proportion, to make room for fusion_change's 0.05 (they had drifted to
+# 1.15 as kinds were added; posteriors are normalized, so only the ratios matter, and those
+# barely moved).
 PRIORS: dict[str, float] = {
-    "model_version": 0.30,  # the model file changed (model_sha256)
-    "runtime": 0.20,  # ONNX Runtime / ROCm / driver (runtime_fingerprint)
-    "execution_provider": 0.10,  # the providers that actually ran (providers_used)
-    "clocks": 0.10,  # lower CPU / GPU clocks, power or thermal throttling (telemetry)
+    "model_version": 0.25,  # the model file changed (model_sha256)
+    "runtime": 0.17,  # ONNX Runtime / ROCm / driver (runtime_fingerprint)
+    "execution_provider": 0.08,  # the providers that actually ran (providers_used)
+    "clocks": 0.08,  # lower CPU / GPU clocks, power or thermal throttling (telemetry)
     # other processes held the host's CPUs on one side only (measurement_quality)
-    "host_contention": 0.10,
-    "op_time": 0.08,  # one op type's time per iteration (op_breakdown)
-    "kernel_count": 0.05,  # kernels per iteration of a family (kernel_events)
+    "host_contention": 0.08,
+    "op_time": 0.07,  # one op type's time per iteration (op_breakdown)
+    "kernel_count": 0.04,  # kernels per iteration of a family (kernel_events)
     # a kernel whose counted work per dispatch or occupancy moved with its time (kernel_diagnoses)
-    "kernel_hardware": 0.05,
-    "new_kernels": 0.04,  # kernels the baseline never ran
+    "kernel_hardware": 0.04,
+    # ONNX Runtime fused the nodes of a pattern on one side only (analysis/structural_diff): the
+    # usual way a runtime upgrade, another optimisation level or a re-exported model slows a
+    # model ("Graph Optimizations in ONNX Runtime", onnxruntime.ai/docs/performance/
+    # model-optimizations/graph-optimizations.html: the fusions differ by level and provider).
+    # Between op_time and kernel_count: it is what often lies behind both, but needs a fusion
+    # the runtime applies to change, which a plain kernel regression does not.
+    "fusion_change": 0.05,
+    "new_kernels": 0.03,  # kernels the baseline never ran
     "vanished_kernels": 0.01,  # kernels the current session no longer runs
-    "noise": 0.10,  # no real change: session-to-session noise
-    "unexplained": 0.02,  # a real change none of the suspects accounts for
+    "noise": 0.085,  # no real change: session-to-session noise
+    "unexplained": 0.015,  # a real change none of the suspects accounts for
 }
 RUNTIME_KEYS = (
     "onnxruntime_version",
@@ -115,9 +126,11 @@ def explain_change(
     sessions, base_ids = _sessions(lake, baseline_session_ids, current_session_id)
     delta = _delta(sessions, current_session_id, params)
     ids = {"base": base_ids, "cur": current_session_id}
+    newest = [r["session_id"] for r in sessions if r["session_id"] != current_session_id][-1]
     suspects = [
         *_environment_suspects(sessions, current_session_id, delta),
         *_op_suspects(lake, ids, delta, params),
+        *_fusion_suspects(lake, newest, current_session_id, delta),
         *_kernel_suspects(lake, ids, delta, params),
         *_clock_suspects(lake, ids, delta, params),
         *_contention_suspects(lake, ids, params),
@@ -340,6 +353,50 @@ def _material(
     """A change large relative to itself and to the latency: jitter of tiny ops is no suspect."""
     relative = np.abs(change) >= params.min_change * np.maximum(magnitude, 1e-9)
     return relative & (np.abs(change) >= params.min_latency_share * abs(delta.reference_profiled))
+
+
+def _fusion_suspects(lake: TraceLake, newest: str, current: str, delta: _Delta) -> list[Suspect]:
+    """Fusions the current session runs otherwise than the baseline's newest session
+    (analysis/structural_diff): one suspect per kind of change and fused op, since a
+    LayerNormalization fusion lost in 24 layers is one cause, credited its members' time
+    difference per profiled iteration with its CI."""
+    try:
+        diff = structural_diff(lake, newest, current)
+    except AacoInputError:  # a side not analysed: nothing to align
+        return []
+    return [
+        Suspect(
+            "fusion_change",
+            fusion_suspect_name(t, diff.confidence),
+            *_fusion_sides(t),
+            t.delta_ms,
+            _share(t.delta_ms * 1e6, delta.profiled),
+            detail={"fusion": t.to_dict(), "sessions": [newest, current]},
+        )
+        for t in diff.fusion_totals
+    ]
+
+
+def fusion_suspect_name(t: FusionTotal, confidence: float) -> str:
+    """'LayerNormalization fusion lost at /encoder/layer.3/LayerNorm: +0.4 ms (95% CI 0.3..0.5)'."""
+    more = f" and {t.count - 1} more" if t.count > 1 else ""
+    ci = ""
+    if t.ci_low_ms is not None:
+        ci = f" ({confidence:.0%} CI {t.ci_low_ms:+.3g}..{t.ci_high_ms:+.3g})"
+    return f"{t.label} fusion {t.change} at {t.where}{more}: {t.delta_ms:+.3g} ms{ci}"
+
+
+def _fusion_sides(t: FusionTotal) -> tuple[str, str]:
+    """Before and after: the fused op(s) or 'run apart', with kernels per iteration."""
+    fused = t.label.split(" -> ") if " -> " in t.label else [t.label, t.label]
+    if t.change == "lost":
+        fused[1] = "run apart"
+    if t.change == "gained":
+        fused[0] = "run apart"
+    return tuple(
+        f"{what}, {kernels:.3g} kernels/iteration"
+        for what, kernels in zip(fused, (t.kernels_a, t.kernels_b), strict=True)
+    )
 
 
 KERNEL_SQL = """
