@@ -76,6 +76,14 @@ class SessionBundle:
     def file(self, name: str) -> Path:
         return self.path / name
 
+    def optimized_model(self):
+        """The graph ONNX Runtime ran (an onnx.ModelProto, structure only, its weights left
+        out), when the bundle has it: attribution and the critical path read its nodes."""
+        import onnx
+
+        path = self.file("optimized_model.onnx")
+        return onnx.load(str(path), load_external_data=False) if path.is_file() else None
+
     def read_json(self, name: str) -> dict:
         return json.loads(self.file(name).read_text())
 

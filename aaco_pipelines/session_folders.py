@@ -38,7 +38,8 @@ from pathlib import Path
 
 from aaco_pipelines.bundle import write_json
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.errors import AacoInputError, Interrupted
+from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.journal import LakeJournal
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -291,6 +292,13 @@ def quarantine_on_failure(folder: Path, paths: AacoPaths, lake) -> Iterator[None
         with session_folder_held(folder):
             yield
     except BaseException as exc:
+        name = stop_requested()
+        if name is not None and not isinstance(exc, Interrupted):
+            # a library caught the stop signal's exception and raised its own (DuckDB: "Query
+            # interrupted"): the session was stopped, not broken
+            stopped = Interrupted(name)
+            abandon(folder, paths, lake, stopped)
+            raise stopped from exc
         abandon(folder, paths, lake, exc)
         raise
 

@@ -8,6 +8,7 @@ storage and locking are the stage's; an asset runs no SQL.
 from aaco_pipelines.assets.attribution import kernel_attribution
 from aaco_pipelines.assets.benchmark import benchmark_run
 from aaco_pipelines.assets.bottleneck import bottleneck_report
+from aaco_pipelines.assets.critical_path import critical_path
 from aaco_pipelines.assets.drift import performance_drift
 from aaco_pipelines.assets.envelope import hardware_envelope
 from aaco_pipelines.assets.graph import onnx_graph
@@ -29,6 +30,7 @@ MODEL_ASSETS = [
     collected_traces,
     tracelake_session,
     kernel_attribution,
+    critical_path,
     bottleneck_report,
     performance_drift,
 ]

@@ -31,12 +31,12 @@ from aaco_pipelines.stages.diagnose import Diagnosis, diagnose
 )
 def bottleneck_report(
     context: dg.AssetExecutionContext,
-    kernel_attribution: dict,
+    critical_path: dict,
     tracelake: TraceLakeResource,
     runner: BenchmarkRunnerResource,
     registry: ModelRegistryResource,
 ) -> dict:
-    session_id, metrics = kernel_attribution["session_id"], kernel_attribution["metrics"]
+    session_id, metrics = critical_path["session_id"], critical_path["metrics"]
     diagnosis = diagnose(tracelake.lake, session_id, metrics, runner.target)
     choice = diagnosis.choice
     if choice.measured_now:  # measured on demand: a materialization of hardware_envelope too,
@@ -45,7 +45,7 @@ def bottleneck_report(
         context.log_event(dg.AssetMaterialization(hardware_envelope.key, metadata=metadata))
     context.add_output_metadata(_metadata(diagnosis, registry.paths.home))
     report = diagnosis.report
-    return {**kernel_attribution, "bottleneck": report.bottleneck, "confidence": report.confidence}
+    return {**critical_path, "bottleneck": report.bottleneck, "confidence": report.confidence}
 
 
 def _metadata(diagnosis: Diagnosis, home) -> dict:

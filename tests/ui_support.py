@@ -27,6 +27,7 @@ MODEL_ASSET_KEYS = [  # what the measure_model job materializes per partition
     "collected_traces",
     "tracelake_session",
     "kernel_attribution",
+    "critical_path",
     "bottleneck_report",
     "performance_drift",
 ]

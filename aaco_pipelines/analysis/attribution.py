@@ -432,6 +432,10 @@ nested AS (
 SELECT {KERNEL_COLUMNS.replace("duration_ns", "greatest(duration_ns - coalesce(nested.ns, 0), 0)::BIGINT AS duration_ns")}
 FROM nodes LEFT JOIN nested USING (event_id)
 """
+# What places a device kernel on its queue after its launch call (analysis.device_path): its
+# queue and stream, its correlation id, and its start on the profiler's clock, which the API
+# calls share (`start_ns` of an attributed kernel is moved onto the profile's clock).
+DEVICE_COLUMNS = "queue_id, stream_id, correlation_id, start_ns AS trace_start_ns"
 DEVICE_KERNELS_SQL = """
 SELECT * FROM kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel'
 """
@@ -439,7 +443,7 @@ SELECT * FROM kernel_events_with_family WHERE session_id = $sid AND category = '
 # taken as stored, read by the breakdown and the metrics in DuckDB (exporting 10^7 kernels to
 # Arrow cost 1 s per 2M kernels and held them all in memory).
 NAMED_KERNELS_SQL = f"""
-SELECT {KERNEL_COLUMNS} FROM kernel_events_with_family
+SELECT {KERNEL_COLUMNS}, {DEVICE_COLUMNS} FROM kernel_events_with_family
 WHERE session_id = $sid AND category = 'Kernel' AND iteration >= 0
 """
 
@@ -480,6 +484,10 @@ def session_kernels(lake, session_id: str) -> pa.Table | str:
             "kernel_name": device["kernel_name"],
             "kernel_family": device["kernel_family"],
             "attribution_method": attribution["method"].cast(pa.string()),
+            "queue_id": device["queue_id"],
+            "stream_id": device["stream_id"],
+            "correlation_id": device["correlation_id"],
+            "trace_start_ns": device["start_ns"],
         }
     )
     return kernels.filter(pc.fill_null(pc.greater_equal(kernels["iteration"], 0), False))

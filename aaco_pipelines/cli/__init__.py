@@ -5,7 +5,7 @@ a bug's traceback too, is redacted: no connection-string password reaches the te
 
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
 registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
-governance (diff, baseline), detector (detector arl|design), services (ui, worker, sweep),
+governance (diff, baseline), whatif, detector (detector arl|design), services (ui, worker, sweep),
 doctor, evidence (verify) and restore; common holds what they share. Each imports its heavy
 modules inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
 stages' pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
@@ -34,6 +34,7 @@ from aaco_pipelines.cli import (
     reports,
     restore,
     services,
+    whatif,
 )
 from aaco_pipelines.config import AacoPaths, old_home_notice
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     detector.add_parser(sub)
     reports.add_parser(sub)  # export, report
     governance.add_parser(sub)  # diff, baseline
+    whatif.add_parser(sub)
     services.add_sweep_parser(sub)
     cluster.add_parser(sub)  # cluster up|env|status|down
     doctor.add_parser(sub)

@@ -8,8 +8,12 @@ coverage check and `aaco ingest`'s optimized graph, so each opens its session th
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tempfile
 from pathlib import Path
 
+from aaco_pipelines.atomic_file import write_atomically
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.providers import amd_gpu_visible, choose_providers
 
@@ -26,11 +30,26 @@ def session_options(ort, request: dict, profile_prefix: Path | None = None):
     options = ort.SessionOptions()
     level = OPTIMIZATION_LEVELS[request.get("graph_optimization_level", "all")]
     options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    parallel = request.get("execution_mode") == "parallel"
+    options.execution_mode = getattr(
+        ort.ExecutionMode, "ORT_PARALLEL" if parallel else "ORT_SEQUENTIAL"
+    )
+    if parallel and request.get("streams"):
+        options.add_session_config_entry(
+            "session.node_partition_config_file", str(streams_file(request["streams"]))
+        )
+    if request.get("inter_op_threads"):
+        options.inter_op_num_threads = request["inter_op_threads"]
+    if request.get("intra_op_threads"):
+        options.intra_op_num_threads = request["intra_op_threads"]
     lab = request.get("laboratory")
-    if lab:
+    if lab:  # the laboratory's cores decide the threads; the sidecar's mode stays
         options.intra_op_num_threads = lab["intra_op_threads"]
-        options.inter_op_num_threads = lab["inter_op_threads"]
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.inter_op_num_threads = (
+            request.get("inter_op_threads") or lab["inter_op_threads"]
+            if parallel
+            else lab["inter_op_threads"]
+        )
         # The runtime's own spinning threads would pin cores we did not choose.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if request.get("generation"):
@@ -42,6 +61,25 @@ def session_options(ort, request: dict, profile_prefix: Path | None = None):
         options.enable_profiling = True
         options.profile_file_prefix = str(profile_prefix)
     return options
+
+
+def streams_file(streams) -> Path:
+    """ONNX Runtime's node partition file for these streams (its DeviceBasedPartitioner's JSON:
+    one list of node names per stream, each on the CPU, device type "0"; the format of
+    onnxruntime/test/testdata/multi_stream_models/3_gpu_streams.json). Named by its content in
+    the temporary folder: the same streams reuse one file."""
+    text = json.dumps(
+        {
+            "type": "DeviceBasedPartitioner",
+            "streams": [list(stream) for stream in streams],
+            "devices": ["0"] * len(streams),
+        }
+    )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"aaco-ort-streams-{digest}.json"
+    if not path.is_file():
+        write_atomically(path, text.encode())
+    return path
 
 
 def resolve_providers(ort, request: dict) -> list[str]:

@@ -116,6 +116,10 @@ class BenchmarkRequest:
     providers: tuple[str, ...] = ()
     graph_optimization_level: str = "all"  # ONNX Runtime's, as the sidecar names it
     disabled_optimizers: tuple[str, ...] = ()
+    execution_mode: str = "sequential"  # ONNX Runtime's, as the sidecar names it
+    inter_op_threads: int | None = None  # None: the runtime's choice
+    intra_op_threads: int | None = None
+    streams: tuple[tuple[str, ...], ...] = ()  # parallel mode: runtime nodes per stream
     target: str = "cpu"
     laboratory: LaboratorySettings | None = None
     seed: int = 0

@@ -11,6 +11,10 @@
     execution_providers: [MIGraphXExecutionProvider, CPUExecutionProvider]
     graph_optimization_level: all # ONNX Runtime's: disabled | basic | extended | all
     disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
+    execution_mode: parallel      # ONNX Runtime's: sequential (default) | parallel (inter-op)
+    inter_op_threads: 2           # threads running independent nodes at once (parallel mode)
+    intra_op_threads: 1           # threads inside one node (default: the runtime's choice)
+    streams: [[a1, a2, join], [b1]]  # parallel mode: the runtime nodes each thread runs in order
     tags: {family: bert}
     generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: output_tokens >= 2
     counters: true                # hardware counter passes (rocprofv3 --pmc; AMD GPU hosts)
@@ -47,6 +51,10 @@ KNOWN_KEYS = {
     "execution_providers",
     "graph_optimization_level",
     "disabled_optimizers",
+    "execution_mode",
+    "inter_op_threads",
+    "intra_op_threads",
+    "streams",
     "tags",
     "generation",
     "counters",
@@ -56,6 +64,7 @@ GENERATION_KEYS = {
     "target_qps", "slo", "curves", "kv_cache",
 }  # fmt: skip
 GRAPH_OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
+EXECUTION_MODES = ("sequential", "parallel")
 INPUT_KEYS = {"shape", "dtype", "low", "high"}
 # What a sidecar may give as an input's dtype: the numeric tensor types test data is made for.
 SIDECAR_DTYPES = (
@@ -89,6 +98,13 @@ class ModelSidecar:
     execution_providers: tuple[str, ...] = ()
     graph_optimization_level: str = "all"
     disabled_optimizers: tuple[str, ...] = ()
+    execution_mode: str = "sequential"
+    inter_op_threads: int | None = None  # None: the runtime's choice
+    intra_op_threads: int | None = None
+    # parallel mode: the runtime nodes each stream (thread) runs, in order. ONNX Runtime 1.22
+    # runs an all-CPU graph as one stream even in parallel mode unless told its streams
+    # (session.node_partition_config_file)
+    streams: tuple[tuple[str, ...], ...] = ()
     tags: dict[str, str] = field(default_factory=dict)
     generation: GenerationWorkload | None = (
         None  # None: not declared (the graph may still be a decoder)
@@ -109,6 +125,7 @@ class ModelSidecar:
             data["inputs"][name]["shape"] = list(data["inputs"][name]["shape"])
         data["execution_providers"] = list(self.execution_providers)
         data["disabled_optimizers"] = list(self.disabled_optimizers)
+        data["streams"] = [list(stream) for stream in self.streams]
         return data
 
     def save(self, path: Path) -> None:
@@ -165,8 +182,19 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         raise _wrong(
             "graph_optimization_level", level, "a level", path, "all", GRAPH_OPTIMIZATION_LEVELS
         )
+    mode = data.get("execution_mode", "sequential")
+    if mode not in EXECUTION_MODES:
+        raise _wrong("execution_mode", mode, "a mode", path, "parallel", EXECUTION_MODES)
+    threads = {
+        key: None if data.get(key) is None else _count(data, key, path, 1)
+        for key in ("inter_op_threads", "intra_op_threads")
+    }
+    streams = _streams(data.get("streams"), mode, path)
     return ModelSidecar(
         inputs=_inputs(data.get("inputs"), path),
+        execution_mode=mode,
+        streams=streams,
+        **threads,
         execution_providers=_names(
             data.get("execution_providers"), "execution_providers", path, "[CPUExecutionProvider]"
         ),
@@ -180,6 +208,24 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         counters=counters,
         **counts,
     )
+
+
+def _streams(streams, mode: str, path: Path) -> tuple[tuple[str, ...], ...]:
+    """The parallel mode's streams: lists of runtime node names (none: the runtime's own)."""
+    if streams is None or streams == []:
+        return ()
+    example = "[[a1, a2, join], [b1]]"
+    if not isinstance(streams, list) or not all(
+        isinstance(s, list) and s and all(isinstance(n, str) and n for n in s) for s in streams
+    ):
+        raise _wrong("streams", streams, "a list of lists of node names", path, example)
+    if mode != "parallel":
+        raise AacoInputError(
+            "streams are run in parallel only with execution_mode: parallel",
+            path=path,
+            fix="add execution_mode: parallel, or remove streams",
+        )
+    return tuple(tuple(stream) for stream in streams)
 
 
 def _generation(data, path: Path) -> GenerationWorkload:

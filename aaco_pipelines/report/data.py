@@ -99,6 +99,10 @@ class ReportData:
     # each GPU kernel's occupancy, counted work and class; the counted roofline per node
     kernel_diagnoses: pa.Table  # most time first (empty on the CPU provider)
     counter_roofline: pa.Table
+    # the critical path (analysis/critical_path.py): the session's row, and per node, best
+    # 2x gain first (empty for a session analysed before v17, or with no iterations)
+    critical_path: dict | None
+    critical_path_nodes: pa.Table
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
@@ -180,6 +184,19 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         counter_roofline=rows(
             "SELECT * EXCLUDE (session_id) FROM counter_roofline WHERE session_id = $sid "
             "ORDER BY time_ns DESC LIMIT $n",
+            n=TOP_KERNELS,
+        ),
+        critical_path=next(
+            iter(
+                rows(
+                    "SELECT * EXCLUDE (session_id) FROM critical_paths WHERE session_id = $sid"
+                ).to_pylist()
+            ),
+            None,
+        ),
+        critical_path_nodes=rows(
+            "SELECT * EXCLUDE (session_id) FROM critical_path_nodes WHERE session_id = $sid "
+            "ORDER BY gain_2x_ns DESC NULLS LAST, critical_ns DESC, kernel_ns DESC LIMIT $n",
             n=TOP_KERNELS,
         ),
     )

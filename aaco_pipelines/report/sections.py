@@ -53,6 +53,7 @@ def report_sections(content: dict) -> list[Section]:
         _time(content),
         _roofline(content["roofline"]),
         *([_kernels(content["kernels"])] if content["kernels"]["diagnoses"] else []),
+        *([_critical_path(content["critical_path"])] if content.get("critical_path") else []),
         _telemetry(content["telemetry"]),
         _drift(content["drift"]),
         *([_generation(content["generation"])] if content.get("generation") else []),
@@ -416,6 +417,37 @@ def _kernels(kernels: dict) -> Section:
             )
         )
     return Section("kernels", "Kernels: occupancy, counters, class", text, tables)
+
+
+CRITICAL_PATH_COLUMNS = [
+    ("onnx_node", "node", None),
+    ("runtime_node", "runtime node", None),
+    ("gain_2x_ns", "saved at 2x", duration),
+    ("kernel_ns", "time / iter", duration),
+    ("critical_ns", "on the path", duration),
+    ("slack_ns", "slack", duration),
+    ("overlap_ns", "hidden (overlap)", duration),
+]
+
+
+def _critical_path(path: dict) -> Section:
+    """What to fix first: nodes ranked by the end-to-end time a 2x faster one saves, re-timed
+    on the iteration's DAG; with each one's time on the critical path and its slack."""
+    dag = "kernels on device queues behind their host launches"
+    if path["dag"] == "host_threads":
+        dag = "node executions on the runtime's threads"
+    text = [
+        f"Each profiled iteration as a DAG of {dag}, over {path['iterations']} iterations: "
+        f"critical path {duration(path['path_p50_ns'])} per iteration, "
+        f"{_maybe(path['host_share'], '{:.0%}')} of it not covered by node time (host launches, "
+        f"scheduling, the executor's own time); parallelism "
+        f"{_maybe(path['parallelism'], '{:.2f}')}.",
+        "Share is not impact: a node's gain is the re-timed DAG's, not its share of time "
+        "(`aaco whatif --node N --speedup S` for any speedup).",
+        *(f"Caveat: {caveat}" for caveat in path["caveats"]),
+    ]
+    table = Table("What to fix first: saved end to end at 2x", path["nodes"], CRITICAL_PATH_COLUMNS)
+    return Section("critical-path", "Critical path: what to fix first", text, [table])
 
 
 def _telemetry(series: list[dict]) -> Section:

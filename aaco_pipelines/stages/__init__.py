@@ -8,6 +8,7 @@ In order, for one session:
     collect       (collected_traces)    the bundle's evidence parsed into TraceLake tables
     load          (tracelake_session)   those tables and the device trace in one transaction
     attribute     (kernel_attribution)  kernel time per ONNX node and op type, derived metrics
+    critical_path (critical_path)       each iteration's critical path, slack, 2x gain per node
     diagnose      (bottleneck_report)   the envelope it is judged against, roofline, bottleneck
     judge_drift   (performance_drift)   each metric's history and the verdict; the session is
                                         complete (visible to readers) when it commits

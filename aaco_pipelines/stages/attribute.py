@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import onnx
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -42,9 +41,7 @@ class Attribution:
 def attribute(lake: TraceLake, bundle: SessionBundle) -> Attribution:
     """Attribute the session's kernels to ONNX nodes and derive its metrics; stored."""
     with session_folder_held(bundle.path, bundle.session_id), lake.reading():
-        path = bundle.file("optimized_model.onnx")
-        optimized = onnx.load(str(path), load_external_data=False) if path.is_file() else None
-        tables = attribute_session(lake, bundle.session_id, optimized)
+        tables = attribute_session(lake, bundle.session_id, bundle.optimized_model())
         kernels, ranking = tables.pop("kernels"), tables.pop("ranking")
         tables["derived_metrics"] = session_metrics(lake, bundle.session_id, kernels, ranking)
         lake.replace_session_rows(bundle.session_id, tables)

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.classification import BottleneckReport, classify_bottleneck
+from aaco_pipelines.analysis.classification import (
+    BottleneckReport,
+    Recommendation,
+    classify_bottleneck,
+)
+from aaco_pipelines.analysis.critical_path import fix_first, node_gains
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.envelope_choice import EnvelopeChoice, session_envelope
 from aaco_pipelines.analysis.evidence import (
@@ -105,8 +110,13 @@ def explain(
     evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
     report = classify_bottleneck(evidence, evidence_means(metrics, mean_utilization))
     kernels = diagnose_kernels(lake, session_id, envelope)
-    found = recommendations(kernels, len(report.recommendations) + 1)
-    report = dataclasses.replace(report, recommendations=[*report.recommendations, *found])
+    first = [
+        Recommendation(len(report.recommendations) + i, action, why)
+        for i, (action, why) in enumerate(fix_first(lake, session_id), 1)
+    ]
+    rank = len(report.recommendations) + len(first) + 1
+    found = recommendations(kernels, rank, node_gains(lake, session_id))
+    report = dataclasses.replace(report, recommendations=[*report.recommendations, *first, *found])
     summary = report.to_dict()
     row = {
         "session_id": session_id,

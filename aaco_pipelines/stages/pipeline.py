@@ -18,6 +18,7 @@ from aaco_pipelines.registry.scan import RegisteredModel
 from aaco_pipelines.session_folders import quarantine_on_failure
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.collect import collect
+from aaco_pipelines.stages.critical_path import find_critical_path
 from aaco_pipelines.stages.diagnose import diagnose
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.judge_drift import judge_drift
@@ -69,9 +70,11 @@ def check_generation(loaded: LoadedSession, model: RegisteredModel) -> None:
 
 
 def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:
-    """attribute → diagnose → judge drift for a loaded session; its headline findings."""
+    """attribute → critical path → diagnose → judge drift for a loaded session; its headline
+    findings."""
     lake = TraceLake(paths.tracelake)
     attribution = attribute(lake, bundle)
+    find_critical_path(lake, bundle)
     # A trace ingested from a GPU is judged against that GPU, never against this host.
     diagnosis = diagnose(lake, bundle.session_id, attribution.metrics, target)
     drift = judge_drift(lake, bundle)

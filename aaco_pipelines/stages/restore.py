@@ -12,6 +12,7 @@ Table by table, how each comes back:
     graph_nodes, graph_edges, kernel_symbols, and measurement_quality for a measured session
     (`aaco ingest` never judged one).
   - attribute: node_attribution, op_breakdown, phase_breakdown, derived_metrics.
+  - critical path: critical_paths, critical_path_nodes.
   - diagnose: roofline_points and bottleneck_reports, judged against the envelope the session
     was judged against then.
   - judge_drift: drift_verdicts and completed_sessions; then the false-discovery sweeps of
@@ -60,6 +61,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.fdr import control_sweep
 from aaco_pipelines.session_folders import failed_folders, is_held, published_bundles
 from aaco_pipelines.stages.attribute import attribute
+from aaco_pipelines.stages.critical_path import find_critical_path
 from aaco_pipelines.stages.diagnose import explain
 from aaco_pipelines.stages.judge_drift import judge_drift
 from aaco_pipelines.stages.load import load, load_session
@@ -274,6 +276,7 @@ def _load_and_analyse(
         load(lake, bundle, complete=not analysed, verify=False, scratch=scratch)
     if analysed:
         attribution = attribute(lake, bundle)
+        find_critical_path(lake, bundle)
         envelope_id, envelope, note = judged_against(lake, session_id, journal)
         explain(lake, session_id, attribution.metrics, envelope_id, envelope, note=note)
         judge_drift(lake, bundle)

@@ -3,6 +3,8 @@ runs none of its own: its queries are here)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -292,3 +294,11 @@ def generation_summary(lake: TraceLake, session_id: str) -> dict[tuple[str, str]
     """A generation session's own figures of each scenario, as {(run, metric): value}."""
     rows = lake.query(GENERATION_SUMMARY_SQL, [session_id]).to_pylist()
     return {(r["run"], r["metric"]): r["value"] for r in rows}
+
+
+def session_bundle_path(lake: TraceLake, session_id: str) -> Path | None:
+    """Where the session's bundle was published (None when the row names none)."""
+    rows = lake.query(
+        "SELECT bundle_path FROM session_records WHERE session_id = ?", [session_id]
+    ).to_pylist()
+    return Path(rows[0]["bundle_path"]) if rows and rows[0]["bundle_path"] else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 16  # v16: kernel_places, kernel_diagnoses, counter_roofline (kernel diagnosis)
+SCHEMA_VERSION = 17  # v17: critical_paths, critical_path_nodes (critical path and what-if)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -554,6 +554,39 @@ KERNEL_SYMBOLS = pa.schema(
     ]
 )
 
+# v17: the critical path of each profiled iteration (analysis/critical_path.py): one row per
+# session, and one per (runtime node, original ONNX node it executes); times are medians over
+# the profiled iterations, in ns per iteration.
+CRITICAL_PATHS = pa.schema(
+    [
+        ("session_id", _str),
+        ("dag", _str),  # host_threads (node executions on host threads) | device_queues
+        ("iterations", _i64),
+        ("span_p50_ns", _f64),  # an iteration, from its start to its end
+        ("path_p50_ns", _f64),  # its critical path
+        ("node_time_on_path_p50_ns", _f64),  # node executions / kernels on the path
+        ("host_share", _f64),  # of the path: host launches, scheduling, the executor's own time
+        ("parallelism", _f64),  # node (kernel) time over the node time on the path
+        ("caveats_json", _str),
+    ]
+)
+CRITICAL_PATH_NODES = pa.schema(
+    [
+        ("session_id", _str),
+        ("runtime_node", _str),
+        ("runtime_op_type", _str),
+        ("onnx_node", _str),  # "(unmatched) <runtime node>" when the attribution found none
+        ("onnx_op_type", _str),
+        ("share", _f64),  # of the runtime node's time that the ONNX node holds (attribution)
+        ("kernel_ns", _f64),  # of the runtime node, per iteration
+        ("critical_ns", _f64),  # of it on the critical path
+        ("slack_ns", _f64),  # how much longer it could take without delaying the iteration
+        ("overlap_ns", _f64),  # kernel - critical: hidden behind other work
+        ("executions_per_iteration", _f64),
+        ("gain_2x_ns", _f64),  # end-to-end time saved if it ran 2x faster (re-timed DAG)
+    ]
+)
+
 # A session is complete once its analysis is committed: the last write of a session, in the
 # transaction of its drift verdicts. Until then its rows are invisible to readers.
 COMPLETED_SESSIONS = pa.schema([("session_id", _str), ("completed_at", _ts)])
@@ -587,6 +620,8 @@ TABLES: dict[str, pa.Schema] = {
     "kernel_places": KERNEL_PLACES,
     "kernel_diagnoses": KERNEL_DIAGNOSES,
     "counter_roofline": COUNTER_ROOFLINE,
+    "critical_paths": CRITICAL_PATHS,
+    "critical_path_nodes": CRITICAL_PATH_NODES,
     "completed_sessions": COMPLETED_SESSIONS,
 }
 # Tables stored under another name: every session row lives in session_records, and `sessions`

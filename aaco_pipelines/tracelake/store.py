@@ -135,6 +135,7 @@ MIGRATIONS: dict[int, list[str]] = {
         "ALTER TABLE IF EXISTS kernel_events_trace ADD COLUMN IF NOT EXISTS accum_vgpr_count BIGINT",
     ],
     16: [],  # kernel_places, kernel_diagnoses, counter_roofline: created as missing tables
+    17: [],  # critical_paths, critical_path_nodes: created as missing tables
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

@@ -1,0 +1,515 @@
+"""Which node, made faster, makes the model faster, and by how much: the critical path of each
+profiled iteration, every node's slack, and what-if re-timing.
+
+Share is not impact: a node that overlaps with others, or waits on the host, can hold 30 % of
+kernel time and none of the critical path. So every session gets, per runtime node (and, through
+the attribution, per original ONNX node):
+
+- `critical_ns`: its time on the critical path per iteration (median over the profiled
+  iterations), `slack_ns`: how much longer it could take without delaying the iteration;
+  `overlap_ns` = its time off the path (hidden behind others);
+- `gain_2x_ns`: the end-to-end time a 2x faster node saves, by re-timing the DAG (never by
+  subtracting shares), for the nodes that could matter (see `GAIN_CANDIDATES`);
+- for the session: the path's time, and the share of it the node executions do not cover
+  (the host's share: launches and scheduling on a GPU, the executor's own time between nodes
+  on a CPU).
+
+Two DAGs, by what the trace holds: a CPU session's node executions on host threads
+(`host_dag`), or a GPU trace's kernels on device queues behind their host launches
+(`device_path`). `what_if` re-times either with some nodes' durations divided by a speedup and
+predicts the session's p50 latency as its measured p50 moved by the median change per
+profiled iteration (with a bootstrap interval over those iterations).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx
+import pyarrow as pa
+from scipy import stats
+
+from aaco_pipelines.analysis import host_dag as dag_module
+from aaco_pipelines.analysis.attribution import (
+    graph_from_nodes,
+    session_model_sha,
+    with_profiled_nodes,
+)
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.schema import CRITICAL_PATH_NODES, CRITICAL_PATHS, conform
+
+# Nodes whose 2x-faster gain is re-timed: the longest by kernel time. A node outside them saves
+# at most half its own time, less than the last of them can: once the best gain found exceeds
+# that, no other node can beat it (`gain_candidates`).
+GAIN_CANDIDATES = 20
+SELECTORS = ("node", "op_type", "kernel_family")
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """A predicted end-to-end latency with some nodes made faster (or slower)."""
+
+    session_id: str
+    selector: str  # node | op_type | kernel_family
+    value: str
+    speedup: float
+    runtime_nodes: list[str]  # the runtime nodes re-timed, with their effective speedup
+    current_p50_ms: float  # the session's measured p50
+    predicted_p50_ms: float
+    change_ms: float  # predicted - current (negative: faster)
+    change_low_ms: float  # its bootstrap interval over the profiled iterations
+    change_high_ms: float
+    iterations: int  # profiled iterations the prediction rests on
+    share_of_kernel_time: float  # what the re-timed nodes hold: share is not impact
+    dag: str  # host_threads | device_queues
+    caveats: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# --- the session's DAG -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionDag:
+    """A session's DAG of one kind, with what every answer needs from it."""
+
+    kind: str  # host_threads | device_queues
+    host: dag_module.HostDag | None
+    device: object | None  # analysis.device_path's, for a GPU trace
+    caveats: list[str]
+    kernels: pa.Table | str | None = None  # a GPU trace's kernels with their node (attribution)
+
+
+def session_dag(lake, session_id: str, optimized: onnx.ModelProto | None) -> SessionDag | None:
+    """The session's DAG: its device queues when it has device kernels, else its host node
+    executions; None when it has neither (no profiled iterations)."""
+    if _has_device_kernels(lake, session_id):
+        from aaco_pipelines.analysis import device_path
+        from aaco_pipelines.analysis.attribution import session_kernels
+
+        kernels = session_kernels(lake, session_id)
+        device = device_path.device_critical_path(lake, session_id, kernels)
+        if device is not None:
+            return SessionDag("device_queues", None, device, list(device.caveats), kernels)
+    host = dag_module.host_dag(lake, session_id, runtime_graph(lake, session_id, optimized))
+    if host is None:
+        return None
+    caveats = [] if optimized is not None else [NO_RUNTIME_GRAPH]
+    return SessionDag("host_threads", host, None, caveats + _profiling_caveat(lake, session_id))
+
+
+PROFILING_CAVEAT_PCT = 50.0  # profiled iterations this much slower than measured get a caveat
+
+
+def _profiling_caveat(lake, session_id: str) -> list[str]:
+    """The profiler's own slowdown, when it is large: node times are then mostly its
+    bookkeeping, and the re-timed changes (scaled to the measured p50) are rougher."""
+    rows = lake.query(
+        "SELECT profiling_overhead_pct FROM session_records WHERE session_id = ?", [session_id]
+    ).to_pylist()
+    overhead = rows[0]["profiling_overhead_pct"] if rows else None
+    if overhead is None or overhead < PROFILING_CAVEAT_PCT:
+        return []
+    return [
+        f"profiled iterations took {1 + overhead / 100:.1f}x the measured p50 (the profiler's "
+        "own time on small nodes): changes are re-timed on them and scaled to the measured p50"
+    ]
+
+
+def _has_device_kernels(lake, session_id: str) -> bool:
+    rows = lake.query(
+        "SELECT 1 FROM kernel_events WHERE session_id = $sid AND category = 'Kernel' LIMIT 1",
+        {"sid": session_id},
+    )
+    return rows.num_rows > 0
+
+
+NO_RUNTIME_GRAPH = (
+    "no runtime graph in the bundle (optimized_model.onnx): data dependencies are the "
+    "original graph's, as the profile names its nodes"
+)
+
+
+def runtime_graph(lake, session_id: str, optimized: onnx.ModelProto | None) -> onnx.GraphProto:
+    """The graph ONNX Runtime ran, as its profile names the nodes."""
+    if optimized is not None:
+        graph = optimized.graph
+    else:
+        sha = session_model_sha(lake, session_id)
+        graph = graph_from_nodes(
+            lake.query("SELECT * FROM graph_nodes WHERE model_sha256 = ?", [sha])
+        )
+    return with_profiled_nodes(graph, lake, session_id)
+
+
+# --- critical path, slack, gains ---------------------------------------------------------
+
+
+def critical_path(lake, session_id: str, optimized: onnx.ModelProto | None) -> dict[str, pa.Table]:
+    """The session's CRITICAL_PATHS row and CRITICAL_PATH_NODES rows (empty without a DAG)."""
+    dag = session_dag(lake, session_id, optimized)
+    if dag is None:
+        return {
+            "critical_paths": CRITICAL_PATHS.empty_table(),
+            "critical_path_nodes": CRITICAL_PATH_NODES.empty_table(),
+        }
+    if dag.kind == "host_threads":
+        summary, nodes = _host_critical_path(dag.host)
+    else:
+        summary, nodes = _device_critical_path(lake, session_id, dag.device)
+    nodes = _with_gains(lake, session_id, dag, nodes)
+    nodes = _onnx_nodes(lake, session_id, nodes)
+    summary = {"session_id": session_id, "dag": dag.kind, **summary}
+    summary["caveats_json"] = json.dumps(dag.caveats)
+    return {
+        "critical_paths": conform(pa.Table.from_pylist([summary]), CRITICAL_PATHS),
+        "critical_path_nodes": conform(
+            nodes.add_column(0, "session_id", pa.array([session_id] * nodes.num_rows, pa.string())),
+            CRITICAL_PATH_NODES,
+        ),
+    }
+
+
+def _host_critical_path(dag: dag_module.HostDag) -> tuple[dict, pa.Table]:
+    finish = dag_module.finishes(dag, dag.duration)
+    on_path = dag_module.critical_executions(dag, finish)
+    slack = dag_module.slack(dag, finish)
+    iterations, nodes = len(dag.iterations), len(dag.nodes)
+    cell = dag.iteration * nodes + dag.node  # (iteration, node)
+    kernel = np.bincount(cell, dag.duration, iterations * nodes).reshape(iterations, nodes)
+    critical = np.bincount(cell, dag.duration * on_path, iterations * nodes)
+    critical = critical.reshape(iterations, nodes)
+    least_slack = np.full(iterations * nodes, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(least_slack, cell, slack)
+    ran = np.bincount(cell, minlength=iterations * nodes).reshape(iterations, nodes) > 0
+    least_slack = np.where(ran, least_slack.reshape(iterations, nodes), np.nan)
+    executions = np.bincount(cell, minlength=iterations * nodes).reshape(iterations, nodes)
+    span = dag.run_end - dag.run_start
+    path_nodes = critical.sum(axis=1)
+    summary = {
+        "iterations": iterations,
+        "span_p50_ns": float(np.median(span)),
+        "path_p50_ns": float(np.median(span)),  # the path runs from the run's start to its end
+        "node_time_on_path_p50_ns": float(np.median(path_nodes)),
+        "host_share": float(np.median(1 - path_nodes / np.maximum(span, 1))),
+        "parallelism": float(np.median(kernel.sum(axis=1) / np.maximum(path_nodes, 1))),
+    }
+    table = pa.table(
+        {
+            "runtime_node": pa.array(dag.nodes.astype(object), pa.string()),
+            "runtime_op_type": pa.array(dag.op_types, pa.string()),
+            "kernel_ns": np.median(kernel, axis=0),
+            "critical_ns": np.median(critical, axis=0),
+            "slack_ns": np.nanmedian(np.where(ran, least_slack, np.nan), axis=0),
+            "executions_per_iteration": np.median(executions, axis=0).astype(np.float64),
+        }
+    )
+    return summary, _overlap(table)
+
+
+def _device_critical_path(lake, session_id: str, device) -> tuple[dict, pa.Table]:
+    per_iteration = device.per_iteration
+    span = np.asarray(per_iteration["span_ns"].to_numpy(zero_copy_only=False), np.float64)
+    path = np.asarray(per_iteration["path_ns"].to_numpy(zero_copy_only=False), np.float64)
+    host = np.asarray(per_iteration["host_ns"].to_numpy(zero_copy_only=False), np.float64)
+    nodes = device.per_node
+    kernel_total = float(np.nansum(nodes["kernel_ns"].to_numpy(zero_copy_only=False)))
+    path_device = path - host
+    summary = {
+        "iterations": per_iteration.num_rows,
+        "span_p50_ns": float(np.median(span)) if len(span) else None,
+        "path_p50_ns": float(np.median(path)) if len(path) else None,
+        "node_time_on_path_p50_ns": float(np.median(path_device)) if len(path) else None,
+        "host_share": float(device.host_share) if device.host_share is not None else None,
+        "parallelism": kernel_total / float(np.median(path_device)) if len(path) else None,
+    }
+    table = pa.table(
+        {
+            "runtime_node": nodes["node_name"],
+            "runtime_op_type": pa.nulls(nodes.num_rows, pa.string()),
+            "kernel_ns": nodes["kernel_ns"].cast(pa.float64()),
+            "critical_ns": nodes["critical_ns"].cast(pa.float64()),
+            "slack_ns": nodes["slack_ns"].cast(pa.float64()),
+            "executions_per_iteration": nodes["dispatches_per_iteration"].cast(pa.float64()),
+        }
+    )
+    return summary, _overlap(table)
+
+
+def _overlap(table: pa.Table) -> pa.Table:
+    kernel = table["kernel_ns"].to_numpy(zero_copy_only=False)
+    critical = table["critical_ns"].to_numpy(zero_copy_only=False)
+    return table.append_column("overlap_ns", pa.array(np.maximum(kernel - critical, 0.0)))
+
+
+def _with_gains(lake, session_id: str, dag: SessionDag, nodes: pa.Table) -> pa.Table:
+    """Each candidate node's end-to-end gain if it ran 2x faster (per iteration, at the
+    session's measured p50); null for the nodes that cannot beat the best candidate."""
+    gains = np.full(nodes.num_rows, np.nan)
+    names = nodes["runtime_node"].to_pylist()
+    kernel = np.nan_to_num(nodes["kernel_ns"].to_numpy(zero_copy_only=False))
+    current = current_p50(lake, session_id, dag)
+    for row in gain_candidates(kernel):
+        ratios = _latency_ratios(lake, session_id, dag, {names[row]: 2.0})
+        gains[row] = current * (1.0 - float(np.median(ratios)))
+    return nodes.append_column("gain_2x_ns", pa.array(gains, mask=np.isnan(gains)))
+
+
+def gain_candidates(kernel_ns: np.ndarray) -> list[int]:
+    """The rows whose 2x gain is re-timed: the GAIN_CANDIDATES longest."""
+    order = np.argsort(-kernel_ns, kind="stable")
+    return [int(i) for i in order[:GAIN_CANDIDATES] if kernel_ns[i] > 0]
+
+
+def _latency_ratios(
+    lake, session_id: str, dag: SessionDag, speedups: dict[str, float], key: str = "node_name"
+):
+    """Each profiled iteration's re-timed latency over its observed one, with these runtime
+    nodes' speedups. A ratio, not a difference: the profiler slows small nodes (its own
+    bookkeeping, µs timestamps), so the profiled change is scaled to the measured latency."""
+    if dag.kind == "host_threads":
+        host = dag.host
+        factor = np.ones(len(host.nodes))
+        index = {name: i for i, name in enumerate(host.nodes)}
+        for name, speedup in speedups.items():
+            if name in index:
+                factor[index[name]] = speedup
+        duration = np.round(host.duration / factor[host.node]).astype(np.int64)
+        observed = (host.run_end - host.run_start).astype(np.float64)
+        return dag_module.latencies(host, duration) / np.maximum(observed, 1.0)
+    from aaco_pipelines.analysis import device_path
+
+    table = pa.table(
+        {key: list(speedups), "speedup": pa.array(list(speedups.values()), pa.float64())}
+    )
+    spans = device_path.predict_device_spans(lake, session_id, table, key, kernels=dag.kernels)
+    span = np.asarray(spans["span_ns"].to_numpy(zero_copy_only=False), np.float64)
+    predicted = np.asarray(spans["predicted_span_ns"].to_numpy(zero_copy_only=False), np.float64)
+    return predicted / np.maximum(span, 1.0)
+
+
+def current_p50(lake, session_id: str, dag: SessionDag) -> float:
+    """The session's measured p50 latency (ns); a trace ingested without one: its profiled
+    iterations' median span."""
+    rows = lake.query(
+        "SELECT latency_p50_ns FROM session_records WHERE session_id = ?", [session_id]
+    ).to_pylist()
+    if rows and rows[0]["latency_p50_ns"] is not None:
+        return float(rows[0]["latency_p50_ns"])
+    if dag.kind == "host_threads":
+        return float(np.median(dag.host.run_end - dag.host.run_start))
+    return float(np.median(dag.device.per_iteration["span_ns"].to_numpy(zero_copy_only=False)))
+
+
+def _onnx_nodes(lake, session_id: str, nodes: pa.Table) -> pa.Table:
+    """The runtime nodes' rows spread over the original ONNX nodes they execute (the
+    attribution's shares); a runtime node the attribution did not map keeps its own name."""
+    return lake.query(
+        """
+        SELECT n.runtime_node, n.runtime_op_type,
+               coalesce(a.onnx_node, '(unmatched) ' || n.runtime_node) AS onnx_node,
+               a.onnx_op_type, coalesce(a.share, 1.0) AS share,
+               n.kernel_ns, n.critical_ns, n.slack_ns, n.overlap_ns,
+               n.executions_per_iteration, n.gain_2x_ns
+        FROM nodes n
+        LEFT JOIN (SELECT * FROM node_attribution WHERE session_id = $sid) a
+          ON a.runtime_node = n.runtime_node
+        ORDER BY n.gain_2x_ns DESC NULLS LAST, n.critical_ns DESC, n.runtime_node, onnx_node
+        """,
+        {"sid": session_id},
+        tables={"nodes": nodes},
+    )
+
+
+# --- what to fix first ------------------------------------------------------------------
+
+FIX_FIRST_MIN_GAIN = 0.01  # of the p50: a smaller gain makes no recommendation
+FIX_FIRST_LIMIT = 3
+
+
+def node_gains(lake, session_id: str) -> dict[str, float]:
+    """Each runtime node's stored 2x gain (ns per iteration), for ranking by impact."""
+    rows = lake.query(
+        "SELECT runtime_node, max(gain_2x_ns) AS gain FROM critical_path_nodes "
+        "WHERE session_id = $sid AND gain_2x_ns IS NOT NULL GROUP BY runtime_node",
+        {"sid": session_id},
+    ).to_pylist()
+    return {r["runtime_node"]: r["gain"] for r in rows}
+
+
+def fix_first(lake, session_id: str) -> list[tuple[str, str]]:
+    """(action, why) for the nodes whose 2x speedup saves the most end to end, best first:
+    at most FIX_FIRST_LIMIT, each saving at least FIX_FIRST_MIN_GAIN of the p50."""
+    rows = lake.query(
+        """
+        SELECT runtime_node, string_agg(onnx_node, ', ' ORDER BY share DESC) AS onnx_nodes,
+               any_value(kernel_ns) AS kernel_ns, any_value(critical_ns) AS critical_ns,
+               any_value(gain_2x_ns) AS gain, s.latency_p50_ns AS p50,
+               (SELECT sum(kernel_ns) FROM (SELECT DISTINCT runtime_node, kernel_ns
+                FROM critical_path_nodes WHERE session_id = $sid)) AS total
+        FROM critical_path_nodes
+        JOIN session_records s USING (session_id)
+        WHERE session_id = $sid AND gain_2x_ns IS NOT NULL
+        GROUP BY runtime_node, s.latency_p50_ns
+        ORDER BY gain DESC, runtime_node
+        """,
+        {"sid": session_id},
+    ).to_pylist()
+    found = []
+    for row in rows:
+        p50 = row["p50"] or 0.0
+        if not p50 or row["gain"] < FIX_FIRST_MIN_GAIN * p50 or len(found) == FIX_FIRST_LIMIT:
+            break
+        found.append(
+            (
+                f"make {row['onnx_nodes']} faster first: 2x faster saves "
+                f"{row['gain'] / 1e6:.3g} ms of the {p50 / 1e6:.3g} ms p50 "
+                f"({row['gain'] / p50:.0%})",
+                f"re-timed critical path: it holds {row['kernel_ns'] / max(row['total'], 1):.0%} "
+                f"of node time, {row['critical_ns'] / 1e6:.3g} ms of it on the critical path "
+                f"(runtime node {row['runtime_node']})",
+            )
+        )
+    return found
+
+
+# --- what if ----------------------------------------------------------------------------
+
+
+def what_if(
+    lake,
+    session_id: str,
+    optimized: onnx.ModelProto | None,
+    *,
+    selector: str,
+    value: str,
+    speedup: float,
+) -> WhatIf:
+    """The session's predicted p50 with the chosen nodes `speedup` times faster (< 1: slower).
+
+    `selector` node: an original ONNX node or a runtime node; op_type: every original node of
+    that type; kernel_family: a GPU trace's kernels of that family. A runtime node that fuses
+    the chosen original node with others speeds up by its share only (Amdahl within the node)."""
+    if not speedup > 0:
+        raise AacoInputError(f"speedup must be > 0, not {speedup}", fix="e.g. --speedup 2")
+    dag = session_dag(lake, session_id, optimized)
+    if dag is None:
+        raise AacoInputError(
+            f"session {session_id} has no profiled node executions or device kernels to re-time",
+            fix="measure the model again with profiling (aaco run), or ingest a trace with "
+            "its iterations",
+        )
+    speedups = _runtime_speedups(lake, session_id, dag, selector, value, speedup)
+    key = "kernel_family" if selector == "kernel_family" else "node_name"
+    ratios = _latency_ratios(lake, session_id, dag, speedups, key)
+    current = current_p50(lake, session_id, dag)
+    median = current * (float(np.median(ratios)) - 1.0)
+    low, high = (current * (r - 1.0) for r in _interval(ratios))
+    return WhatIf(
+        session_id=session_id,
+        selector=selector,
+        value=value,
+        speedup=speedup,
+        runtime_nodes=sorted(speedups),
+        current_p50_ms=current / 1e6,
+        predicted_p50_ms=(current + median) / 1e6,
+        change_ms=median / 1e6,
+        change_low_ms=low / 1e6,
+        change_high_ms=high / 1e6,
+        iterations=len(ratios),
+        share_of_kernel_time=_share(lake, session_id, dag, speedups, key),
+        dag=dag.kind,
+        caveats=dag.caveats,
+    )
+
+
+def _runtime_speedups(
+    lake, session_id: str, dag: SessionDag, selector: str, value: str, speedup: float
+) -> dict[str, float]:
+    """Each runtime node's effective speedup: 1 / (1 - share + share / speedup) for the
+    share of its time that the chosen original nodes hold."""
+    if selector not in SELECTORS:
+        raise AacoInputError(f"unknown selector {selector!r}", fix=f"one of {SELECTORS}")
+    if selector == "kernel_family":
+        return _family_speedups(lake, session_id, dag, value, speedup)
+    column = "onnx_node" if selector == "node" else "onnx_op_type"
+    shares = lake.query(
+        f"SELECT runtime_node, sum(share) AS share FROM node_attribution "  # noqa: S608
+        f"WHERE session_id = $sid AND {column} = $value AND runtime_node IS NOT NULL "
+        "GROUP BY runtime_node",
+        {"sid": session_id, "value": value},
+    ).to_pylist()
+    found = {r["runtime_node"]: min(r["share"], 1.0) for r in shares}
+    if selector == "node" and not found and value in _runtime_names(dag):
+        found = {value: 1.0}  # a runtime node named directly (a fused or inserted one)
+    if not found:
+        raise AacoInputError(
+            f"no {selector.replace('_', ' ')} {value!r} ran in session {session_id}",
+            fix="aaco report --session " + session_id + " lists its nodes and op types",
+        )
+    return {name: 1.0 / (1.0 - share + share / speedup) for name, share in found.items()}
+
+
+def _family_speedups(lake, session_id, dag, family: str, speedup: float) -> dict[str, float]:
+    """{family: speedup}, re-timed on the device queues by kernel family."""
+    if dag.kind != "device_queues":
+        raise AacoInputError(
+            f"session {session_id} ran on the CPU: it has no GPU kernel families",
+            fix="choose nodes by --node or --op-type",
+        )
+    rows = lake.query(
+        "SELECT 1 FROM kernel_events_with_family WHERE session_id = $sid AND category = 'Kernel' "
+        "AND kernel_family = $family LIMIT 1",
+        {"sid": session_id, "family": family},
+    )
+    if rows.num_rows == 0:
+        raise AacoInputError(
+            f"no kernels of family {family!r} in session {session_id}",
+            fix="aaco report --session " + session_id + " lists its kernels and families",
+        )
+    return {family: speedup}
+
+
+def _runtime_names(dag: SessionDag) -> set[str]:
+    if dag.kind == "host_threads":
+        return set(dag.host.nodes.tolist())
+    return set(dag.device.per_node["node_name"].to_pylist())
+
+
+def _share(
+    lake, session_id: str, dag: SessionDag, speedups: dict[str, float], key: str = "node_name"
+) -> float:
+    """The share of the session's node (kernel) time the re-timed nodes or families hold."""
+    if key == "kernel_family":
+        rows = lake.query(
+            "SELECT sum(duration_ns) FILTER (WHERE kernel_family = $family) / sum(duration_ns) "
+            "AS share FROM kernel_events_with_family WHERE session_id = $sid "
+            "AND category = 'Kernel'",
+            {"sid": session_id, "family": next(iter(speedups))},
+        ).to_pylist()
+        return float(rows[0]["share"] or 0.0)
+    if dag.kind == "host_threads":
+        host = dag.host
+        chosen = np.isin(host.nodes[host.node], list(speedups))
+        return float(host.duration[chosen].sum() / max(host.duration.sum(), 1))
+    nodes = dag.device.per_node
+    kernel = np.nan_to_num(nodes["kernel_ns"].to_numpy(zero_copy_only=False))
+    chosen = np.isin(np.asarray(nodes["node_name"].to_pylist(), dtype=object), list(speedups))
+    return float(kernel[chosen].sum() / max(kernel.sum(), 1))
+
+
+def _interval(ratios: np.ndarray) -> tuple[float, float]:
+    """The bootstrap interval of the median ratio (percentile; its point when all agree)."""
+    if len(ratios) < 2 or np.ptp(ratios) == 0:
+        return float(np.median(ratios)), float(np.median(ratios))
+    result = stats.bootstrap(
+        (ratios,), np.median, confidence_level=CONFIDENCE, method="percentile",
+        n_resamples=2000, random_state=0,
+    )  # fmt: skip
+    interval = result.confidence_interval
+    return float(interval.low), float(interval.high)
