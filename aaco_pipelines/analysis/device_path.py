@@ -20,18 +20,19 @@ Both choices give back the observed timeline exactly, and the classification dec
 constraint binds when durations change. A kernel with no launch call is device-bound (the host
 is never on the path before it), the first of a chain is anchored at its start.
 
-- The chain's end e_n = P_n + M_n. Its critical run starts at j* = the first j with T_j = M_n:
-  kernels j*..n are on the path, the host is on it before a_{j*}.
+- The chain's end e_n = P_n + M_n. Its critical run starts at j*, the kernel whose T_j = M_n
+  (the last, on a tie): kernels j*..n are on the path, the host is on it before a_{j*}.
 - Slack of kernel k (how much longer it may run without moving the end) = M_n - M_k, plus the
   gap from its queue's end to the block's end (the latest of the queues), plus the block's own
   slack: before a synchronisation that waits for it, the time the host was still busy
   (sync call start - block end); in the iteration's last block, nothing.
-- Synchronisations (SYNC_CALLS) cut an iteration into blocks. A sync returns at
-  max(call start, end of the kernels it waits for) + r, r its observed return time. When every
-  host time after a sync shifts by the same amount, every chain end after it does too, so the
-  shift after block b is a cumulative sum of each block's own change
-      delta_b = max(c_b, E'_b) + r_b - E_b      (E'_b: the block's end re-timed, unshifted)
-  and a what-if is two window passes, whatever the number of syncs.
+- Synchronisations (SYNC_CALLS) cut an iteration into blocks. A sync called at c returns at
+  max(c, end E of the kernels it waits for) + r, r its observed return time. When every host
+  time after a sync shifts by the same amount, every chain end after it does too, so the shift
+  after block b is a running sum of each block's own change
+      delta_b = max(c_b, E'_b) - max(c_b, E_b)      (E'_b: the block's end re-timed, unshifted)
+  and a what-if is one pass over the kernels and one over the blocks, whatever the number of
+  syncs. (A sync that returned before its block's kernels ended did not wait for them: 0.)
 
 Approximations, reported in `caveats` when they apply: a sync waits for every queue (a trace
 does not say which stream a hipStreamSynchronize names), on whichever host thread it ran; kernels
@@ -44,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -81,6 +82,7 @@ SYNC_CALLS = {
 }
 KEYS = ("node_name", "kernel_name", "kernel_family")
 UNMATCHED = "(unmatched) "
+MAX_NUMBERED_LANES = 1024  # more queue/stream pairs than this are keyed by a hash
 # What a `kernels` table (attribution.session_kernels) must carry: the node and iteration the
 # attribution gave each kernel, and what placing it on its queue needs.
 KERNEL_COLUMNS = ("iteration", "node_name", "kernel_name", "kernel_family", "duration_ns",
@@ -197,11 +199,19 @@ LAUNCHES_SQL = {
 }
 
 KERNELS_SQL = """
-SELECT iteration AS it, hash(coalesce(queue_id, -1), coalesce(stream_id, -1)) AS lane,
-       {key_id} AS key_id, correlation_id,
+SELECT iteration AS it, {lane} AS lane, {key_id} AS key_id, correlation_id,
        (trace_start_ns - $origin)::DOUBLE AS s, duration_ns::DOUBLE AS d
 FROM {source}
 WHERE iteration >= 0 AND trace_start_ns IS NOT NULL AND duration_ns >= 0
+"""
+
+# The queues and streams kernels ran on, each numbered (a lane): narrow sort keys keep the
+# sort of 10^7 kernels within DuckDB's memory (it spilled, and took twice as long, with wide
+# ones).
+LANES_SQL = """
+SELECT DISTINCT coalesce(queue_id, -1) AS queue, coalesce(stream_id, -1) AS stream
+FROM {source} WHERE iteration >= 0 AND trace_start_ns IS NOT NULL AND duration_ns >= 0
+ORDER BY ALL
 """
 
 # The keys' names and how many kernels each has (a what-if names its nodes; the count checks
@@ -222,12 +232,12 @@ GROUP BY ALL
 SORTED_SQL = """
 CREATE OR REPLACE TEMP TABLE device_sorted AS
 WITH placed AS (
-    SELECT k.*, l.launch_start, l.launch_end, coalesce(l.launch_start, k.s) AS host_time
+    SELECT k.*, l.launch_end, coalesce(l.launch_start, k.s) AS host_time
     FROM ({kernels}) k LEFT JOIN ({launches}) l USING (correlation_id)
 )
-SELECT p.it, {seg} AS seg, p.lane, p.key_id, p.s, p.d, p.launch_start, p.launch_end
+SELECT p.it::INTEGER AS it, ({seg})::INTEGER AS seg, p.lane, p.key_id, p.s, p.d, p.launch_end
 FROM placed p {blocks}
-ORDER BY p.it, seg, p.lane, p.s, p.d
+ORDER BY p.it, seg, p.lane, p.s
 """
 # Which block a kernel is in: how many syncs returned before its launch (all in block 0
 # when there are none).
@@ -261,7 +271,7 @@ FROM device_previous GROUP BY lane
 # number; in chain order.
 CHAIN_SQL = """
 CREATE OR REPLACE TEMP VIEW device_chain AS
-SELECT row, part, it, seg, key_id, s, d, launch_start,
+SELECT row, part, it, seg, key_id, s, d,
        CASE WHEN prev_end IS NULL THEN 0 WHEN device_bound THEN s - prev_end
             ELSE least(gap, s - prev_end) END AS g,
        CASE WHEN NOT device_bound THEN s WHEN launch_end IS NULL THEN NULL
@@ -282,8 +292,12 @@ FROM (
 # and the sync closing it.
 ITERATIONS_SQL = """
 CREATE OR REPLACE TEMP TABLE device_iterations AS
-SELECT it, min(least(coalesce(launch_start, s), s)) AS t0, max(s + d) AS t_end
-FROM device_sorted GROUP BY it
+WITH starts AS (
+    SELECT k.it, min(least(coalesce(l.launch_start, k.s), k.s)) AS t0
+    FROM ({kernels}) k LEFT JOIN ({launches}) l USING (correlation_id) GROUP BY k.it
+)
+SELECT it, t0, t_end
+FROM starts JOIN (SELECT it, max(s + d) AS t_end FROM device_sorted GROUP BY it) USING (it)
 """
 
 BLOCKS_SQL = """
@@ -405,9 +419,7 @@ changes AS (
     SELECT q.it, q.seg, max(q.queue_end) AS end0,
            CASE WHEN any_value(o.waited)
                 THEN greatest(any_value(o.sync_start), max(q.queue_end))
-                     + (any_value(o.sync_end)
-                        - greatest(any_value(o.sync_start), any_value(o.block_end)))
-                     - any_value(o.sync_end)
+                     - greatest(any_value(o.sync_start), any_value(o.block_end))
                 ELSE 0 END AS delta
     FROM queues q JOIN device_blocks o USING (it, seg) GROUP BY q.it, q.seg
 ),
@@ -449,12 +461,25 @@ def predict_device_spans(
     """Each iteration's span and its span predicted with the kernels of some nodes, kernel
     names or families sped up (`speedups`: columns `key` and `speedup`; 2 halves a kernel's
     time, 0.5 doubles it), by re-timing the chains, blocks and syncs (PREDICTED)."""
-    table = _speedups(speedups, key)
+    return predict_device_spans_many(lake, session_id, [speedups], key, kernels)[0]
+
+
+def predict_device_spans_many(
+    lake, session_id: str, scenarios: Sequence[pa.Table], key: str, kernels=None
+) -> list[pa.Table]:
+    """predict_device_spans for several what-ifs (one speedups table each) over one placing
+    of the kernels on their chains, the costly part: one sort of the trace, then one pass
+    per what-if (a node's 2x gain for each of 20 candidates)."""
+    tables = [_speedups(speedups, key) for speedups in scenarios]
     with lake.connect() as con, _chains(con, session_id, kernels, key) as chains:
         if chains is None:
-            return PREDICTED.empty_table()
-        factors = _known_factors(con, session_id, table, key)
-        return con.sql(PREDICT_SQL.format(speedup=factors)).to_arrow_table().cast(PREDICTED)
+            return [PREDICTED.empty_table() for _ in tables]
+        results = []
+        for table in tables:
+            factors = _known_factors(con, session_id, table, key)
+            predicted = con.sql(PREDICT_SQL.format(speedup=factors)).to_arrow_table()
+            results.append(predicted.cast(PREDICTED))
+        return results
 
 
 def _speedups(speedups: pa.Table, key: str) -> pa.Table:
@@ -559,7 +584,19 @@ class _Chains:
             key_id=self.key_id, name=self.name, columns=self.columns, source=self.source
         )
         self._execute(names, self.params)
-        kernels = KERNELS_SQL.format(key_id=self.key_id, source=self.source)
+        lanes = self._query(LANES_SQL.format(source=self.source)).fetchall()
+        lane = " ".join(
+            f"WHEN coalesce(queue_id, -1) = {int(q)} AND coalesce(stream_id, -1) = {int(s)} "
+            f"THEN {i}"
+            for i, (q, s) in enumerate(lanes)
+        )
+        kernels = KERNELS_SQL.format(
+            key_id=self.key_id,
+            source=self.source,
+            lane=f"(CASE {lane} END)::INTEGER"
+            if len(lanes) <= MAX_NUMBERED_LANES
+            else "hash(coalesce(queue_id, -1), coalesce(stream_id, -1))",
+        )
         (expected,) = self.con.execute("SELECT sum(kernels) FROM key_names").fetchall()[0]
         syncs = self.con.execute("SELECT count(*) FROM device_syncs").fetchall()[0][0]
         seg, blocks = BLOCK_OF[syncs > 0]
@@ -572,9 +609,9 @@ class _Chains:
         gaps = self.con.execute(GAPS_SQL).fetchall()
         if any(disordered for _, _, disordered in gaps):
             raise RuntimeError("DuckDB did not read the sorted chains in order")
-        cases = " ".join(f"WHEN {int(lane)}::UBIGINT THEN {float(gap)!r}" for lane, gap, _ in gaps)
+        cases = " ".join(f"WHEN {int(lane)} THEN {float(gap)!r}" for lane, gap, _ in gaps)
         self.con.execute(CHAIN_SQL.format(gap=f"CASE lane {cases} ELSE 0.0 END"))
-        self.con.execute(ITERATIONS_SQL)
+        self._execute(ITERATIONS_SQL.format(kernels=kernels, launches=launches), params)
         self.con.execute(BLOCKS_SQL)
         self.con.execute(TIMED_SQL)
         return True
@@ -582,7 +619,7 @@ class _Chains:
     def caveats(self) -> list[str]:
         """What the model assumed about this session, in words."""
         kernels, unlaunched, overlapping = self.con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE launch_start IS NULL), "
+            "SELECT count(*), count(*) FILTER (WHERE launch_end IS NULL), "
             "count(*) FILTER (WHERE NOT first AND s < previous_end) FROM device_previous"
         ).fetchall()[0]
         syncs, threads = self.con.execute(

@@ -23,6 +23,7 @@ BERT-base: ~600), never once per event of the trace.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,7 @@ class HostDag:
     run_end: np.ndarray  # per iteration: model_run's end (the tail after the last node kept)
     rank_order: np.ndarray  # execution indices sorted by (rank, iteration)
     rank_bounds: np.ndarray  # rank r's executions: rank_order[bounds[r]:bounds[r + 1]]
+    observed_end: np.ndarray | None = None  # per iteration: the last finish, re-timed as observed
 
     @property
     def executions(self) -> int:
@@ -152,10 +154,11 @@ def _dag(executions: pa.Table, producers: pa.Table, thread: pa.Table) -> HostDag
     rank = executions["rank"].to_numpy()
     order = np.lexsort((iteration, rank))
     bounds = np.searchsorted(rank[order], np.arange(rank.max() + 2))
-    return HostDag(
+    dag = HostDag(
         iteration, iterations, node, nodes, op_types, duration, wait, predecessors,
         run_start, run_end, order, bounds,
     )  # fmt: skip
+    return dataclasses.replace(dag, observed_end=iteration_ends(dag, finishes(dag, duration)))
 
 
 def _padded(n: int, producers: pa.Table, thread: pa.Table) -> np.ndarray:
@@ -208,9 +211,8 @@ def iteration_ends(dag: HostDag, finish: np.ndarray) -> np.ndarray:
 def latencies(dag: HostDag, duration: np.ndarray) -> np.ndarray:
     """Each iteration's model_run time with these durations: its observed time moved by how
     much its last node execution moved (what runs after it, the outputs' return, is kept)."""
-    observed_end = iteration_ends(dag, finishes(dag, dag.duration))
     new_end = iteration_ends(dag, finishes(dag, duration))
-    return (dag.run_end - dag.run_start) + (new_end - observed_end)
+    return (dag.run_end - dag.run_start) + (new_end - dag.observed_end)
 
 
 def slack(dag: HostDag, finish: np.ndarray) -> np.ndarray:

@@ -56,6 +56,7 @@ from aaco_pipelines.analysis.ranking_stability import (
     resampled_medians,
 )
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.tracelake.queries import previous_session
 
 CONFIDENCE = 0.95
 # Least change of a node's kernels per iteration to report: half a kernel, as root cause's
@@ -277,6 +278,19 @@ def structural_diff(
         only_in_a=sorted(a.graph.keys() - common, key=a.graph.__getitem__),
         only_in_b=sorted(b.graph.keys() - common, key=b.graph.__getitem__),
     )
+
+
+def since_previous(lake, session_id: str) -> StructuralDiff | None:
+    """The structural diff against the model's previous analysed session on the same target
+    (what the drift stage, its asset and the report show); None for its first session, or
+    when the previous one cannot be compared (another model under the same name)."""
+    previous = previous_session(lake, session_id)
+    if previous is None:
+        return None
+    try:
+        return structural_diff(lake, previous, session_id)
+    except AacoInputError:
+        return None
 
 
 def _kernel_count_changed(node: NodeTime, fused: set[str]) -> bool:

@@ -23,6 +23,7 @@ from aaco_pipelines.governance.series import series_change_points
 from aaco_pipelines.llm.workload import SCENARIOS
 from aaco_pipelines.report.data import ReportData, gather
 from aaco_pipelines.report.latency_intervals import latency_with_intervals
+from aaco_pipelines.report.structure_text import structure_headline
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_OPS = 15
@@ -80,6 +81,8 @@ def report_content(data: ReportData) -> dict:
         },
         # which nodes each iteration waits for, and what a 2x faster one saves end to end
         "critical_path": _critical_path(data),
+        # what changed in the compiled graph since the model's previous session
+        "structure": _structure(data),
         "telemetry": _telemetry(data.telemetry),
         "drift": [_drift(row) for row in data.drift],
         "generation": _generation(data),
@@ -92,6 +95,19 @@ def _critical_path(data: ReportData) -> dict | None:
     summary = dict(data.critical_path)
     summary["caveats"] = json.loads(summary.pop("caveats_json") or "[]")
     return {**_plain(summary), "nodes": _floats(data.critical_path_nodes.to_pylist())}
+
+
+STRUCTURE_NODES = 10  # the nodes whose time moved most, in the report (aaco diff --structure:
+# all of them)
+
+
+def _structure(data: ReportData) -> dict | None:
+    diff = data.structure
+    if diff is None:
+        return None
+    content = diff.to_dict()
+    content["nodes"] = content["nodes"][:STRUCTURE_NODES]
+    return {"headline": structure_headline(diff), **content}
 
 
 GENERATION_FIGURES = (

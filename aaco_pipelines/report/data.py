@@ -15,6 +15,7 @@ import pyarrow as pa
 from aaco_pipelines.analysis.envelope import HardwareEnvelope
 from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
 from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
+from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import used_parameters
 from aaco_pipelines.tracelake.queries import other_sessions, resolve_session
@@ -103,6 +104,8 @@ class ReportData:
     # 2x gain first (empty for a session analysed before v17, or with no iterations)
     critical_path: dict | None
     critical_path_nodes: pa.Table
+    # what changed in the compiled graph since the model's previous session (None: its first)
+    structure: StructuralDiff | None
 
 
 def open_lake(lake: TraceLake | str) -> TraceLake:
@@ -194,6 +197,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
             ),
             None,
         ),
+        structure=since_previous(lake, sid),
         critical_path_nodes=rows(
             "SELECT * EXCLUDE (session_id) FROM critical_path_nodes WHERE session_id = $sid "
             "ORDER BY gain_2x_ns DESC NULLS LAST, critical_ns DESC, kernel_ns DESC LIMIT $n",

@@ -54,6 +54,7 @@ def report_sections(content: dict) -> list[Section]:
         _roofline(content["roofline"]),
         *([_kernels(content["kernels"])] if content["kernels"]["diagnoses"] else []),
         *([_critical_path(content["critical_path"])] if content.get("critical_path") else []),
+        *([_structure(content["structure"])] if content.get("structure") else []),
         _telemetry(content["telemetry"]),
         _drift(content["drift"]),
         *([_generation(content["generation"])] if content.get("generation") else []),
@@ -448,6 +449,44 @@ def _critical_path(path: dict) -> Section:
     ]
     table = Table("What to fix first: saved end to end at 2x", path["nodes"], CRITICAL_PATH_COLUMNS)
     return Section("critical-path", "Critical path: what to fix first", text, [table])
+
+
+FUSION_COLUMNS = [
+    ("change", "change", None),
+    ("where", "at", None),
+    ("label", "fused op", None),
+    ("kernels_a", "kernels/iter before", num),
+    ("kernels_b", "after", num),
+    ("delta_ms", "time change, ms", num),
+    ("ci_low_ms", "CI low", num),
+    ("ci_high_ms", "CI high", num),
+]
+NODE_TIME_COLUMNS = [
+    ("node", "node", None),
+    ("op_type", "op", None),
+    ("a_ms", "ms before", num),
+    ("b_ms", "ms after", num),
+    ("delta_ms", "change, ms", num),
+    ("ci_low_ms", "CI low", num),
+    ("ci_high_ms", "CI high", num),
+]
+
+
+def _structure(structure: dict) -> Section:
+    """What changed in the compiled graph since the model's previous session: fusions,
+    kernel counts, and the nodes whose time moved most (aaco diff --structure has it all)."""
+    text = [line.strip() for line in structure["headline"].splitlines()] + [
+        f"Against the model's previous session on this target ({structure['session_a']}); "
+        f"`aaco diff --structure {structure['session_a']} {structure['session_b']}` lists "
+        "every node."
+    ]
+    tables = []
+    if structure["fusions"]:
+        tables.append(
+            Table("Fusions lost, gained or reshaped", structure["fusions"], FUSION_COLUMNS)
+        )
+    tables.append(Table("Nodes whose time moved most", structure["nodes"], NODE_TIME_COLUMNS))
+    return Section("structure", "Structure since the previous session", text, tables)
 
 
 def _telemetry(series: list[dict]) -> Section:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
@@ -26,6 +27,9 @@ class DriftJudgement:
     session_id: str
     verdicts: list[dict]  # one drift_verdicts row per metric
     gate: dict | None  # the gate's verdict, when a gated metric regressed and there is history
+    # what changed in the compiled graph since the model's previous session on this target
+    # (analysis.structural_diff): None for its first session
+    structure: StructuralDiff | None = None
 
     @property
     def regressions(self) -> list[dict]:
@@ -59,6 +63,7 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
         rows = drift_rows(lake, bundle.session["model_slug"], session_id)
         lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
     judgement = DriftJudgement(session_id, rows.to_pylist(), gate=None)
+    judgement = dataclasses.replace(judgement, structure=since_previous(lake, session_id))
     if judgement.regressions:
         judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
     return judgement

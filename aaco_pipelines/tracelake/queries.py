@@ -302,3 +302,21 @@ def session_bundle_path(lake: TraceLake, session_id: str) -> Path | None:
         "SELECT bundle_path FROM session_records WHERE session_id = ?", [session_id]
     ).to_pylist()
     return Path(rows[0]["bundle_path"]) if rows and rows[0]["bundle_path"] else None
+
+
+PREVIOUS_SESSION_SQL = """
+SELECT p.session_id FROM session_records s
+JOIN session_records p
+  ON p.model_slug = s.model_slug AND p.target IS NOT DISTINCT FROM s.target
+ AND p.started_at < s.started_at
+JOIN completed_sessions c ON c.session_id = p.session_id
+WHERE s.session_id = $sid
+  AND EXISTS (SELECT 1 FROM node_attribution a WHERE a.session_id = p.session_id)
+ORDER BY p.started_at DESC, p.session_id DESC LIMIT 1
+"""
+
+
+def previous_session(lake: TraceLake, session_id: str) -> str | None:
+    """The model's newest analysed session on the same target before this one."""
+    rows = lake.query(PREVIOUS_SESSION_SQL, {"sid": session_id}).to_pylist()
+    return rows[0]["session_id"] if rows else None

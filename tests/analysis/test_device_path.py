@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 from aaco_pipelines.analysis.attribution import session_kernels
@@ -16,6 +17,7 @@ from aaco_pipelines.analysis.device_path import (
     PER_NODE,
     device_critical_path,
     predict_device_spans,
+    predict_device_spans_many,
 )
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
@@ -111,6 +113,10 @@ def lake_of(tmp_path, iterations, dispatch_gap_ns, session="s") -> tuple[TraceLa
 
 def speedups(**factors: float) -> pa.Table:
     return pa.table({"node_name": list(factors), "speedup": list(factors.values())})
+
+
+def pairs(table: pa.Table, a: str, b: str):
+    return zip(table[a].to_pylist(), table[b].to_pylist(), strict=True)
 
 
 def rows_by_node(path) -> dict[str, dict]:
@@ -222,13 +228,18 @@ def test_what_if_equals_a_brute_force_re_simulation(tmp_path, seed):
     assert unchanged["span_ns"].to_pylist() == spans
     assert unchanged["predicted_span_ns"].to_pylist() == spans  # the model replays the trace
     rng = random.Random(seed)
-    for _ in range(4):
-        factors = {
-            f"n{i}": rng.choice([0.25, 0.5, 1.5, 2.0, 4.0]) for i in rng.sample(range(12), 3)
-        }
-        predicted = predict_device_spans(lake, "s", speedups(**factors), "node_name")
+    scenarios = [
+        {f"n{i}": rng.choice([0.25, 0.5, 1.5, 2.0, 4.0]) for i in rng.sample(range(12), 3)}
+        for _ in range(4)
+    ]
+    many = predict_device_spans_many(
+        lake, "s", [speedups(**factors) for factors in scenarios], "node_name"
+    )
+    for factors, predicted in zip(scenarios, many, strict=True):
         _, _, truth = simulate(iterations, GAPS, factors)
         assert predicted["predicted_span_ns"].to_pylist() == pytest.approx(truth, rel=1e-12)
+    alone = predict_device_spans(lake, "s", speedups(**scenarios[-1]), "node_name")
+    assert alone.equals(many[-1])
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -282,6 +293,26 @@ def test_kernels_without_launch_calls_are_device_bound(tmp_path):
     assert {r["node_name"]: r["slack_ns"] for r in path.per_node.to_pylist()} == {
         "n0": 0, "n1": 0, "n2": 0,
     }  # fmt: skip
+
+
+def test_launch_calls_sharing_a_correlation_id_take_the_first(tmp_path):
+    """Two processes' traces merged: each correlation id may name two calls. Each kernel goes
+    with the first call of its id (the same answer as the one-process trace), never twice."""
+    iterations = random_iterations(7, iterations=1)
+    lake, spans = lake_of(tmp_path, iterations, GAPS)
+    calls = lake.query("SELECT * FROM api_calls WHERE session_id = 's'")
+    later = calls.set_column(
+        calls.schema.get_field_index("start_ns"),
+        "start_ns",
+        pc.add(calls["start_ns"], 10**9),  # the other process, a second later
+    )
+    lake.append_rows("api_calls", later.drop_columns(["session_id"]).append_column(
+        "session_id", pa.array(["s"] * later.num_rows)))  # fmt: skip
+    path = device_critical_path(lake, "s")
+    assert path.per_iteration["span_ns"].to_pylist() == spans
+    assert sum(r["dispatches_per_iteration"] for r in path.per_node.to_pylist()) == sum(
+        isinstance(op, Launch) for op in iterations[0][1]
+    )
 
 
 def test_what_ifs_that_cannot_mean_anything_are_refused_in_one_line(tmp_path):
@@ -357,12 +388,12 @@ def test_a_simulated_gpu_trace_through_aaco_ingest(aaco_paths, tmp_path):
     faster = predict_device_spans(
         lake, bundle.session_id, speedups(**{top: 2.0}), "node_name", kernels
     )
-    assert all(
-        p <= s
-        for p, s in zip(
-            faster["predicted_span_ns"].to_pylist(), faster["span_ns"].to_pylist(), strict=True
-        )
-    )
+    assert all(a <= b for a, b in pairs(faster, "predicted_span_ns", "span_ns"))
+    family = kernels["kernel_family"][0].as_py()
+    by_family = pa.table({"kernel_family": [family], "speedup": [0.5]})
+    slower = predict_device_spans(lake, bundle.session_id, by_family, "kernel_family", kernels)
+    assert all(a >= b for a, b in pairs(slower, "predicted_span_ns", "span_ns"))
+    assert any(a > b for a, b in pairs(slower, "predicted_span_ns", "span_ns"))
 
 
 def test_a_real_trace_with_its_hip_api_calls(aaco_paths):

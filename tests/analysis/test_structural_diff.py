@@ -227,3 +227,31 @@ def test_scope_is_the_members_common_name_scope():
     assert scope(["fc2/matmul", "fc2/bias", "fc2/relu"]) == "fc2"
     assert scope(["ln/mean", "ln/max"]) == "ln"  # "ln/m" is no scope
     assert scope(["a", "b"]) == "" and scope(["alone"]) == ""
+
+
+def test_a_session_shows_what_changed_since_the_previous_one_in_its_report_and_drift(tmp_path):
+    """The model measured without its GELU fusion, then with it: the second session's drift
+    judgement and its report (JSON and Markdown) say the fusion was gained; the first has no
+    previous session to compare with."""
+    from aaco_pipelines.report.content import render_json
+    from aaco_pipelines.report.markdown_report import render_markdown
+    from aaco_pipelines.stages.judge_drift import judge_drift
+
+    paths = AacoPaths(home=tmp_path, registry=tmp_path / "registry", tracelake=tmp_path / "l.db")
+    paths.registry.mkdir()
+    block = models.transformer_block()
+    first_sidecar = dataclasses.replace(FAST_SIDECAR, disabled_optimizers=NO_GELU_FUSION)
+    path = add_model(paths, "block", block, first_sidecar)
+    first = measure_model(registered_model(path), paths, analyze=True)
+    add_model(paths, "block", block, FAST_SIDECAR)
+    second = measure_model(registered_model(path), paths, analyze=True)
+    lake = TraceLake(paths.tracelake)
+    assert render_json(lake, first.session_id)["structure"] is None
+    judged = judge_drift(lake, second)
+    assert [(f.change, f.label) for f in judged.structure.fusions] == [("gained", "Gelu")]
+    report = render_json(lake, second.session_id)["structure"]
+    assert report["session_a"] == first.session_id
+    assert report["headline"].startswith("0 fusions lost, 1 gained")
+    assert [f["label"] for f in report["fusions"]] == ["Gelu"]
+    markdown = render_markdown(lake, second.session_id)
+    assert "## Structure since the previous session" in markdown
