@@ -83,6 +83,9 @@ class SessionDag:
     device: object | None  # analysis.device_path's, for a GPU trace
     caveats: list[str]
     kernels: pa.Table | str | None = None  # a GPU trace's kernels with their node (attribution)
+    # a CPU session's DAG with the profiler's own time taken out (host_dag.calibrated): what
+    # what-ifs and gains re-time; the critical path itself is the observed DAG's
+    calibrated: dag_module.HostDag | None = None
 
 
 def session_dag(lake, session_id: str, optimized: onnx.ModelProto | None) -> SessionDag | None:
@@ -99,8 +102,11 @@ def session_dag(lake, session_id: str, optimized: onnx.ModelProto | None) -> Ses
     host = dag_module.host_dag(lake, session_id, runtime_graph(lake, session_id, optimized))
     if host is None:
         return None
+    measured = _measured_p50(lake, session_id)
+    retimed = dag_module.calibrated(host, measured) if measured is not None else host
     caveats = [] if optimized is not None else [NO_RUNTIME_GRAPH]
-    return SessionDag("host_threads", host, None, caveats + _profiling_caveat(lake, session_id))
+    caveats += _profiling_caveat(lake, session_id)
+    return SessionDag("host_threads", host, None, caveats, calibrated=retimed)
 
 
 PROFILING_CAVEAT_PCT = 50.0  # profiled iterations this much slower than measured get a caveat
@@ -117,7 +123,9 @@ def _profiling_caveat(lake, session_id: str) -> list[str]:
         return []
     return [
         f"profiled iterations took {1 + overhead / 100:.1f}x the measured p50 (the profiler's "
-        "own time on small nodes): changes are re-timed on them and scaled to the measured p50"
+        "own time around each node): what-ifs re-time them with that time taken out, first "
+        "from the waits between nodes, then equally from every node; small nodes' changes are "
+        "the roughest"
     ]
 
 
@@ -253,11 +261,32 @@ def _with_gains(lake, session_id: str, dag: SessionDag, nodes: pa.Table) -> pa.T
     gains = np.full(nodes.num_rows, np.nan)
     names = nodes["runtime_node"].to_pylist()
     kernel = np.nan_to_num(nodes["kernel_ns"].to_numpy(zero_copy_only=False))
-    current = current_p50(lake, session_id, dag)
-    for row in gain_candidates(kernel):
-        ratios = _latency_ratios(lake, session_id, dag, {names[row]: 2.0})
-        gains[row] = current * (1.0 - float(np.median(ratios)))
+    rows = gain_candidates(kernel)
+    for row, changes in zip(rows, _doubled(lake, session_id, dag, [names[r] for r in rows]),
+                            strict=True):  # fmt: skip
+        gains[row] = -float(np.median(changes))
     return nodes.append_column("gain_2x_ns", pa.array(gains, mask=np.isnan(gains)))
+
+
+def _doubled(lake, session_id: str, dag: SessionDag, names: list[str]) -> list[np.ndarray]:
+    """Each node's latency changes at 2x; a GPU trace's placed on its queues once for all."""
+    if dag.kind == "host_threads":
+        return [_latency_changes(lake, session_id, dag, {name: 2.0}) for name in names]
+    from aaco_pipelines.analysis import device_path
+
+    scenarios = [
+        pa.table({"node_name": [name], "speedup": pa.array([2.0], pa.float64())}) for name in names
+    ]
+    predicted = device_path.predict_device_spans_many(
+        lake, session_id, scenarios, "node_name", kernels=dag.kernels
+    )
+    return [_span_changes(spans) for spans in predicted]
+
+
+def _span_changes(spans: pa.Table) -> np.ndarray:
+    span = np.asarray(spans["span_ns"].to_numpy(zero_copy_only=False), np.float64)
+    predicted = np.asarray(spans["predicted_span_ns"].to_numpy(zero_copy_only=False), np.float64)
+    return predicted - span
 
 
 def gain_candidates(kernel_ns: np.ndarray) -> list[int]:
@@ -266,41 +295,43 @@ def gain_candidates(kernel_ns: np.ndarray) -> list[int]:
     return [int(i) for i in order[:GAIN_CANDIDATES] if kernel_ns[i] > 0]
 
 
-def _latency_ratios(
+def _latency_changes(
     lake, session_id: str, dag: SessionDag, speedups: dict[str, float], key: str = "node_name"
-):
-    """Each profiled iteration's re-timed latency over its observed one, with these runtime
-    nodes' speedups. A ratio, not a difference: the profiler slows small nodes (its own
-    bookkeeping, µs timestamps), so the profiled change is scaled to the measured latency."""
+) -> np.ndarray:
+    """Each profiled iteration's latency change (ns) with these runtime nodes' (or kernel
+    families') speedups, re-timed on the session's DAG (a CPU session's with the profiler's
+    own time taken out: host_dag.calibrated)."""
     if dag.kind == "host_threads":
-        host = dag.host
+        host = dag.calibrated
         factor = np.ones(len(host.nodes))
         index = {name: i for i, name in enumerate(host.nodes)}
         for name, speedup in speedups.items():
             if name in index:
                 factor[index[name]] = speedup
         duration = np.round(host.duration / factor[host.node]).astype(np.int64)
-        observed = (host.run_end - host.run_start).astype(np.float64)
-        return dag_module.latencies(host, duration) / np.maximum(observed, 1.0)
+        return dag_module.changes(host, duration).astype(np.float64)
     from aaco_pipelines.analysis import device_path
 
     table = pa.table(
         {key: list(speedups), "speedup": pa.array(list(speedups.values()), pa.float64())}
     )
     spans = device_path.predict_device_spans(lake, session_id, table, key, kernels=dag.kernels)
-    span = np.asarray(spans["span_ns"].to_numpy(zero_copy_only=False), np.float64)
-    predicted = np.asarray(spans["predicted_span_ns"].to_numpy(zero_copy_only=False), np.float64)
-    return predicted / np.maximum(span, 1.0)
+    return _span_changes(spans)
+
+
+def _measured_p50(lake, session_id: str) -> float | None:
+    rows = lake.query(
+        "SELECT latency_p50_ns FROM session_records WHERE session_id = ?", [session_id]
+    ).to_pylist()
+    return float(rows[0]["latency_p50_ns"]) if rows and rows[0]["latency_p50_ns"] else None
 
 
 def current_p50(lake, session_id: str, dag: SessionDag) -> float:
     """The session's measured p50 latency (ns); a trace ingested without one: its profiled
     iterations' median span."""
-    rows = lake.query(
-        "SELECT latency_p50_ns FROM session_records WHERE session_id = ?", [session_id]
-    ).to_pylist()
-    if rows and rows[0]["latency_p50_ns"] is not None:
-        return float(rows[0]["latency_p50_ns"])
+    measured = _measured_p50(lake, session_id)
+    if measured is not None:
+        return measured
     if dag.kind == "host_threads":
         return float(np.median(dag.host.run_end - dag.host.run_start))
     return float(np.median(dag.device.per_iteration["span_ns"].to_numpy(zero_copy_only=False)))
@@ -397,6 +428,43 @@ def what_if(
     the chosen original node with others speeds up by its share only (Amdahl within the node)."""
     if not speedup > 0:
         raise AacoInputError(f"speedup must be > 0, not {speedup}", fix="e.g. --speedup 2")
+    dag = _require_dag(lake, session_id, optimized)
+    speedups = _runtime_speedups(lake, session_id, dag, selector, value, speedup)
+    key = "kernel_family" if selector == "kernel_family" else "node_name"
+    return _predict(lake, session_id, dag, speedups, key, (selector, value, speedup))
+
+
+def what_if_nodes(
+    lake, session_id: str, optimized: onnx.ModelProto | None, speedups: dict[str, float]
+) -> WhatIf:
+    """The predicted p50 with several original ONNX nodes each made faster by its own factor
+    (a runtime node fusing some of them is shortened by 1 - sum(share) + sum(share / speedup));
+    what validating against a model with several nodes changed for real needs."""
+    if not speedups or not all(k > 0 for k in speedups.values()):
+        raise AacoInputError("every speedup must be > 0", fix="e.g. {node: 2.0}")
+    dag = _require_dag(lake, session_id, optimized)
+    shares = lake.query(
+        "SELECT runtime_node, onnx_node, share FROM node_attribution WHERE session_id = $sid "
+        "AND runtime_node IS NOT NULL AND list_contains($nodes, onnx_node)",
+        {"sid": session_id, "nodes": list(speedups)},
+    ).to_pylist()
+    kept: dict[str, float] = {}
+    for row in shares:
+        share = min(row["share"], 1.0)
+        kept[row["runtime_node"]] = (
+            kept.get(row["runtime_node"], 1.0) - share + share / speedups[row["onnx_node"]]
+        )
+    runtime = {name: 1.0 / max(fraction, 1e-9) for name, fraction in kept.items()}
+    if not runtime:
+        raise AacoInputError(
+            f"none of {sorted(speedups)[:3]} ran in session {session_id}",
+            fix="aaco report --session " + session_id + " lists its nodes",
+        )
+    described = ("nodes", ", ".join(sorted(speedups)), float(np.median(list(speedups.values()))))
+    return _predict(lake, session_id, dag, runtime, "node_name", described)
+
+
+def _require_dag(lake, session_id: str, optimized: onnx.ModelProto | None) -> SessionDag:
     dag = session_dag(lake, session_id, optimized)
     if dag is None:
         raise AacoInputError(
@@ -404,12 +472,18 @@ def what_if(
             fix="measure the model again with profiling (aaco run), or ingest a trace with "
             "its iterations",
         )
-    speedups = _runtime_speedups(lake, session_id, dag, selector, value, speedup)
-    key = "kernel_family" if selector == "kernel_family" else "node_name"
-    ratios = _latency_ratios(lake, session_id, dag, speedups, key)
+    return dag
+
+
+def _predict(
+    lake, session_id: str, dag: SessionDag, speedups: dict[str, float], key: str, described
+) -> WhatIf:
+    """The WhatIf of these runtime node (or kernel family) speedups."""
+    selector, value, speedup = described
+    changes = _latency_changes(lake, session_id, dag, speedups, key)
     current = current_p50(lake, session_id, dag)
-    median = current * (float(np.median(ratios)) - 1.0)
-    low, high = (current * (r - 1.0) for r in _interval(ratios))
+    median = float(np.median(changes))
+    low, high = _interval(changes)
     return WhatIf(
         session_id=session_id,
         selector=selector,
@@ -421,7 +495,7 @@ def what_if(
         change_ms=median / 1e6,
         change_low_ms=low / 1e6,
         change_high_ms=high / 1e6,
-        iterations=len(ratios),
+        iterations=len(changes),
         share_of_kernel_time=_share(lake, session_id, dag, speedups, key),
         dag=dag.kind,
         caveats=dag.caveats,
@@ -503,12 +577,12 @@ def _share(
     return float(kernel[chosen].sum() / max(kernel.sum(), 1))
 
 
-def _interval(ratios: np.ndarray) -> tuple[float, float]:
-    """The bootstrap interval of the median ratio (percentile; its point when all agree)."""
-    if len(ratios) < 2 or np.ptp(ratios) == 0:
-        return float(np.median(ratios)), float(np.median(ratios))
+def _interval(changes: np.ndarray) -> tuple[float, float]:
+    """The bootstrap interval of the median change (percentile; its point when all agree)."""
+    if len(changes) < 2 or np.ptp(changes) == 0:
+        return float(np.median(changes)), float(np.median(changes))
     result = stats.bootstrap(
-        (ratios,), np.median, confidence_level=CONFIDENCE, method="percentile",
+        (changes,), np.median, confidence_level=CONFIDENCE, method="percentile",
         n_resamples=2000, random_state=0,
     )  # fmt: skip
     interval = result.confidence_interval

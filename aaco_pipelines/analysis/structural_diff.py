@@ -208,6 +208,9 @@ class StructuralDiff:
     nodes: list[NodeTime]  # every node that ran on either side, by |delta_ms|
     only_in_a: list[str] = field(default_factory=list)  # original nodes B's graph lacks
     only_in_b: list[str] = field(default_factory=list)
+    # each side's critical path (analysis.critical_path): {"a": row, "b": row}, a row None for a
+    # session analysed before critical paths; with the node a 2x speedup helps most
+    critical_paths: dict[str, dict | None] = field(default_factory=dict)
 
     def count(self, change: str) -> int:
         return sum(f.change == change for f in self.fusions)
@@ -277,7 +280,28 @@ def structural_diff(
         nodes=nodes,
         only_in_a=sorted(a.graph.keys() - common, key=a.graph.__getitem__),
         only_in_b=sorted(b.graph.keys() - common, key=b.graph.__getitem__),
+        critical_paths=_critical_paths(lake, session_a, session_b),
     )
+
+
+CRITICAL_PATHS_SQL = """
+SELECT c.session_id, c.path_p50_ns, c.host_share, c.parallelism,
+       (SELECT n.onnx_node FROM critical_path_nodes n WHERE n.session_id = c.session_id
+        AND n.gain_2x_ns IS NOT NULL ORDER BY n.gain_2x_ns DESC, n.share DESC LIMIT 1)
+           AS fix_first,
+       (SELECT max(n.gain_2x_ns) FROM critical_path_nodes n WHERE n.session_id = c.session_id)
+           AS fix_first_gain_ns
+FROM critical_paths c WHERE c.session_id IN ($a, $b)
+"""
+
+
+def _critical_paths(lake, session_a: str, session_b: str) -> dict[str, dict | None]:
+    """Each side's critical path row (None: the session has none stored)."""
+    rows = {
+        r["session_id"]: r
+        for r in lake.query(CRITICAL_PATHS_SQL, {"a": session_a, "b": session_b}).to_pylist()
+    }
+    return {"a": rows.get(session_a), "b": rows.get(session_b)}
 
 
 def since_previous(lake, session_id: str) -> StructuralDiff | None:

@@ -96,12 +96,36 @@ def structure_tables(d) -> list[tuple[str, list[tuple[str, ...]]]]:
         ]  # fmt: skip
         title = f"time per node, median per profiled iteration (largest {TOP_NODES} differences)"
         tables.append((title, rows))
+    paths = d.critical_paths
+    if paths.get("a") and paths.get("b"):
+        a, b = paths["a"], paths["b"]
+        rows = [("", "A", "B")]
+        rows += [
+            ("critical path per iteration", _ms(a["path_p50_ns"]), _ms(b["path_p50_ns"])),
+            ("host share of it", _pct(a["host_share"]), _pct(b["host_share"])),
+            ("fix first (2x faster saves)", _fix(a), _fix(b)),
+        ]
+        tables.append(("critical path (aaco whatif re-times it)", rows))
     for side, names in (("A", d.only_in_a), ("B", d.only_in_b)):
         if names:
             shown = ", ".join(names[:LISTED_NAMES])
             more = f" ... and {len(names) - LISTED_NAMES} more" if len(names) > LISTED_NAMES else ""
             tables.append((f"nodes only in {side}'s graph ({len(names)})", [(shown + more,)]))
     return tables
+
+
+def _ms(ns: float | None) -> str:
+    return "-" if ns is None else f"{ns / 1e6:.4g} ms"
+
+
+def _pct(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction:.0%}"
+
+
+def _fix(row: dict) -> str:
+    if not row.get("fix_first"):
+        return "-"
+    return f"{row['fix_first']} ({_ms(row['fix_first_gain_ns'])})"
 
 
 def _delta(row, confidence: float) -> str:

@@ -303,3 +303,22 @@ def test_a_gpu_trace_gets_its_critical_path_and_answers_what_ifs_by_node_and_fam
         assert result["dag"] == "device_queues"
         assert 0 < result["predicted_p50_ms"] <= result["current_p50_ms"]
         assert result["change_low_ms"] <= result["change_ms"] <= result["change_high_ms"] <= 0
+
+
+def test_calibration_takes_the_profilers_time_out_of_the_waits_first_then_every_node():
+    # a -> b -> c: 10 + 20 + 24 µs of nodes and 3 µs of waits, a 60 µs profiled iteration
+    events = _events({0: (0, 60)}, [(0, "a", 1, 10, 7), (0, "b", 13, 20, 7), (0, "c", 33, 24, 7)])
+    dag = _dag(events, [("a", "b"), ("b", "c")], ["a", "b", "c"])
+    waits_only = host_dag.calibrated(dag, measured_ns=58 * US)  # 2 µs: out of the waits
+    assert waits_only.duration.tolist() == dag.duration.tolist()
+    assert waits_only.wait.sum() == dag.wait.sum() - 2 * US
+    nodes_too = host_dag.calibrated(dag, measured_ns=51 * US)  # 9 µs: 3 of waits, 2 per node
+    assert nodes_too.wait.sum() == 0
+    assert nodes_too.duration.tolist() == [8 * US, 18 * US, 22 * US]
+    # a 2x faster b saves half its calibrated time, absolute
+    faster = np.where(
+        nodes_too.nodes[nodes_too.node] == "b", nodes_too.duration // 2, nodes_too.duration
+    )
+    assert host_dag.changes(nodes_too, faster).tolist() == [-9 * US]
+    slower_host = host_dag.calibrated(dag, measured_ns=120 * US)  # measured pass twice as slow
+    assert slower_host.duration.tolist() == [20 * US, 40 * US, 48 * US]

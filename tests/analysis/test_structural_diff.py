@@ -235,6 +235,7 @@ def test_a_session_shows_what_changed_since_the_previous_one_in_its_report_and_d
     previous session to compare with."""
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.markdown_report import render_markdown
+    from aaco_pipelines.report.structure_text import structure_tables
     from aaco_pipelines.stages.judge_drift import judge_drift
 
     paths = AacoPaths(home=tmp_path, registry=tmp_path / "registry", tracelake=tmp_path / "l.db")
@@ -255,3 +256,9 @@ def test_a_session_shows_what_changed_since_the_previous_one_in_its_report_and_d
     assert [f["label"] for f in report["fusions"]] == ["Gelu"]
     markdown = render_markdown(lake, second.session_id)
     assert "## Structure since the previous session" in markdown
+    # both sides' critical paths, as aaco diff --structure prints them
+    paths = judged.structure.critical_paths
+    assert paths["a"]["path_p50_ns"] > 0 and paths["b"]["path_p50_ns"] > 0
+    tables = dict(structure_tables(judged.structure))
+    rows = tables["critical path (aaco whatif re-times it)"]
+    assert rows[1][0] == "critical path per iteration" and rows[1][1].endswith(" ms")
