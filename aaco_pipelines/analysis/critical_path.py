@@ -40,10 +40,12 @@ from aaco_pipelines.analysis.attribution import (
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import CRITICAL_PATH_NODES, CRITICAL_PATHS, conform
 
-# Nodes whose 2x-faster gain is re-timed: the longest by kernel time. A node outside them saves
-# at most half its own time, less than the last of them can: once the best gain found exceeds
-# that, no other node can beat it (`gain_candidates`).
-GAIN_CANDIDATES = 20
+# Nodes whose 2x-faster gain is re-timed: those with the most time on the critical path.
+# Shortening work off the path never shortens the iteration, and shortening the path by x
+# shortens it by x at most, so a node outside them saves at most half its critical time, less
+# than the last of them holds: once the best gain found exceeds that, no other node can beat
+# it. A GPU trace's what-if is a pass over every kernel (seconds at 10^7), so fewer of them.
+GAIN_CANDIDATES = {"host_threads": 20, "device_queues": 5}
 SELECTORS = ("node", "op_type", "kernel_family")
 CONFIDENCE = 0.95
 
@@ -86,19 +88,41 @@ class SessionDag:
     # a CPU session's DAG with the profiler's own time taken out (host_dag.calibrated): what
     # what-ifs and gains re-time; the critical path itself is the observed DAG's
     calibrated: dag_module.HostDag | None = None
+    # a GPU trace's 2x gains, re-timed over the same placing of its kernels (node -> changes)
+    device_gains: dict[str, np.ndarray] | None = None
 
 
-def session_dag(lake, session_id: str, optimized: onnx.ModelProto | None) -> SessionDag | None:
+def session_dag(
+    lake, session_id: str, optimized: onnx.ModelProto | None, with_gains: bool = False
+) -> SessionDag | None:
     """The session's DAG: its device queues when it has device kernels, else its host node
-    executions; None when it has neither (no profiled iterations)."""
+    executions; None when it has neither (no profiled iterations). `with_gains`: a GPU trace's
+    candidates' 2x gains too, computed over the same placing of its kernels."""
     if _has_device_kernels(lake, session_id):
         from aaco_pipelines.analysis import device_path
         from aaco_pipelines.analysis.attribution import session_kernels
 
         kernels = session_kernels(lake, session_id)
-        device = device_path.device_critical_path(lake, session_id, kernels)
+        names: list[str] = []
+
+        def doubled(path) -> list[pa.Table]:
+            critical = np.nan_to_num(path.per_node["critical_ns"].to_numpy(zero_copy_only=False))
+            rows = gain_candidates(critical, GAIN_CANDIDATES["device_queues"])
+            names.extend(path.per_node["node_name"][r].as_py() for r in rows)
+            return [
+                pa.table({"node_name": [n], "speedup": pa.array([2.0], pa.float64())})
+                for n in names
+            ]
+
+        device, predicted = device_path.device_critical_path_and_what_ifs(
+            lake, session_id, kernels, doubled if with_gains else None
+        )
         if device is not None:
-            return SessionDag("device_queues", None, device, list(device.caveats), kernels)
+            gains = dict(zip(names, (_span_changes(p) for p in predicted), strict=True))
+            return SessionDag(
+                "device_queues", None, device, list(device.caveats), kernels,
+                device_gains=gains if with_gains else None,
+            )  # fmt: skip
     host = dag_module.host_dag(lake, session_id, runtime_graph(lake, session_id, optimized))
     if host is None:
         return None
@@ -160,7 +184,7 @@ def runtime_graph(lake, session_id: str, optimized: onnx.ModelProto | None) -> o
 
 def critical_path(lake, session_id: str, optimized: onnx.ModelProto | None) -> dict[str, pa.Table]:
     """The session's CRITICAL_PATHS row and CRITICAL_PATH_NODES rows (empty without a DAG)."""
-    dag = session_dag(lake, session_id, optimized)
+    dag = session_dag(lake, session_id, optimized, with_gains=True)
     if dag is None:
         return {
             "critical_paths": CRITICAL_PATHS.empty_table(),
@@ -260,8 +284,8 @@ def _with_gains(lake, session_id: str, dag: SessionDag, nodes: pa.Table) -> pa.T
     session's measured p50); null for the nodes that cannot beat the best candidate."""
     gains = np.full(nodes.num_rows, np.nan)
     names = nodes["runtime_node"].to_pylist()
-    kernel = np.nan_to_num(nodes["kernel_ns"].to_numpy(zero_copy_only=False))
-    rows = gain_candidates(kernel)
+    critical = np.nan_to_num(nodes["critical_ns"].to_numpy(zero_copy_only=False))
+    rows = gain_candidates(critical, GAIN_CANDIDATES[dag.kind])
     for row, changes in zip(rows, _doubled(lake, session_id, dag, [names[r] for r in rows]),
                             strict=True):  # fmt: skip
         gains[row] = -float(np.median(changes))
@@ -269,18 +293,11 @@ def _with_gains(lake, session_id: str, dag: SessionDag, nodes: pa.Table) -> pa.T
 
 
 def _doubled(lake, session_id: str, dag: SessionDag, names: list[str]) -> list[np.ndarray]:
-    """Each node's latency changes at 2x; a GPU trace's placed on its queues once for all."""
+    """Each node's latency changes at 2x (a GPU trace's: computed with its path)."""
     if dag.kind == "host_threads":
         return [_latency_changes(lake, session_id, dag, {name: 2.0}) for name in names]
-    from aaco_pipelines.analysis import device_path
-
-    scenarios = [
-        pa.table({"node_name": [name], "speedup": pa.array([2.0], pa.float64())}) for name in names
-    ]
-    predicted = device_path.predict_device_spans_many(
-        lake, session_id, scenarios, "node_name", kernels=dag.kernels
-    )
-    return [_span_changes(spans) for spans in predicted]
+    gains = dag.device_gains or {}
+    return [gains.get(name, np.zeros(1)) for name in names]
 
 
 def _span_changes(spans: pa.Table) -> np.ndarray:
@@ -289,10 +306,10 @@ def _span_changes(spans: pa.Table) -> np.ndarray:
     return predicted - span
 
 
-def gain_candidates(kernel_ns: np.ndarray) -> list[int]:
-    """The rows whose 2x gain is re-timed: the GAIN_CANDIDATES longest."""
-    order = np.argsort(-kernel_ns, kind="stable")
-    return [int(i) for i in order[:GAIN_CANDIDATES] if kernel_ns[i] > 0]
+def gain_candidates(critical_ns: np.ndarray, count: int) -> list[int]:
+    """The rows whose 2x gain is re-timed: the `count` with most time on the critical path."""
+    order = np.argsort(-critical_ns, kind="stable")
+    return [int(i) for i in order[:count] if critical_ns[i] > 0]
 
 
 def _latency_changes(

@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -441,18 +441,40 @@ def device_critical_path(lake, session_id: str, kernels=None) -> DevicePath | No
     device kernels. `kernels`: attribution.session_kernels' table or SQL (each kernel's runtime
     node and profiled iteration); without it kernels are keyed by name and the stored
     iterations (a trace without ONNX Runtime's profile is one iteration)."""
+    path, _ = device_critical_path_and_what_ifs(lake, session_id, kernels)
+    return path
+
+
+def device_critical_path_and_what_ifs(
+    lake, session_id: str, kernels=None, what_ifs: Callable[[DevicePath], list] | None = None
+) -> tuple[DevicePath | None, list[pa.Table]]:
+    """The device critical path and, over the same placing of the kernels on their chains (the
+    costly part: one sort of the trace), the what-ifs `what_ifs` asks for once it has seen the
+    path (speedups tables keyed by node_name, e.g. its most critical nodes at 2x): their
+    PREDICTED tables, in order."""
     with lake.connect() as con, _chains(con, session_id, kernels, "node_name") as chains:
         if chains is None:
-            return None
+            return None, []
         con.execute(PATH_SQL)
         per_iteration = con.sql(PER_ITERATION_SQL).to_arrow_table().cast(PER_ITERATION)
         per_node = con.sql(PER_NODE_SQL).to_arrow_table().cast(PER_NODE)
         caveats = chains.caveats()
-    paths = per_iteration["path_ns"].to_pylist()
-    shares = [h / p for h, p in zip(per_iteration["host_ns"].to_pylist(), paths, strict=True) if p]
-    return DevicePath(
-        per_node, per_iteration, statistics.median(shares) if shares else None, caveats
-    )
+        paths = per_iteration["path_ns"].to_pylist()
+        hosts = per_iteration["host_ns"].to_pylist()
+        shares = [h / p for h, p in zip(hosts, paths, strict=True) if p]
+        path = DevicePath(
+            per_node, per_iteration, statistics.median(shares) if shares else None, caveats
+        )
+        scenarios = [
+            _speedups(table, "node_name") for table in (what_ifs(path) if what_ifs else [])
+        ]
+        predicted = [
+            con.sql(PREDICT_SQL.format(speedup=_known_factors(con, session_id, table, "node_name")))
+            .to_arrow_table()
+            .cast(PREDICTED)
+            for table in scenarios
+        ]
+    return path, predicted
 
 
 def predict_device_spans(
