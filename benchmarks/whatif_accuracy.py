@@ -1,18 +1,18 @@
 """How well `aaco whatif` predicts a real change: in each model, every MatMul with a 2-D weight
 is swapped for a cheaper op of the same output shape (Abs when the weight is square, a Slice of
-the input when it narrows, a Tile when it widens: the nodes made faster for real), both models
-are measured interleaved (`--rounds` sessions each), and the change the what-if predicts from
-the original's profile and each node's measured speedup (analysis.critical_path.what_if_nodes)
-is compared with the measured one. Swapping every such node, not one, makes the change large
-against the session-to-session noise of a busy host (one FFN MatMul of bert_encoder is 3 % of
-its time: less than two sessions of it differ).
+the input when it narrows, a Tile when it widens: the nodes made faster for real). Each model
+and its twin are measured once (their profiles: each node's speedup, on the calibrated profiles
+the what-if re-times), then side by side (execution.side_by_side: one process, interleaved
+blocks, `--rounds` rounds, so whatever else the host does hits both alike). The change the
+what-if predicts from the original's profile (analysis.critical_path.what_if_nodes) is compared
+with the measured one, both as shares of the original's latency.
 
     PYTHONPATH=. .venv/bin/python benchmarks/whatif_accuracy.py [--models mlp,bert_encoder]
-        [--corpus] [--rounds 2]
+        [--corpus] [--no-zoo] [--rounds 20]
 
 Models: the zoo's (aaco zoo build) and, with --corpus, the real-model corpus's
-(tests/data/real_models). Prints one row per model: the node, its speedup, measured and
-predicted change, and the error relative to the measured change (goal: within 10 %).
+(tests/data/real_models). Prints one row per model: the nodes, their median speedup, measured
+and predicted change, and the error relative to the measured change (goal: within 10 %).
 """
 
 from __future__ import annotations
@@ -29,11 +29,14 @@ import onnx
 from onnx import helper, numpy_helper
 
 from aaco_pipelines.analysis.critical_path import session_dag, what_if_nodes
+from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.side_by_side import measure_side_by_side
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.registry.zoo import ZOO_MODEL_NAMES, build_zoo
 from aaco_pipelines.stages.pipeline import measure_model
+from aaco_pipelines.tracelake.queries import session_bundle_path
 from aaco_pipelines.tracelake.store import TraceLake
 
 CORPUS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real_models"
@@ -143,40 +146,37 @@ def validate(paths: AacoPaths, source: Path, rounds: int) -> dict:
     for path, version in ((slow_path, model), (fast_path, twin)):
         onnx.save(version, str(path))
         _copy_sidecar(source, path)
-    slow, fast = [], []
-    for _ in range(rounds):
-        slow.append(measure(paths, slow_path))
-        fast.append(measure(paths, fast_path))
+    slow = measure(paths, slow_path)
+    fast = measure(paths, fast_path)
     lake = TraceLake(paths.tracelake)
     # Each node's speedup on the basis the what-if re-times: the profile calibrated to the
     # measured p50 (a cheap op's profiled time is mostly the profiler's own)
-    times = {sid: calibrated_node_ns(lake, sid) for sid in [*slow, *fast]}
-    speedups = {}
-    for node in nodes:
-        before = statistics.median(times[s].get(node, 0.0) for s in slow)
-        after = statistics.median(times[s].get(node, 0.0) for s in fast)
-        if before > 0 and after > 0:
-            speedups[node] = before / after
-    # Paired by round: each twin measured right after its original, so a host that slows
-    # down between rounds (a compute-bound model's p50 moved 17 -> 24 ms here) moves both.
-    measured = [p50(lake, f) - p50(lake, s) for s, f in zip(slow, fast, strict=True)]
-    predicted = [what_if_nodes(lake, s, None, speedups).change_ms * 1e6 for s in slow]
-    errors = [abs(p - m) / abs(m) for p, m in zip(predicted, measured, strict=True) if m]
-    others = [
-        other_nodes_ns(lake, f, nodes) - other_nodes_ns(lake, s, nodes)
-        for s, f in zip(slow, fast, strict=True)
-    ]
+    before, after = calibrated_node_ns(lake, slow), calibrated_node_ns(lake, fast)
+    speedups = {
+        node: before[node] / after[node]
+        for node in nodes
+        if before.get(node, 0.0) > 0 and after.get(node, 0.0) > 0
+    }
+    prediction = what_if_nodes(lake, slow, None, speedups)
+    predicted = prediction.change_ms / prediction.current_p50_ms
+    # The truth: both models measured side by side (one process, interleaved blocks, so the
+    # host's moods hit both alike), as a share of the original's latency
+    requests = [SessionBundle(session_bundle_path(lake, s)).request for s in (slow, fast)]
+    pair = measure_side_by_side(*requests, rounds=rounds)
+    ratio = np.array([np.median(b) for b in pair.b]) / np.array([np.median(a) for a in pair.a])
+    measured = float(np.median(ratio) - 1.0)
+    others = other_nodes_ns(lake, fast, nodes) - other_nodes_ns(lake, slow, nodes)
     return {
         "model": source.stem,
         "nodes": len(speedups),
         "median_speedup": round(statistics.median(speedups.values()), 2) if speedups else None,
-        "p50_ms": round(statistics.median(p50(lake, s) for s in slow) / 1e6, 4),
-        "measured_change_ms": round(statistics.median(measured) / 1e6, 4),
-        "predicted_change_ms": round(statistics.median(predicted) / 1e6, 4),
-        # the other nodes' own time moved too (a smaller working set, other fusions): no
-        # what-if of the swapped nodes can see that
-        "other_nodes_change_ms": round(statistics.median(others) / 1e6, 4),
-        "error": round(statistics.median(errors), 3) if errors else None,
+        "p50_ms": round(p50(lake, slow) / 1e6, 4),
+        "measured_change": round(measured, 4),  # a share of the original's latency
+        "predicted_change": round(predicted, 4),
+        # the other nodes' own profiled time moved too (a smaller working set, other fusions):
+        # no what-if of the swapped nodes can see that
+        "other_nodes_change_ms": round(others / 1e6, 4),
+        "error": round(abs(predicted - measured) / abs(measured), 3) if measured else None,
     }
 
 
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", help="zoo models, comma-separated (default: all)")
     parser.add_argument("--corpus", action="store_true", help="also the real-model corpus")
     parser.add_argument("--no-zoo", action="store_true", help="the corpus only")
-    parser.add_argument("--rounds", type=int, default=2, help="sessions per model (2)")
+    parser.add_argument("--rounds", type=int, default=20, help="side-by-side rounds (20)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         home = Path(work)

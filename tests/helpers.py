@@ -279,3 +279,28 @@ def replay_session(lake, source: str, new_id: str = "replay") -> str:
                 [new_id, source],
             )
     return new_id
+
+
+def simulated_gpu_trace(tmp_path: Path, runs: int = 10) -> tuple[Path, Path]:
+    """(model, trace folder): the conv block run `runs` times under ONNX Runtime's profiler, and
+    the rocprofv3 kernel + HIP API traces simulated from that profile, with the profile beside
+    them (what `aaco ingest --model` reads as one GPU session)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from aaco_pipelines.collectors.ort_profile import read_ort_profile
+    from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
+
+    model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "prof")
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    start_ns = session.get_profiling_start_time_ns()
+    for _ in range(runs):
+        session.run(None, {"x": np.ones((1, 3, 32, 32), "f4")})
+    profile = tmp_path / session.end_profiling()
+    trace = tmp_path / "from_gpu_node"
+    simulate_rocprof_traces(read_ort_profile(profile, "sim", start_ns), trace)
+    shutil.copy(profile, trace / "onnxruntime_profile_run.json")
+    return model, trace

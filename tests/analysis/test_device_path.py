@@ -21,7 +21,7 @@ from aaco_pipelines.analysis.device_path import (
 )
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import SHARED
+from tests.helpers import SHARED, simulated_gpu_trace
 
 SAMPLES = SHARED / "samples" / "profilers"
 RPD = SAMPLES / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"  # has its HIP API calls
@@ -341,28 +341,10 @@ def test_a_simulated_gpu_trace_through_aaco_ingest(aaco_paths, tmp_path):
     and the model: every node the attribution found has its row, with finite times, and the
     re-timing with nothing changed gives the spans back."""
     import math
-    import shutil
 
-    import numpy as np
-    import onnxruntime as ort
-
-    from aaco_pipelines.collectors.ort_profile import read_ort_profile
-    from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
     from aaco_pipelines.stages.pipeline import ingest_and_analyze
-    from tests import models
 
-    model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "prof")
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    start_ns = session.get_profiling_start_time_ns()
-    for _ in range(10):
-        session.run(None, {"x": np.ones((1, 3, 32, 32), "f4")})
-    profile = tmp_path / session.end_profiling()
-    trace = tmp_path / "from_gpu_node"
-    simulate_rocprof_traces(read_ort_profile(profile, "sim", start_ns), trace)
-    shutil.copy(profile, trace / "onnxruntime_profile_run.json")
+    model, trace = simulated_gpu_trace(tmp_path)
     bundle, _ = ingest_and_analyze(trace, aaco_paths, model=model)
     lake = TraceLake(aaco_paths.tracelake)
 

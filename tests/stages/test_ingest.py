@@ -10,7 +10,7 @@ from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session
 from aaco_pipelines.stages.pipeline import analyze_session
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import SHARED
+from tests.helpers import SHARED, simulated_gpu_trace
 
 SAMPLES = SHARED / "samples" / "profilers"
 
@@ -89,27 +89,7 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     """A rocprofv3 trace simulated from a real ONNX Runtime profile, ingested with the profile
     and the model as a user would bring them from a GPU node: the kernels go through the launch
     chain to runtime nodes, and through the fusion mapping to the model's ONNX nodes."""
-    import shutil
-
-    import numpy as np
-    import onnxruntime as ort
-
-    from aaco_pipelines.collectors.ort_profile import read_ort_profile
-    from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
-    from tests import models
-
-    model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "prof")
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    start_ns = session.get_profiling_start_time_ns()
-    for _ in range(20):
-        session.run(None, {"x": np.ones((1, 3, 32, 32), "f4")})
-    profile = tmp_path / session.end_profiling()
-    trace_dir = tmp_path / "from_gpu_node"
-    simulate_rocprof_traces(read_ort_profile(profile, "sim", start_ns), trace_dir)
-    shutil.copy(profile, trace_dir / "onnxruntime_profile_run.json")
+    model, trace_dir = simulated_gpu_trace(tmp_path, runs=20)
 
     bundle = ingest_trace(trace_dir, aaco_paths, model=model)
     lake = TraceLake(aaco_paths.tracelake)
