@@ -307,9 +307,19 @@ def test_curves_cover_every_point_and_bigger_batches_give_more_tokens_per_second
     assert shared and all(caches[(4, kv)] == 4 * caches[(1, kv)] for kv in shared)
     # And it gives more tokens/s: well over 1.5x on a quiet host, 1.48x with the suite's other
     # processes on both cores, 1.03x once with a fresh clone's CI and another suite sharing the
-    # two cores; timing on a busy host can say no more than "more".
-    rates = [curve[(b, PROMPT_TOKENS, "output_tokens_per_s")] for b in (1, 4)]
-    assert rates[1] > rates[0]
+    # two cores, and 0.81x once (the other worker busy during batch 4 only). So the rate is
+    # judged at each batch size's fastest decode step, which a neighbour's burst cannot slow:
+    # a batch of 4 emits 4 tokens per step, in less than 4 times batch 1's step.
+    steps = _rows(
+        lake,
+        "SELECT batch_size, min(end_ns - start_ns) AS fastest FROM generation_steps "
+        "WHERE session_id = $sid AND run = 'curve' AND phase = 'decode' AND batch_size IN (1, 4) "
+        "GROUP BY batch_size",
+        sid,
+    )
+    peak = {r["batch_size"]: r["batch_size"] / r["fastest"] for r in steps}
+    assert peak[4] > peak[1]
+    assert all(curve[(b, PROMPT_TOKENS, "output_tokens_per_s")] > 0 for b in (1, 4))
 
 
 # --- phases, session row, headline -----------------------------------------------------------
