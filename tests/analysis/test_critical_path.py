@@ -246,8 +246,14 @@ def test_on_parallel_branches_the_prediction_follows_what_the_iterations_did(tmp
     b1 = what_if(lake, session, None, selector="node", value="b1", speedup=2)
     assert b1.share_of_kernel_time > 0.2
     b1_ns = _node_ns(lake, session, "b1")
-    saving_ms = b1_ns / 2 / 1e6  # the profiled change, scaled down to the measured p50
-    assert -1.05 * saving_ms <= b1.change_ms <= 0  # never more than its own saving
+    # never more than its own saving: half its time, as calibrated to the measured p50 (a
+    # measured pass slower than the profiled one stretches the profile: host_dag.calibrated)
+    [span] = lake.query("SELECT span_p50_ns FROM critical_paths WHERE session_id = ?", [session])[
+        "span_p50_ns"
+    ].to_pylist()
+    stretch = max(1.0, b1.current_p50_ms * 1e6 / span)
+    saving_ms = b1_ns / 2 / 1e6 * stretch
+    assert -1.25 * saving_ms <= b1.change_ms <= 0  # medians of per-iteration stretches
     by_share_ms = b1.share_of_kernel_time / 2 * b1.current_p50_ms  # subtracting shares
     if sum(beside) > len(beside) / 2:
         assert abs(b1.change_ms) < 0.5 * by_share_ms, (b1, sum(beside), len(beside))
