@@ -193,7 +193,7 @@ def critical_path(lake, session_id: str, optimized: onnx.ModelProto | None) -> d
     if dag.kind == "host_threads":
         summary, nodes = _host_critical_path(dag.host)
     else:
-        summary, nodes = _device_critical_path(lake, session_id, dag.device)
+        summary, nodes = _device_critical_path(dag.device)
     nodes = _with_gains(lake, session_id, dag, nodes)
     nodes = _onnx_nodes(lake, session_id, nodes)
     summary = {"session_id": session_id, "dag": dag.kind, **summary}
@@ -237,14 +237,14 @@ def _host_critical_path(dag: dag_module.HostDag) -> tuple[dict, pa.Table]:
             "runtime_op_type": pa.array(dag.op_types, pa.string()),
             "kernel_ns": np.median(kernel, axis=0),
             "critical_ns": np.median(critical, axis=0),
-            "slack_ns": np.nanmedian(np.where(ran, least_slack, np.nan), axis=0),
+            "slack_ns": np.nanmedian(least_slack, axis=0),
             "executions_per_iteration": np.median(executions, axis=0).astype(np.float64),
         }
     )
     return summary, _overlap(table)
 
 
-def _device_critical_path(lake, session_id: str, device) -> tuple[dict, pa.Table]:
+def _device_critical_path(device) -> tuple[dict, pa.Table]:
     per_iteration = device.per_iteration
     span = np.asarray(per_iteration["span_ns"].to_numpy(zero_copy_only=False), np.float64)
     path = np.asarray(per_iteration["path_ns"].to_numpy(zero_copy_only=False), np.float64)

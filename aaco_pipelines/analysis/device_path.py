@@ -468,12 +468,7 @@ def device_critical_path_and_what_ifs(
         scenarios = [
             _speedups(table, "node_name") for table in (what_ifs(path) if what_ifs else [])
         ]
-        predicted = [
-            con.sql(PREDICT_SQL.format(speedup=_known_factors(con, session_id, table, "node_name")))
-            .to_arrow_table()
-            .cast(PREDICTED)
-            for table in scenarios
-        ]
+        predicted = _predicted(con, session_id, scenarios, "node_name")
     return path, predicted
 
 
@@ -496,12 +491,17 @@ def predict_device_spans_many(
     with lake.connect() as con, _chains(con, session_id, kernels, key) as chains:
         if chains is None:
             return [PREDICTED.empty_table() for _ in tables]
-        results = []
-        for table in tables:
-            factors = _known_factors(con, session_id, table, key)
-            predicted = con.sql(PREDICT_SQL.format(speedup=factors)).to_arrow_table()
-            results.append(predicted.cast(PREDICTED))
-        return results
+        return _predicted(con, session_id, tables, key)
+
+
+def _predicted(con, session_id: str, tables: list[pa.Table], key: str) -> list[pa.Table]:
+    """One PREDICTED table per speedups table, over the chains placed on `con`."""
+    return [
+        con.sql(PREDICT_SQL.format(speedup=_known_factors(con, session_id, table, key)))
+        .to_arrow_table()
+        .cast(PREDICTED)
+        for table in tables
+    ]
 
 
 def _speedups(speedups: pa.Table, key: str) -> pa.Table:
