@@ -456,7 +456,9 @@ def what_if_nodes(
 ) -> WhatIf:
     """The predicted p50 with several original ONNX nodes each made faster by its own factor
     (a runtime node fusing some of them is shortened by 1 - sum(share) + sum(share / speedup));
-    what validating against a model with several nodes changed for real needs."""
+    what validating against a model with several nodes changed for real needs. A name that is
+    no original node but a runtime node (a fused or inserted one) is re-timed whole, as
+    `what_if` does with one."""
     if not speedups or not all(k > 0 for k in speedups.values()):
         raise AacoInputError("every speedup must be > 0", fix="e.g. {node: 2.0}")
     dag = _require_dag(lake, session_id, optimized)
@@ -472,6 +474,9 @@ def what_if_nodes(
             kept.get(row["runtime_node"], 1.0) - share + share / speedups[row["onnx_node"]]
         )
     runtime = {name: 1.0 / max(fraction, 1e-9) for name, fraction in kept.items()}
+    named = {row["onnx_node"] for row in shares}
+    for name in (set(speedups) - named) & _runtime_names(dag):
+        runtime[name] = speedups[name]
     if not runtime:
         raise AacoInputError(
             f"none of {sorted(speedups)[:3]} ran in session {session_id}",

@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 import onnx
 import pyarrow as pa
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.analysis import host_dag
-from aaco_pipelines.analysis.critical_path import what_if
+from aaco_pipelines.analysis.critical_path import what_if, what_if_nodes
 from aaco_pipelines.execution.side_by_side import measure_side_by_side
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
@@ -189,6 +190,34 @@ def test_the_what_if_predicts_the_measured_change_of_a_node_made_faster_for_real
     assert prediction.dag == "host_threads" and prediction.runtime_nodes == ["target"]
     assert prediction.change_low_ms <= prediction.change_ms <= prediction.change_high_ms
     assert 0.2 < prediction.share_of_kernel_time < 0.5  # one of three MatMuls
+
+
+def test_a_fused_runtime_node_named_in_a_what_if_of_several_nodes_is_re_timed_whole(tmp_path):
+    """ONNX Runtime fuses MatMul + Add into one runtime node. Naming that runtime node (what a
+    validation against a twin with the same runtime graph compares) re-times all of it: the
+    same prediction as naming every original node it fuses, and more than naming one."""
+    paths = home_paths(tmp_path)
+    paths.registry.mkdir(parents=True)
+    head, head_w = _matmul("head", "x", 0)
+    bias = numpy_helper.from_array(np.ones(WIDTH, np.float32), "bias")
+    add = helper.make_node("Add", ["head", "bias"], ["biased"], name="bias_add")
+    tail, tail_w = _matmul("tail", "biased", 2)
+    model = _model([(head, head_w), (add, bias), (tail, tail_w)], "tail")
+    session = _measure(paths, "fused", model, ONE_THREAD)
+    lake = TraceLake(paths.tracelake)
+    rows = lake.query(
+        "SELECT runtime_node, list(onnx_node ORDER BY onnx_node) AS members "
+        "FROM node_attribution WHERE session_id = ? GROUP BY runtime_node",
+        [session],
+    ).to_pylist()
+    [fused] = [r["runtime_node"] for r in rows if r["members"] == ["bias_add", "head"]]
+    assert fused not in ("head", "bias_add")  # a runtime node of ONNX Runtime's own naming
+    whole = what_if_nodes(lake, session, None, {fused: 2.0})
+    members = what_if_nodes(lake, session, None, {"head": 2.0, "bias_add": 2.0})
+    one = what_if_nodes(lake, session, None, {"head": 2.0})
+    assert whole.runtime_nodes == members.runtime_nodes == [fused]
+    assert whole.change_ms == pytest.approx(members.change_ms, rel=1e-9)
+    assert whole.change_ms < one.change_ms < 0
 
 
 def _request(paths, lake, session_id: str) -> dict:
