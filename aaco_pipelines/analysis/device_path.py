@@ -315,8 +315,8 @@ _RUNNING_MAX_T = (
 # --- The observed path ----------------------------------------------------------------------
 
 TIMED_SQL = f"""
-CREATE OR REPLACE TEMP VIEW device_timed AS
-SELECT part, it, seg, row, key_id, d, a, T, M, P + M AS e,
+CREATE OR REPLACE TEMP TABLE device_timed AS
+SELECT part, it, seg, row, key_id, d, a, g, T, M, P + M AS e,
        greatest(d + least(g, 0), 0) AS on_path_ns
 FROM (
     SELECT *, ({_RUNNING_MAX_T})::DOUBLE AS M
@@ -406,7 +406,7 @@ GROUP BY names.name ORDER BY critical_ns DESC, kernel_ns DESC, node_name
 PREDICT_SQL = """
 WITH timed AS (
     SELECT part, it, seg, row, a, {timed}
-    FROM (SELECT part, it, seg, row, a, g, {durations} FROM device_chain)
+    FROM (SELECT part, it, seg, row, a, g, {durations} FROM device_timed)
 ),
 queues AS (
     SELECT any_value(it) AS it, any_value(seg) AS seg, {queue_ends}
@@ -597,8 +597,8 @@ def _chains(con, session_id: str, kernels, key: str) -> Iterator[_Chains | None]
 class _Chains:
     """The temporary tables of one session's chains on one connection."""
 
-    VIEWS = ("device_timed", "device_chain", "device_previous")
-    TABLES = ("device_sorted", "device_syncs", "device_iterations", "device_blocks",
+    VIEWS = ("device_chain", "device_previous")
+    TABLES = ("device_timed", "device_sorted", "device_syncs", "device_iterations", "device_blocks",
               "key_names", "device_queues", "device_path_blocks")  # fmt: skip
 
     def __init__(self, con, session_id: str, kernels, key: str):
