@@ -257,7 +257,7 @@ def validate(
         "predicted_change": round(predicted, 4),
         "error": round(abs(predicted - measured) / abs(measured), 3) if measured else None,
         # the truth known to within the goal: only then can the goal be judged
-        "judged": bool(measured) and max(high - measured, measured - low) <= GOAL * abs(measured),
+        "judged": bool(measured and max(high - measured, measured - low) <= GOAL * abs(measured)),
     }
 
 
@@ -303,8 +303,8 @@ def measured_change(lake: TraceLake, original: str, changed: str, rounds: int):
     ).confidence_interval
     return (
         float(np.median(ratio) - 1.0),
-        interval.low - 1.0,
-        interval.high - 1.0,
+        float(interval.low - 1.0),
+        float(interval.high - 1.0),
         float(np.median(a)),
     )
 
