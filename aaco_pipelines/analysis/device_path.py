@@ -406,7 +406,7 @@ GROUP BY names.name ORDER BY critical_ns DESC, kernel_ns DESC, node_name
 PREDICT_SQL = """
 WITH timed AS (
     SELECT part, it, seg, row, a, {timed}
-    FROM (SELECT part, it, seg, row, a, g, {durations} FROM device_timed)
+    FROM (SELECT part, it, seg, row, a, g, {durations} FROM {chains})
 ),
 queues AS (
     SELECT any_value(it) AS it, any_value(seg) AS seg, {queue_ends}
@@ -426,8 +426,9 @@ GROUP BY s.it, i.t0, i.t_end ORDER BY s.it
 """
 
 
-def _predict_sql(factors: Sequence[str]) -> str:
-    """PREDICT_SQL for these what-ifs (each a SQL expression of a kernel's factor)."""
+def _predict_sql(factors: Sequence[str], chains: str) -> str:
+    """PREDICT_SQL for these what-ifs (each a SQL expression of a kernel's factor) over the
+    chains' table or view `chains`."""
     ks = range(len(factors))
 
     def each(template: str, sep: str = ", ") -> str:
@@ -435,6 +436,7 @@ def _predict_sql(factors: Sequence[str]) -> str:
 
     durations = ", ".join(f"d / ({factor}) AS d_{k}" for k, factor in enumerate(factors))
     return PREDICT_SQL.format(
+        chains=chains,
         durations=durations,
         timed=each("d_{k}, sum(g + d_{k}) OVER (ROWS UNBOUNDED PRECEDING) AS P_{k}"),
         queue_ends=each("arg_max(P_{k}, row) + max(a + d_{k} - P_{k}) AS queue_end_{k}"),
@@ -470,6 +472,7 @@ def device_critical_path_and_what_ifs(
     with lake.connect() as con, _chains(con, session_id, kernels, "node_name") as chains:
         if chains is None:
             return None, []
+        chains.timed()
         con.execute(PATH_SQL)
         per_iteration = con.sql(PER_ITERATION_SQL).to_arrow_table().cast(PER_ITERATION)
         per_node = con.sql(PER_NODE_SQL).to_arrow_table().cast(PER_NODE)
@@ -483,7 +486,7 @@ def device_critical_path_and_what_ifs(
         scenarios = [
             _speedups(table, "node_name") for table in (what_ifs(path) if what_ifs else [])
         ]
-        predicted = _predicted(con, session_id, scenarios, "node_name")
+        predicted = _predicted(con, session_id, scenarios, "node_name", chains.timed())
     return path, predicted
 
 
@@ -506,16 +509,19 @@ def predict_device_spans_many(
     with lake.connect() as con, _chains(con, session_id, kernels, key) as chains:
         if chains is None:
             return [PREDICTED.empty_table() for _ in tables]
-        return _predicted(con, session_id, tables, key)
+        # the running sums a what-if needs are its own: no table of the observed ones first
+        return _predicted(con, session_id, tables, key, "device_chain")
 
 
-def _predicted(con, session_id: str, tables: list[pa.Table], key: str) -> list[pa.Table]:
-    """One PREDICTED table per speedups table, over the chains placed on `con`: all of them in
-    one pass over the chains."""
+def _predicted(
+    con, session_id: str, tables: list[pa.Table], key: str, chains: str
+) -> list[pa.Table]:
+    """One PREDICTED table per speedups table, over the chains placed on `con` (`chains`:
+    device_chain or device_timed, whichever is at hand): all of them in one pass."""
     if not tables:
         return []
     factors = [_known_factors(con, session_id, table, key) for table in tables]
-    found = con.sql(_predict_sql(factors)).to_arrow_table()
+    found = con.sql(_predict_sql(factors, chains)).to_arrow_table()
     return [
         pa.table(
             {
@@ -604,6 +610,7 @@ class _Chains:
     def __init__(self, con, session_id: str, kernels, key: str):
         self.con = con
         self.params = {"sid": session_id}
+        self.has_timed = False
         self.key_id, self.name, self.columns = KEY_SQL[key]
         if kernels is None:
             table = "kernel_events_with_family" if key == "kernel_family" else "kernel_events"
@@ -660,8 +667,15 @@ class _Chains:
         self.con.execute(CHAIN_SQL.format(gap=f"CASE lane {cases} ELSE 0.0 END"))
         self.con.execute(ITERATIONS_SQL)
         self.con.execute(BLOCKS_SQL)
-        self.con.execute(TIMED_SQL)
         return True
+
+    def timed(self) -> str:
+        """The chains with their running sums and maxima, computed once into a table that the
+        path, the per-node table and the what-ifs after it read; its name."""
+        if not self.has_timed:
+            self.con.execute(TIMED_SQL)
+            self.has_timed = True
+        return "device_timed"
 
     def caveats(self) -> list[str]:
         """What the model assumed about this session, in words."""
