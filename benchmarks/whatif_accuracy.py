@@ -193,6 +193,7 @@ def validate(
     share: float,
     profiled: int,
     sessions: int,
+    threads: int | None = None,
 ) -> dict:
     """One model's row: the measured and predicted change of its twin of this kind."""
     model = onnx.load(str(source))
@@ -210,7 +211,7 @@ def validate(
     )
     for path, version in ((original_path, model), (twin_path, twin)):
         onnx.save(version, str(path))
-        _copy_sidecar(source, path, profiled)
+        _copy_sidecar(source, path, profiled, threads)
     # Alternated sessions: the host's moods while one session ran hit a speedup through one
     # of its sides only, so each node's time is a median over `sessions` sessions of each
     originals, changed = [], []
@@ -326,10 +327,12 @@ def runtime_nodes_of(lake: TraceLake, session_id: str, nodes: list[str]) -> list
     return rows["runtime_node"].to_pylist()
 
 
-def _copy_sidecar(source: Path, target: Path, profiled: int) -> None:
-    """The source's sidecar, with `profiled` profiled iterations: each node's speedup is a
-    median over them."""
+def _copy_sidecar(source: Path, target: Path, profiled: int, threads: int | None) -> None:
+    """The source's sidecar, with `profiled` profiled iterations (each node's speedup is a
+    median over them) and `threads` intra-op threads (None: the sidecar's)."""
     sidecar = dataclasses.replace(load_sidecar(source), profiled_iterations=profiled)
+    if threads is not None:
+        sidecar = dataclasses.replace(sidecar, intra_op_threads=threads)
     sidecar.save(target.with_suffix(".yaml"))
 
 
@@ -361,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=40, help="side-by-side rounds (40)")
     parser.add_argument(
+        "--threads", type=int, help="intra-op threads (default: the sidecar's, else ONNX Runtime's)"
+    )
+    parser.add_argument(
         "--sessions", type=int, default=3, help="alternated sessions of each version (3)"
     )
     parser.add_argument(
@@ -390,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.subnormal_share,
                     args.profiled,
                     args.sessions,
+                    args.threads,
                 )
             except Exception as exc:  # noqa: BLE001 - one model's failure is its row
                 row = {"model": source.stem, "failed": " ".join(str(exc).split())[:300]}

@@ -222,7 +222,7 @@ SELECT o.name, o.share, o.p50_ns, o.p_top, s.profiled_iterations,
         WHERE session_id = $sid AND metric = 'top_op_stability') AS top_op_stability
 FROM op_breakdown o JOIN session_records s USING (session_id)
 WHERE o.session_id = $sid AND o.level = 'node'
-ORDER BY o.p50_ns DESC NULLS LAST, o.mean_ns DESC LIMIT $n
+ORDER BY o.p50_ns DESC NULLS LAST, o.mean_ns DESC, o.name LIMIT $n
 """
 
 

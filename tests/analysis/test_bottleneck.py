@@ -153,7 +153,7 @@ def test_the_summary_names_the_ops_tied_with_the_top_op_from_the_lake(zoo):
         TraceLake(paths.tracelake)
         .query(
             "SELECT name, share, p50_ns, p_top FROM op_breakdown WHERE session_id = ? "
-            "AND level = 'node' ORDER BY p50_ns DESC NULLS LAST, mean_ns DESC",
+            "AND level = 'node' ORDER BY p50_ns DESC NULLS LAST, mean_ns DESC, name",
             [bundle.session_id],
         )
         .to_pylist()

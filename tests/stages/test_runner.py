@@ -186,4 +186,4 @@ def test_a_busy_requested_laboratory_core_is_kept_said_and_judged(aaco_paths):
     assert len(warnings) == 1 and f"cpu{core}" in warnings[0] and "as requested" in warnings[0]
     quality = measurement_quality_row(TraceLake(aaco_paths.tracelake), bundle.session_id)
     assert quality["verdict"] == "suspect"
-    assert "of the laboratory cores' time meanwhile" in quality["reasons_json"]
+    assert "of the laboratory cores' time meanwhile" in quality["reasons_json"], quality
