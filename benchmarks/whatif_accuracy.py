@@ -178,13 +178,6 @@ def calibrated_node_ns(lake: TraceLake, session_id: str) -> dict[str, float]:
     return found
 
 
-def p50(lake: TraceLake, session_id: str) -> float:
-    rows = lake.query(
-        "SELECT latency_p50_ns FROM session_records WHERE session_id = ?", [session_id]
-    )
-    return rows["latency_p50_ns"][0].as_py()
-
-
 def validate(
     paths: AacoPaths,
     source: Path,
@@ -249,7 +242,7 @@ def validate(
         "same_runtime_graph": same_graph,
         "nodes": len(speedups),
         "median_speedup": round(statistics.median(speedups.values()), 3) if speedups else None,
-        "p50_ms": [round(p50(lake, s) / 1e6, 4) for s in originals],
+        "p50_ms": [round(w.current_p50_ms, 4) for w in predictions],
         "side_by_side_ms": round(side_by_side_ns / 1e6, 4),
         "predicted_ms": [round(w.change_ms, 4) for w in predictions],
         "measured_change": round(measured, 4),  # a share of the original's latency

@@ -281,25 +281,32 @@ def replay_session(lake, source: str, new_id: str = "replay") -> str:
     return new_id
 
 
+def ort_profile(tmp: Path, model: Path, feeds: dict, runs: int) -> tuple[Path, int]:
+    """A real ONNX Runtime CPU profile of `runs` runs of the model: its file (in `tmp`) and
+    where it starts on the host's clock (what read_ort_profile needs)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp / "prof")
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    start_ns = session.get_profiling_start_time_ns()
+    for _ in range(runs):
+        session.run(None, feeds)
+    return tmp / session.end_profiling(), start_ns
+
+
 def simulated_gpu_trace(tmp_path: Path, runs: int = 10) -> tuple[Path, Path]:
     """(model, trace folder): the conv block run `runs` times under ONNX Runtime's profiler, and
     the rocprofv3 kernel + HIP API traces simulated from that profile, with the profile beside
     them (what `aaco ingest --model` reads as one GPU session)."""
     import numpy as np
-    import onnxruntime as ort
 
     from aaco_pipelines.collectors.ort_profile import read_ort_profile
     from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
 
     model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp_path / "prof")
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    start_ns = session.get_profiling_start_time_ns()
-    for _ in range(runs):
-        session.run(None, {"x": np.ones((1, 3, 32, 32), "f4")})
-    profile = tmp_path / session.end_profiling()
+    profile, start_ns = ort_profile(tmp_path, model, {"x": np.ones((1, 3, 32, 32), "f4")}, runs)
     trace = tmp_path / "from_gpu_node"
     simulate_rocprof_traces(read_ort_profile(profile, "sim", start_ns), trace)
     shutil.copy(profile, trace / "onnxruntime_profile_run.json")

@@ -472,7 +472,7 @@ def device_critical_path_and_what_ifs(
     with lake.connect() as con, _chains(con, session_id, kernels, "node_name") as chains:
         if chains is None:
             return None, []
-        chains.timed()
+        timed = chains.timed()
         con.execute(PATH_SQL)
         per_iteration = con.sql(PER_ITERATION_SQL).to_arrow_table().cast(PER_ITERATION)
         per_node = con.sql(PER_NODE_SQL).to_arrow_table().cast(PER_NODE)
@@ -486,7 +486,7 @@ def device_critical_path_and_what_ifs(
         scenarios = [
             _speedups(table, "node_name") for table in (what_ifs(path) if what_ifs else [])
         ]
-        predicted = _predicted(con, session_id, scenarios, "node_name", chains.timed())
+        predicted = _predicted(con, session_id, scenarios, "node_name", timed)
     return path, predicted
 
 
@@ -509,7 +509,6 @@ def predict_device_spans_many(
     with lake.connect() as con, _chains(con, session_id, kernels, key) as chains:
         if chains is None:
             return [PREDICTED.empty_table() for _ in tables]
-        # the running sums a what-if needs are its own: no table of the observed ones first
         return _predicted(con, session_id, tables, key, "device_chain")
 
 
@@ -610,7 +609,6 @@ class _Chains:
     def __init__(self, con, session_id: str, kernels, key: str):
         self.con = con
         self.params = {"sid": session_id}
-        self.has_timed = False
         self.key_id, self.name, self.columns = KEY_SQL[key]
         if kernels is None:
             table = "kernel_events_with_family" if key == "kernel_family" else "kernel_events"
@@ -670,11 +668,10 @@ class _Chains:
         return True
 
     def timed(self) -> str:
-        """The chains with their running sums and maxima, computed once into a table that the
-        path, the per-node table and the what-ifs after it read; its name."""
-        if not self.has_timed:
-            self.con.execute(TIMED_SQL)
-            self.has_timed = True
+        """The chains with their running sums and maxima, computed into a table that the path,
+        the per-node table and the what-ifs after it read; its name. A what-if alone reads
+        device_chain instead: it needs its own running sums, not the observed ones."""
+        self.con.execute(TIMED_SQL)
         return "device_timed"
 
     def caveats(self) -> list[str]:

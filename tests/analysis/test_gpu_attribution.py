@@ -6,7 +6,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import onnxruntime as ort
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,7 +26,7 @@ from aaco_pipelines.collectors.trace_simulator import (
 )
 from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection
 from tests import models
-from tests.helpers import DATA, SHARED
+from tests.helpers import DATA, SHARED, ort_profile
 
 SAMPLE_KERNEL_TRACE = SHARED / "samples/profilers/sllm_r9700_decode_attn_564735_kernel_trace.csv"
 
@@ -74,14 +73,8 @@ def profile_nodes(tmp: Path, model, feeds, iterations: int = 100) -> pa.Table:
     runs of the conv block (about 80 launches) the clock offset failed the 3 us bound in most
     runs on a quiet host, whether strays were added or not; real traces have thousands."""
     path = models.save(model, tmp / "model.onnx")
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp / "prof")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    start_ns = session.get_profiling_start_time_ns()
-    for _ in range(iterations):
-        session.run(None, feeds)
-    return read_ort_profile(tmp / session.end_profiling(), "s1", start_ns)
+    profile, start_ns = ort_profile(tmp, path, feeds, iterations)
+    return read_ort_profile(profile, "s1", start_ns)
 
 
 @pytest.fixture(scope="module", params=["conv_block", "tiny_mlp"])

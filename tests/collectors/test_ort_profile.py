@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnxruntime as ort
 import pyarrow.compute as pc
 import pytest
 
@@ -11,6 +10,7 @@ from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.schema import KERNEL_EVENTS
 from tests import models
+from tests.helpers import ort_profile
 
 
 @pytest.fixture(scope="module")
@@ -18,15 +18,7 @@ def ort_profile_file(tmp_path_factory):
     """A real profile: 2 warm-up runs and 4 profiled runs of a tiny MLP."""
     tmp = tmp_path_factory.mktemp("profile")
     path = models.save(models.tiny_mlp(), tmp / "mlp.onnx")
-    options = ort.SessionOptions()
-    options.enable_profiling = True
-    options.profile_file_prefix = str(tmp / "prof")
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    start_ns = session.get_profiling_start_time_ns()
-    x = np.ones((4, 16), dtype=np.float32)
-    for _ in range(6):
-        session.run(None, {"x": x})
-    return tmp / session.end_profiling(), start_ns
+    return ort_profile(tmp, path, {"x": np.ones((4, 16), dtype=np.float32)}, runs=6)
 
 
 def test_events_are_assigned_to_iterations_and_epoch_times(ort_profile_file):
