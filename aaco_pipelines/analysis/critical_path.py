@@ -129,7 +129,7 @@ def session_dag(
     measured = _measured_p50(lake, session_id)
     retimed = dag_module.calibrated(host, measured) if measured is not None else host
     caveats = [] if optimized is not None else [NO_RUNTIME_GRAPH]
-    caveats += _profiling_caveat(lake, session_id)
+    caveats += _profiling_caveat(lake, session_id) + _pool_caveat(lake, session_id)
     return SessionDag("host_threads", host, None, caveats, calibrated=retimed)
 
 
@@ -150,6 +150,37 @@ def _profiling_caveat(lake, session_id: str) -> list[str]:
         "own time around each node): what-ifs re-time them with that time taken out, first "
         "from the waits between nodes, then equally from every node; small nodes' changes are "
         "the roughest"
+    ]
+
+
+POOL_CAVEAT_SHARE = 0.5  # of the profiled node time run on a pool of several threads
+
+POOL_SQL = """
+SELECT max(e.pool_threads) AS threads,
+       sum(e.duration_ns) FILTER (WHERE e.pool_threads > 1) / nullif(sum(e.duration_ns), 0)
+           AS pooled,
+       any_value(TRY_CAST(json_extract(s.env_json, '$.cpu.logical_cores') AS INTEGER)) AS cores
+FROM kernel_events e JOIN session_records s USING (session_id)
+WHERE e.session_id = $sid AND e.category = 'Node' AND e.iteration >= 0
+"""
+
+
+def _pool_caveat(lake, session_id: str) -> list[str]:
+    """Nodes run on ONNX Runtime's intra-op pool of several threads: their time then depends on
+    how the host scheduled the pool's threads (on a 2-core runner, whether the second one got a
+    core), which re-timing one node cannot know. The what-if's accuracy was validated with one
+    intra-op thread (README "What-if accuracy"); with the pool, neither the truth nor the
+    prediction held still there."""
+    [row] = lake.query(POOL_SQL, {"sid": session_id}).to_pylist()
+    if not row["threads"] or (row["pooled"] or 0.0) < POOL_CAVEAT_SHARE:
+        return []
+    host = f" of a host with {row['cores']} logical cores" if row["cores"] else ""
+    return [
+        f"{row['pooled']:.0%} of the profiled node time ran on ONNX Runtime's intra-op pool of "
+        f"{row['threads']} threads{host}: a pooled node's time depends on how the host "
+        "scheduled those threads, which the what-if does not model; it is validated with one "
+        "intra-op thread (README, What-if accuracy): set intra_op_threads: 1 in the sidecar "
+        "for what-if studies"
     ]
 
 

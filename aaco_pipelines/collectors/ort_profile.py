@@ -56,7 +56,11 @@ SELECT
     CASE WHEN raw.cat = 'Kernel' THEN raw.name END AS kernel_name,
     TRY_CAST(raw.args->>'device' AS INTEGER) AS device_id,
     TRY_CAST(raw.args->>'stream' AS BIGINT) AS queue_id,
-    TRY_CAST(raw.args->>'correlation_id' AS BIGINT) AS correlation_id
+    TRY_CAST(raw.args->>'correlation_id' AS BIGINT) AS correlation_id,
+    -- a node run on the intra-op pool lists the pool's other threads; one thread: ""
+    CASE WHEN json_type(raw.args->'thread_scheduling_stats') = 'OBJECT'
+         THEN 1 + len(json_keys(raw.args->'thread_scheduling_stats', '$.sub_threads'))
+    END::INTEGER AS pool_threads
 FROM raw
 LEFT JOIN runs ON raw.ts >= runs.run_ts AND raw.ts < runs.run_end
 WHERE raw.cat IN ('Node', 'Kernel', 'Session')

@@ -13,7 +13,7 @@
     disabled_optimizers: [NchwcTransformer]  # graph transformers to leave out, by name
     execution_mode: parallel      # ONNX Runtime's: sequential (default) | parallel (inter-op)
     inter_op_threads: 2           # threads running independent nodes at once (parallel mode)
-    intra_op_threads: 1           # threads inside one node (default: the runtime's choice)
+    intra_op_threads: 1           # threads inside one node (default: the runtime's choice; 1 for what-ifs)
     streams: [[a1, a2, join], [b1]]  # parallel mode: the runtime nodes each thread runs in order
     tags: {family: bert}
     generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: output_tokens >= 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 17  # v17: critical_paths, critical_path_nodes (critical path and what-if)
+SCHEMA_VERSION = 18  # v18: kernel_events.pool_threads (the intra-op pool a node ran on)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -152,6 +152,11 @@ KERNEL_EVENTS = pa.schema(
         # has no such column (analysis.occupancy reads both)
         ("accum_vgpr_count", _i64),
         ("sgpr_count", _i64),
+        # v18: the threads of ONNX Runtime's intra-op pool a profiled node was offered (1 + the
+        # sub-threads of its thread_scheduling_stats); null where the profile says none (one
+        # thread) and on device traces. What-ifs on pooled nodes carry a caveat
+        # (analysis.critical_path).
+        ("pool_threads", _i32),
     ]
 )
 
@@ -639,7 +644,7 @@ STORED_AS = {"sessions": "session_records", "kernel_events": "kernel_events_prof
 # says so instead of each row.
 TRACE_IMPLIED = {"category": "'Kernel'", "event_name": "kernel_name"}
 PROFILE_ONLY = {"node_name", "op_type", "provider", "node_index", "input_shapes", "output_shapes",
-                "kernel_family"}  # fmt: skip
+                "kernel_family", "pool_threads"}  # fmt: skip
 TRACE_KERNEL_EVENTS = pa.schema(
     [f for f in KERNEL_EVENTS if f.name not in PROFILE_ONLY and f.name not in TRACE_IMPLIED]
 )

@@ -136,6 +136,8 @@ MIGRATIONS: dict[int, list[str]] = {
     ],
     16: [],  # kernel_places, kernel_diagnoses, counter_roofline: created as missing tables
     17: [],  # critical_paths, critical_path_nodes: created as missing tables
+    # Profiled nodes keep the size of the intra-op pool they ran on: unknown for those before.
+    18: ["ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS pool_threads INTEGER"],
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

@@ -7,6 +7,7 @@ and no impact."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -218,6 +219,32 @@ def test_a_fused_runtime_node_named_in_a_what_if_of_several_nodes_is_re_timed_wh
     assert whole.runtime_nodes == members.runtime_nodes == [fused]
     assert whole.change_ms == pytest.approx(members.change_ms, rel=1e-9)
     assert whole.change_ms < one.change_ms < 0
+    assert not any("intra-op pool" in caveat for caveat in whole.caveats)  # one thread
+
+
+def test_a_what_if_of_nodes_run_on_the_intra_op_pool_says_so(tmp_path):
+    """With two intra-op threads ONNX Runtime runs each MatMul on its pool (the profile lists
+    the pool's other thread); what-ifs are validated with one thread, so these are labelled."""
+    paths = home_paths(tmp_path)
+    paths.registry.mkdir(parents=True)
+    pooled = dataclasses.replace(
+        ONE_THREAD, measured_iterations=20, profiled_iterations=5, intra_op_threads=2
+    )
+    session = _measure(paths, "pooled", _chain(False), pooled)
+    lake = TraceLake(paths.tracelake)
+    threads = lake.query(
+        "SELECT DISTINCT pool_threads FROM kernel_events "
+        "WHERE session_id = ? AND category = 'Node' AND op_type = 'MatMul'",
+        [session],
+    )["pool_threads"].to_pylist()
+    assert threads == [2]
+    prediction = what_if(lake, session, None, selector="node", value="target", speedup=2)
+    [caveat] = [c for c in prediction.caveats if "intra-op pool" in c]
+    assert "pool of 2 threads" in caveat and "intra_op_threads: 1" in caveat
+    [stored] = lake.query(
+        "SELECT caveats_json FROM critical_paths WHERE session_id = ?", [session]
+    )["caveats_json"].to_pylist()
+    assert caveat in stored
 
 
 def _request(paths, lake, session_id: str) -> dict:
