@@ -49,8 +49,7 @@ def measure_model(
         collect(bundle)
         check_generation(load(lake, bundle, complete=not analyze), model)
         if analyze:
-            say("analysing (a new runtime first measures its hardware envelope)")
-            analyze_session(bundle, paths, options.target)
+            analyze_session(bundle, paths, options.target, say)
     return bundle
 
 
@@ -69,14 +68,21 @@ def check_generation(loaded: LoadedSession, model: RegisteredModel) -> None:
         )
 
 
-def analyze_session(bundle: SessionBundle, paths: AacoPaths, target: str = "cpu") -> dict:
-    """attribute → critical path → diagnose → judge drift for a loaded session; its headline
-    findings."""
+def analyze_session(
+    bundle: SessionBundle, paths: AacoPaths, target: str = "cpu", say: Progress | None = None
+) -> dict:
+    """attribute → critical path → diagnose → judge drift for a loaded session, each stage
+    announced as it starts (a long trace's analysis takes minutes); its headline findings."""
+    say = say or (lambda message: None)
     lake = TraceLake(paths.tracelake)
+    say("analysing: attribution")
     attribution = attribute(lake, bundle)
+    say("analysing: critical path and what-ifs")
     find_critical_path(lake, bundle)
+    say("analysing: bottleneck (a new runtime first measures its hardware envelope)")
     # A trace ingested from a GPU is judged against that GPU, never against this host.
     diagnosis = diagnose(lake, bundle.session_id, attribution.metrics, target)
+    say("analysing: drift")
     drift = judge_drift(lake, bundle)
     utilization = diagnosis.utilization
     return {
@@ -103,6 +109,5 @@ def ingest_and_analyze(
     one; it becomes visible once analysed, and on a failure neither bundle nor rows remain."""
     say = on_progress or (lambda message: None)
     bundle = ingest_trace(trace, paths, model=model, name=name, complete=False, on_progress=say)
-    say("analysing: attribution, bottleneck, drift")
     with quarantine_on_failure(bundle.path, paths, TraceLake(paths.tracelake)):
-        return bundle, analyze_session(bundle, paths)
+        return bundle, analyze_session(bundle, paths, say=say)
