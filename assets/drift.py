@@ -15,6 +15,7 @@ from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.markdown_tables import markdown_table
+from aaco_pipelines.report.objectives_text import objectives_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
 from aaco_pipelines.report.session_files import write_session_files
 from aaco_pipelines.report.structure_text import structure_headline, structure_tables
@@ -35,7 +36,14 @@ from aaco_pipelines.stages.judge_drift import judge_drift
             description="Fails when p50, p99 or throughput of the new session is a confirmed "
             "regression against the model's history (robust baseline, EWMA/CUSUM, practical "
             "effect and bootstrap CI).",
-        )
+        ),
+        dg.AssetCheckSpec(
+            "objectives_met",
+            asset="performance_drift",
+            description="Fails when a figure breaches an objective (SLO) of the model: its 95 % "
+            "interval, widened by the session-to-session spread, lies beyond the limit. A breach "
+            "measured on a host the quality check suspects only warns.",
+        ),
     ],
     description="Builds each metric's series for the model (one point per session, with model "
     "version and runtime change markers) and judges the newest session: regression, "
@@ -82,6 +90,25 @@ def performance_drift(
             ),
             "verdicts": dg.MetadataValue.json(judged.gated),
             **_gate_metadata(judged.gate),
+        },
+    )
+    yield _objectives_check(judged)
+
+
+def _objectives_check(judged) -> dg.AssetCheckResult:
+    """Fails (error) on a confirmed breach; warns on one measured on a suspect host."""
+    breaches, suspect = judged.breaches, judged.suspect_breaches
+    return dg.AssetCheckResult(
+        check_name="objectives_met",
+        passed=not (breaches or suspect),
+        severity=dg.AssetCheckSeverity.ERROR if breaches else dg.AssetCheckSeverity.WARN,
+        metadata={
+            "objectives": dg.MetadataValue.md(
+                objectives_table(judged.objectives) if judged.objectives else "none set"
+            ),
+            "breached": ", ".join(o["objective"] for o in breaches) or "none",
+            "breached_on_a_suspect_measurement": ", ".join(o["objective"] for o in suspect)
+            or "none",
         },
     )
 

@@ -26,6 +26,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     from aaco_pipelines.manifest import require_unchanged
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
+    from aaco_pipelines.tracelake import queries
 
     lake = open_lake(paths.tracelake)
     verdict = gate_verdict(
@@ -60,8 +61,22 @@ def cmd_diff(args, paths: AacoPaths) -> int:
                     "verdict stands",
                     file=sys.stderr,
                 )
-    print(json.dumps(verdict.to_dict(), indent=2, default=str) if args.json else diff_text(verdict))
+    objectives = queries.objective_verdicts(lake, verdict.session_id)
+    if args.json:
+        print(json.dumps({**verdict.to_dict(), "objectives": objectives}, indent=2, default=str))
+    else:
+        print(diff_text(verdict))
+        print(objectives_text(objectives))
     return 1 if args.fail_on_regression and verdict.regression else 0
+
+
+def objectives_text(objectives: list[dict]) -> str:
+    """The current session's objectives (SLOs), a line each."""
+    from aaco_pipelines.report.objectives_text import objective_line
+
+    if not objectives:
+        return "objectives: none set for this model (sidecar objectives:, README)"
+    return "objectives:\n" + "\n".join(f"  {objective_line(o)}" for o in objectives)
 
 
 # The gate's options, which a structural diff has no use for: (attribute, as written).

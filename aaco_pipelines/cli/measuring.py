@@ -54,6 +54,7 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         )
         quality = queries.measurement_quality_row(lake, session_id)
         top = queries.top_op(lake, session_id)
+        objectives = queries.objective_verdicts(lake, session_id)
     classes = top["other_classes"] if top else []  # no class before attribution either
     bottleneck = row["bottleneck"] or "-"
     if row["confidence"] is not None:
@@ -82,7 +83,21 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     if row["workload"] == "generation":
         cells[4] = ("requests", f"{row['measured_iterations']} ({row['scenario']}, end to end)")
         cells += generation_summary(figures)
+    if objectives:
+        cells.append(("objectives", objectives_cell(objectives)))
     return "\n".join(f"  {name:13} {value}" for name, value in cells)
+
+
+def objectives_cell(objectives: list[dict]) -> str:
+    """How many objectives each verdict has, the breached ones named (aaco diff lists all)."""
+    counts: dict[str, list[str]] = {}
+    for o in objectives:
+        verdict = o["verdict"] + (" on a suspect measurement" if o["suspect"] else "")
+        counts.setdefault(verdict, []).append(o["objective"])
+    return ", ".join(
+        f"{len(names)} {verdict}" + (f" ({', '.join(names)})" if "breached" in verdict else "")
+        for verdict, names in sorted(counts.items())
+    )
 
 
 def top_op_cell(top: dict | None) -> str:

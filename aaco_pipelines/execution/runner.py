@@ -127,6 +127,8 @@ class BenchmarkRequest:
     tags: dict[str, str] = field(default_factory=dict)
     generation: dict | None = None  # a decoder's generation plan: generation passes, not forward
     counters: bool = False  # hardware counter passes under rocprofv3 --pmc (GPU hosts)
+    # the limits this session is judged against, for its target (registry.objectives)
+    objectives: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)

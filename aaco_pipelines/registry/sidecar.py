@@ -18,6 +18,7 @@
     tags: {family: bert}
     generation: {prompt_tokens: 32, output_tokens: 16}   # an LLM decoder: output_tokens >= 2
     counters: true                # hardware counter passes (rocprofv3 --pmc; AMD GPU hosts)
+    objectives: {latency_p99_ms: 8, throughput_per_s_min: 100}   # SLOs (registry.objectives)
 
 `low`/`high` bound generated values (integers: [low, high); floats: uniform in [low, high),
 or standard normal when neither is given).
@@ -40,6 +41,7 @@ from aaco_pipelines.llm.workload import (
     GenerationWorkload,
     ServiceLevel,
 )
+from aaco_pipelines.registry.objectives import NO_OBJECTIVES, Objectives, parse_objectives
 
 SIDECAR_SUFFIXES = (".yaml", ".yml", ".json")
 KNOWN_KEYS = {
@@ -58,6 +60,7 @@ KNOWN_KEYS = {
     "tags",
     "generation",
     "counters",
+    "objectives",
 }
 GENERATION_KEYS = {
     "prompt_tokens", "output_tokens", "scenarios", "requests", "min_duration_s", "batch_size",
@@ -110,9 +113,13 @@ class ModelSidecar:
         None  # None: not declared (the graph may still be a decoder)
     )
     counters: bool = False  # the runner's counter passes (execution.counter_passes)
+    objectives: Objectives = NO_OBJECTIVES  # absolute limits (registry.objectives)
 
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["objectives"] = {**self.objectives.limits}
+        if self.objectives.per_target:
+            data["objectives"]["per_target"] = self.objectives.per_target
         if self.generation is None:
             data.pop("generation")
         else:
@@ -206,6 +213,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         generation=_generation(data["generation"], path) if "generation" in data else None,
         min_measured_seconds=min_seconds,
         counters=counters,
+        objectives=parse_objectives(data.get("objectives"), path),
         **counts,
     )
 

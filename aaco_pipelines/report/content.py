@@ -85,6 +85,8 @@ def report_content(data: ReportData) -> dict:
         "structure": _structure(data),
         "telemetry": _telemetry(data.telemetry),
         "drift": [_drift(row) for row in data.drift],
+        # the model's objectives (SLOs): breached only when the interval lies beyond the limit
+        "objectives": _floats(data.objectives),
         "generation": _generation(data),
     }
 

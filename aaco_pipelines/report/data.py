@@ -18,7 +18,7 @@ from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
 from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.sql import used_parameters
-from aaco_pipelines.tracelake.queries import other_sessions, resolve_session
+from aaco_pipelines.tracelake.queries import objective_verdicts, other_sessions, resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_KERNELS = 15
@@ -91,6 +91,7 @@ class ReportData:
     measurement: MeasurementQuality | None  # can its latencies be trusted (None before v11)
     bottleneck: dict | None  # with posterior, evidence and recommendations parsed
     drift: list[dict]  # drift_verdicts rows, JSON columns still as text
+    objectives: list[dict]  # objective_verdicts rows (the model's SLOs judged on this session)
     # a generation session's figures (aaco's and LoadGen's), request latencies, phase breakdown
     generation_metrics: pa.Table
     requests: pa.Table  # run, ttft_ns, tpot_ns
@@ -170,6 +171,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
         drift=rows(
             "SELECT * EXCLUDE (session_id) FROM drift_verdicts WHERE session_id = $sid"
         ).to_pylist(),
+        objectives=objective_verdicts(lake, sid),
         generation_metrics=rows(
             "SELECT * EXCLUDE (session_id) FROM generation_metrics WHERE session_id = $sid"
         ),

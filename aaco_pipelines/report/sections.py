@@ -20,6 +20,7 @@ from aaco_pipelines.analysis.ranking_stability import (
 )
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
+from aaco_pipelines.report.objectives_text import OBJECTIVE_COLUMNS, shown
 from aaco_pipelines.report.units import by_unit, duration
 
 Columns = Sequence[tuple[str, str, Callable | None]]
@@ -57,6 +58,7 @@ def report_sections(content: dict) -> list[Section]:
         *([_structure(content["structure"])] if content.get("structure") else []),
         _telemetry(content["telemetry"]),
         _drift(content["drift"]),
+        *([_objectives(content["objectives"])] if content.get("objectives") else []),
         *([_generation(content["generation"])] if content.get("generation") else []),
         _environment(content["environment"]),
     ]
@@ -540,6 +542,27 @@ def _drift(verdicts: list[dict]) -> Section:
         ["Verdicts on this session against the model's earlier sessions."],
         [Table("", rows, columns)],
         [drift_plot_id(m) for m in DRIFT_PLOT_METRICS if m in shown],
+    )
+
+
+def _objectives(objectives: list[dict]) -> Section:
+    breached = [o["objective"] for o in objectives if o["verdict"] == "breached"]
+    text = [
+        "The model's objectives (SLOs): a limit is breached only when the figure's 95 % "
+        "interval, widened by how much it moves from session to session, lies beyond it; met "
+        "when it lies within; uncertain in between.",
+        f"Breached: {', '.join(breached)}." if breached else "No objective is breached.",
+    ]
+    if any(o["suspect"] for o in objectives):
+        text.append(
+            "A breach marked (suspect measurement) was measured on a host the quality check "
+            "suspects: it is shown, not confirmed."
+        )
+    return Section(
+        "objectives",
+        "Objectives",
+        text,
+        [Table("", [shown(o) for o in objectives], OBJECTIVE_COLUMNS)],
     )
 
 

@@ -4,7 +4,8 @@ One point per session of the model and target, with model version and runtime ch
 the newest session judged regression, improvement, no change or insufficient history, with
 effect size and interval (governance.series). Its verdicts and the session's completion commit
 together: from then on readers see the session. A confirmed regression of a gated metric also
-gets the CI gate's verdict: what changed, the ranked suspects and a recommendation.
+gets the CI gate's verdict: what changed, the ranked suspects and a recommendation. The
+session's objectives (SLOs, recorded in its request) are judged in the same transaction.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previo
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.gate import gate_verdict
+from aaco_pipelines.governance.objectives import judge_objectives
 from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
 from aaco_pipelines.session_folders import session_folder_held
 from aaco_pipelines.tracelake.store import TraceLake
@@ -30,6 +32,17 @@ class DriftJudgement:
     # what changed in the compiled graph since the model's previous session on this target
     # (analysis.structural_diff): None for its first session
     structure: StructuralDiff | None = None
+    objectives: list[dict] = dataclasses.field(default_factory=list)  # objective_verdicts rows
+
+    @property
+    def breaches(self) -> list[dict]:
+        """Objectives confirmed breached: the interval beyond the limit, measured on a host
+        the quality check did not suspect."""
+        return [o for o in self.objectives if o["verdict"] == "breached" and not o["suspect"]]
+
+    @property
+    def suspect_breaches(self) -> list[dict]:
+        return [o for o in self.objectives if o["verdict"] == "breached" and o["suspect"]]
 
     @property
     def regressions(self) -> list[dict]:
@@ -61,12 +74,32 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
     session_id = bundle.session_id
     with session_folder_held(bundle.path, session_id):
         rows = drift_rows(lake, bundle.session["model_slug"], session_id)
-        lake.replace_session_rows(session_id, {"drift_verdicts": rows}, complete=True)
+        objectives = session_objectives(lake, bundle)
+        lake.replace_session_rows(
+            session_id, {"drift_verdicts": rows, "objective_verdicts": objectives}, complete=True
+        )
     judgement = DriftJudgement(session_id, rows.to_pylist(), gate=None)
+    judgement = dataclasses.replace(judgement, objectives=objectives.to_pylist())
     judgement = dataclasses.replace(judgement, structure=since_previous(lake, session_id))
     if judgement.regressions:
         judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
     return judgement
+
+
+def session_objectives(lake: TraceLake, bundle: SessionBundle):
+    """The session's objectives judged (governance.objectives): the limits its request
+    recorded, its worker's peak memory and its generation SLO."""
+    request = bundle.request
+    observed = bundle.read_json("observed.json") if bundle.file("observed.json").is_file() else {}
+    slo = ((request.get("generation") or {}).get("workload") or {}).get("slo") or {}
+    return judge_objectives(
+        lake,
+        bundle.session_id,
+        request.get("objectives") or {},
+        peak_memory_bytes=observed.get("worker_peak_rss_bytes"),
+        slo_ns=(slo.get("ttft_ms", float("inf")) * 1e6, slo.get("tpot_ms", float("inf")) * 1e6),
+        context={"model_slug": bundle.session["model_slug"], "target": request.get("target")},
+    )
 
 
 def _gate(lake: TraceLake, session_id: str) -> dict | None:

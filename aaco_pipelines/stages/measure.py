@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from aaco_pipelines.execution.runner import (
 )
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.registry.identity import check_series_owner
+from aaco_pipelines.registry.objectives import merged, registry_objectives
 from aaco_pipelines.registry.sidecar import ModelSidecar
 from aaco_pipelines.session_folders import clean_leftovers
 
@@ -80,6 +82,13 @@ def check_target(target: str, options: MeasureOptions) -> None:
         )
 
 
+def model_objectives(version: ModelVersion, registry: Path, target: str) -> dict[str, float]:
+    """The limits the session is judged against: the registry file's, then the sidecar's, for
+    its target (registry.objectives)."""
+    shared = registry_objectives(registry, version.name, version.slug)
+    return merged(shared, version.sidecar.objectives).for_target(target)
+
+
 def measure(
     version: ModelVersion,
     paths: AacoPaths,
@@ -116,6 +125,7 @@ def measure(
         tags=dict(sidecar.tags),
         generation=version.generation,
         counters=sidecar.counters if options.counters is None else options.counters,
+        objectives=model_objectives(version, paths.registry, options.target),
     )
     if request.laboratory and request.laboratory.warning and on_progress:
         on_progress(request.laboratory.warning)  # busy cores are said, never silently used

@@ -216,6 +216,15 @@ def measurement_quality_row(lake: TraceLake, session_id: str) -> dict | None:
     return rows[0] if rows else None
 
 
+def objective_verdicts(lake: TraceLake, session_id: str) -> list[dict]:
+    """The session's objectives (SLOs) as judged, by name (none set: empty)."""
+    return lake.query(
+        "SELECT * EXCLUDE (session_id) FROM objective_verdicts WHERE session_id = ? "
+        "ORDER BY objective",
+        [session_id],
+    ).to_pylist()
+
+
 TOP_OPS_SQL = """
 SELECT o.name, o.share, o.p50_ns, o.p_top, s.profiled_iterations,
        (SELECT any_value(value) FROM derived_metrics

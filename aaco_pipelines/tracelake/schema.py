@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 18  # v18: kernel_events.pool_threads (the intra-op pool a node ran on)
+SCHEMA_VERSION = 19  # v19: objective_verdicts (SLOs judged on every session)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -444,6 +444,29 @@ DRIFT_VERDICTS = pa.schema(
     ]
 )
 
+# v19: each objective (SLO) of the session judged (governance/objectives.py), in the limit's
+# unit (ms, per_s, MB): breached only when the interval lies beyond the limit.
+OBJECTIVE_VERDICTS = pa.schema(
+    [
+        ("session_id", _str),
+        ("model_slug", _str),
+        ("target", _str),
+        ("objective", _str),  # as written: latency_p99_ms, throughput_per_s_min, ...
+        ("bound", _str),  # max (a ceiling) | min (a floor)
+        ("limit_value", _f64),
+        ("unit", _str),  # ms | per_s | MB
+        ("value", _f64),  # the session's figure
+        ("ci_low", _f64),  # its 95 % interval, widened by the session-to-session spread;
+        ("ci_high", _f64),  # null: open (too few samples to bound it)
+        ("samples", _i64),
+        ("spread_pct", _f64),  # session-to-session log-sd, % (null: fewer than 3 sessions)
+        ("spread_sessions", _i64),
+        ("verdict", _str),  # met | breached | uncertain | no_data
+        ("suspect", _bool),  # breached on a measurement the quality check calls suspect
+        ("basis", _str),  # what the interval rests on, in words
+    ]
+)
+
 # --- Governance (schema v4): named baselines, keyed by their name -----------------------------
 
 BASELINES = pa.schema(
@@ -620,6 +643,7 @@ TABLES: dict[str, pa.Schema] = {
     "bottleneck_reports": BOTTLENECK_REPORTS,
     "measurement_quality": MEASUREMENT_QUALITY,
     "drift_verdicts": DRIFT_VERDICTS,
+    "objective_verdicts": OBJECTIVE_VERDICTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
     "kernel_places": KERNEL_PLACES,

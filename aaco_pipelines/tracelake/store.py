@@ -138,6 +138,7 @@ MIGRATIONS: dict[int, list[str]] = {
     17: [],  # critical_paths, critical_path_nodes: created as missing tables
     # Profiled nodes keep the size of the intra-op pool they ran on: unknown for those before.
     18: ["ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS pool_threads INTEGER"],
+    19: [],  # objective_verdicts: created as a missing table
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

@@ -22,6 +22,7 @@ from aaco_pipelines.assets import (
 from aaco_pipelines.assets.partitions import NIGHT_TAG
 from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.llm.workload import Curves, GenerationWorkload
+from aaco_pipelines.registry.objectives import parse_objectives
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
 from aaco_pipelines.registry.zoo import llama_decoder
@@ -107,6 +108,8 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
         measured_iterations=10,
         profiled_iterations=3,
         min_measured_seconds=0,
+        # an objective no worker meets (1 MB of memory) and one every run meets
+        objectives=parse_objectives({"peak_memory_mb": 1, "latency_p50_ms": 1e4}, REPO),
     )
     add_model(aaco_paths, "dynamic", models.dynamic_input_model(), dynamic_sidecar)
 
@@ -121,6 +124,18 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
         trusted = checks.pop("measurement_trusted")
         verdict = trusted.metadata["verdict"].value
         assert trusted.passed == (verdict != "suspect") and trusted.metadata["reasons"].value
+        # a breached objective fails its check: an error, or a warning where this host's
+        # measurement was suspect
+        objectives = checks.pop("objectives_met")
+        assert objectives.passed == (slug == "tiny_mlp")  # it has none
+        if slug == "dynamic":
+            suspect = verdict == "suspect"
+            assert objectives.severity == (
+                dg.AssetCheckSeverity.WARN if suspect else dg.AssetCheckSeverity.ERROR
+            )
+            key = "breached_on_a_suspect_measurement" if suspect else "breached"
+            assert objectives.metadata[key].value == "peak_memory_mb"
+            assert "latency_p50_ms" in objectives.metadata["objectives"].value
         assert {name: c.passed for name, c in checks.items()} == {
             "iterations_complete": True,
             "kernel_trace_present": True,

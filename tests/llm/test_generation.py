@@ -22,6 +22,7 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.llm.decoder_io import detect_decoder_io
 from aaco_pipelines.llm.workload import Curves, GenerationWorkload, ServiceLevel
+from aaco_pipelines.registry.objectives import parse_objectives
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
 from aaco_pipelines.registry.zoo import llama_decoder
@@ -50,7 +51,18 @@ WORKLOAD = GenerationWorkload(
     slo=ServiceLevel(ttft_ms=500.0, tpot_ms=100.0),
     curves=Curves(batch_sizes=(1, 2, 4), prompt_lengths=(8, 32), repeats=2),
 )
-SIDECAR = ModelSidecar(warmup_iterations=1, profiled_iterations=2, generation=WORKLOAD)
+# Objectives on the headline scenario (single_stream): far above what it takes, or below.
+OBJECTIVES = {
+    "ttft_p90_ms": 1e4, "tpot_p50_ms": 1e-6, "itl_p99_ms": 1e4, "e2e_p50_ms": 1e4,
+    "latency_p50_ms": 1e4, "output_tokens_per_s_min": 1e9, "goodput_per_s_min": 1e-3,
+    "throughput_per_s_min": 1.0,
+}  # fmt: skip
+SIDECAR = ModelSidecar(
+    warmup_iterations=1,
+    profiled_iterations=2,
+    generation=WORKLOAD,
+    objectives=parse_objectives(OBJECTIVES, REPO),
+)
 # Just enough for a drift history: one short scenario, no curves.
 QUICK = ModelSidecar(
     warmup_iterations=1,
@@ -88,6 +100,47 @@ def analysed_llama_session(tmp_path_factory):
 
 def _rows(lake, sql: str, sid: str) -> list[dict]:
     return lake.query(sql, {"sid": sid}).to_pylist()
+
+
+def test_objectives_judge_the_headline_scenarios_requests(analysed_llama_session):
+    """Each generation objective's figure is the headline scenario's (single stream), as numpy
+    over its requests and the stored generation figures give it."""
+    lake, sid = analysed_llama_session
+    judged = {r["objective"]: r for r in _rows(
+        lake, "SELECT * FROM objective_verdicts WHERE session_id = $sid", sid
+    )}  # fmt: skip
+    requests = lake.query(
+        "SELECT * FROM requests WHERE session_id = $sid AND run = 'single_stream'", {"sid": sid}
+    ).to_pydict()
+    figures = {
+        r["metric"]: r["value"]
+        for r in _rows(
+            lake,
+            "SELECT metric, value FROM generation_metrics WHERE session_id = $sid AND "
+            "run = 'single_stream' AND batch_size IS NULL AND source = 'aaco'",
+            sid,
+        )
+    }
+    ttft, e2e = np.array(requests["ttft_ns"]), np.array(requests["e2e_ns"])
+    tpot = np.array([t for t in requests["tpot_ns"] if t is not None])
+    expected = {
+        "ttft_p90_ms": np.percentile(ttft, 90) / 1e6,
+        "tpot_p50_ms": np.percentile(tpot, 50) / 1e6,
+        "e2e_p50_ms": np.percentile(e2e, 50) / 1e6,
+        "latency_p50_ms": np.percentile(e2e, 50) / 1e6,  # a generation session's latency
+        "itl_p99_ms": figures["itl_p99_ns"] / 1e6,
+        "output_tokens_per_s_min": figures["output_tokens_per_s"],
+        "goodput_per_s_min": figures["goodput_per_s"],
+    }
+    for key, value in expected.items():
+        assert judged[key]["value"] == pytest.approx(value, rel=1e-9), key
+        assert judged[key]["samples"] >= len(ttft)
+    assert judged["throughput_per_s_min"]["verdict"] == "no_data"
+    assert "output_tokens_per_s_min" in judged["throughput_per_s_min"]["basis"]
+    assert judged["tpot_p50_ms"]["verdict"] == judged["output_tokens_per_s_min"]["verdict"] == (
+        "breached"
+    )
+    assert judged["ttft_p90_ms"]["verdict"] == judged["e2e_p50_ms"]["verdict"] == "met"
 
 
 def _metrics(lake, sid: str, source: str = "aaco") -> dict[tuple, float]:
