@@ -9,11 +9,12 @@ from pathlib import Path
 
 import dagster as dg
 
-from aaco_pipelines.assets.partitions import model_target_partitions
+from aaco_pipelines.assets.partitions import NIGHT_TAG, model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
+from aaco_pipelines.report.alerts_text import alert_events_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
@@ -55,8 +56,15 @@ def performance_drift(
     tracelake: TraceLakeResource,
     registry: ModelRegistryResource,
 ):
-    # The series is the session's model on the session's target (this partition's).
-    judged = judge_drift(tracelake.lake, SessionBundle(Path(bottleneck_report["bundle_path"])))
+    # The series is the session's model on the session's target (this partition's). A sweep's
+    # run leaves its alerts to the sweep's review, once its false discoveries are controlled.
+    tags = context.run.tags
+    in_sweep = NIGHT_TAG in tags or tags.get("aaco/trigger") == "sweep"
+    judged = judge_drift(
+        tracelake.lake,
+        SessionBundle(Path(bottleneck_report["bundle_path"])),
+        alerts=not in_sweep,
+    )
     home = registry.paths.home
     files = write_session_files(tracelake.lake, judged.session_id, home)
     p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
@@ -76,6 +84,13 @@ def performance_drift(
                     _last_points(judged.series("latency_p50_ns"))
                 ),
                 "history_points": judged.verdicts[0]["history_points"],
+                "alerts": dg.MetadataValue.md(
+                    alert_events_table(judged.alerts)
+                    if judged.alerts
+                    else "left to the sweep's review"
+                    if in_sweep
+                    else "none opened, updated or fixed"
+                ),
                 **_structure_metadata(judged.structure),
             }
         ),

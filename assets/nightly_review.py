@@ -6,7 +6,9 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, nights_partitions
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
+from aaco_pipelines.governance.alerts import sync_alerts
 from aaco_pipelines.governance.fdr import CHANGES
+from aaco_pipelines.report.alerts_text import alert_events_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.resources import TraceLakeResource
 from aaco_pipelines.stages.review_night import review_night
@@ -67,6 +69,8 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             description="review a night the nightly_regression_sweep schedule ran",
         )
     review = review_night(tracelake.lake, list(sessions.values()))
+    # the night's verdicts are final now: its alerts open, update or close (governance.alerts)
+    alert_events = sync_alerts(tracelake.lake, list(sessions.values()))
     changes, surviving = review.changes, review.surviving
     context.log.info(
         f"night {night}: {len(sessions)} models judged, {len(failed)} failed, "
@@ -86,6 +90,9 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             "changes_before_fdr": sum(v["before"] in CHANGES for v in review.verdicts),
             "changes_after_fdr": sum(v["verdict"] in CHANGES for v in review.verdicts),
             "changes": dg.MetadataValue.md(_changes_table(changes) if changes else "none"),
+            "alerts": dg.MetadataValue.md(
+                alert_events_table(alert_events) if alert_events else "none opened or changed"
+            ),
         },
     )
     yield dg.AssetCheckResult(

@@ -30,6 +30,7 @@ import dagster as dg
 
 from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError, Interrupted
+from aaco_pipelines.governance.alerts import sync_alerts
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
@@ -273,9 +274,11 @@ def control_false_discoveries(
     if not ids:
         return results
     regressed: dict[str, list[str]] = {sid: [] for sid in ids}
-    for row in control_sweep(TraceLake(paths.tracelake), ids, q).to_pylist():
+    lake = TraceLake(paths.tracelake)
+    for row in control_sweep(lake, ids, q).to_pylist():
         if row["verdict"] == "regression" and row["metric"] in GATED_METRICS:
             regressed[row["session_id"]].append(row["metric"])
+    sync_alerts(lake, ids)  # the sweep's verdicts are final now (governance.alerts)
     return [_after_fdr(r, regressed.get(r.session_id)) for r in results]
 
 

@@ -84,15 +84,25 @@ class ClockAlignment:
     residual_ns: float  # median distance of the launches outside every window to the nearest
 
 
-_SAMPLE = 4096  # launches scored per candidate offset
+_SAMPLE = 4096  # launches scored per candidate offset (fewer where a level's work would pass _WORK)
 _FINE_NS = 100  # the last level's step
 _SHRINK = 8  # step ratio between levels
 _KEEP = 0.01  # a level keeps the offsets scoring within 1% of its best
 # ...or within this many launches: at coarse steps windows are widened by half the step, and a
 # few stray launches (from outside the profiled runs) can lift a wrong offset that much.
 _KEEP_LAUNCHES = 3
-_BUDGET = 32_768  # most candidate offsets per level: a wide plateau takes a coarser step
-_WORK = 20_000_000  # launch-in-window tests per level: big grids score a thinner sample
+_BUDGET = 32_768  # candidate offsets a level aims at: a wide kept range takes a coarser step
+# Every kept offset is searched at the next level, though, up to this many: while the step is
+# coarser than the gaps between windows, the widened windows cover a long trace almost whole and
+# about 1% of it either side of the true offset scores within 1% of the best, more than the budget
+# holds at half the step. Cutting that range to the budget cut the true offset away (simulated
+# 10M-kernel traces aligned 0.4 s off, 2 runs in 16). Past this many (a trace whose windows leave
+# no gaps to align on), a level takes its best-scoring runs first.
+_MAX_CANDIDATES = 16 * _BUDGET
+_WORK = 20_000_000  # launch tests per level: a bigger level scores a thinner sample...
+_MIN_SAMPLE = 512  # ...but of at least this many launches (1% of them is 5)
+_PAIRS = 2_000_000  # (launch, interval) pairs laid onto the offsets at a time
+_LATTICE_TABLE = 1 << 22  # most lattice points tabled to find an offset by arithmetic
 _LONG_WINDOW = 4  # windows over 4x the median length are not scored
 # ONNX Runtime's profile has microsecond timestamps, so a window's edges are known to about
 # 1 µs: a launch that close outside still counts. Without this slack, short regular windows
@@ -110,12 +120,14 @@ def estimate_clock_offset(
 
     The first grid spans every offset at which the two traces overlap at all, from the
     differences of the first and last launch and window times; each candidate offset is scored
-    by how many of a sample of launches then fall inside a window (one searchsorted per launch
-    and offset), with windows widened by half the grid step so that the grid cannot step over
-    the best offset, and by the 1 µs the profile's timestamps are uncertain. Each next level searches, up to 8x finer, only around the offsets within 1%
-    of the best, down to 100 ns; the answer is the middle of the best plateau, which makes it
-    robust to jitter and to launches outside every window. Windows over 4x the median length
-    are not scored: a stall or a synchronizing node would take launches at almost any offset.
+    by how many of a sample of launches then fall inside a window, with windows widened by half
+    the grid step so that the grid cannot step over the best offset, and by the 1 µs the
+    profile's timestamps are uncertain. Each next level searches, up to 8x finer, around every
+    offset within 1% of the best (never a part of them only: a trace's true offset can lie
+    anywhere in that range), down to 100 ns; the answer is the middle of the best plateau, which
+    makes it robust to jitter and to launches outside every window. Windows over 4x the median
+    length are not scored: a stall or a synchronizing node would take launches at almost any
+    offset. See `_scores` for how a level's launches are counted.
 
     `search` (low, high) narrows the offsets searched. Pass it when the launches cover much
     more than the profile (rocprofv3 tracing unprofiled runs too): runs of the same model look
@@ -145,16 +157,15 @@ def estimate_clock_offset(
 
 def _refine(sample, runs, step, scored) -> int:
     """Coarse to fine over the runs: each level keeps the offsets within 1% of its best and
-    searches around them up to 8x finer (coarser when the kept range is too wide for the
-    budget), down to 100 ns; then the middle of the best plateau."""
+    searches around all of them up to 8x finer (coarser when the kept range is too wide for the
+    budget, but at least 2x finer), down to 100 ns; then the middle of the best plateau."""
     while True:
         offsets = _grid(runs, step)
-        thin = sample[:: -(-len(sample) * len(offsets) // _WORK)]
-        reach = step // 2 + _EDGE_NS
-        scores = _scores(thin, offsets, *_union(scored[0] - reach, scored[1] + reach))
+        widened = _widen(*scored, step // 2 + _EDGE_NS)
+        scores, counted = _scores(sample, offsets, step, *widened)
         if step == _FINE_NS:
             return _plateau_centre(offsets, scores)
-        keep = scores >= scores.max() - max(_KEEP * len(thin), _KEEP_LAUNCHES)
+        keep = scores >= scores.max() - max(_KEEP * counted, _KEEP_LAUNCHES)
         runs = _runs(offsets, scores, keep, step)
         width = sum(hi - lo for lo, hi, _ in runs)
         step = max(min(max(step // _SHRINK, -(-width // _BUDGET)), step // 2), _FINE_NS)
@@ -172,37 +183,97 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return starts[firsts], reach[lasts]
 
 
-def _scores(sample: np.ndarray, offsets: np.ndarray, starts, ends) -> np.ndarray:
-    """Launches of the (sorted) sample inside the disjoint intervals, per candidate offset:
-    each launch looked up among the intervals, or, when there are fewer intervals than
-    launches, each interval's launches counted by its edges."""
-    by_interval = len(starts) < len(sample)
-    rows = max(1, 4_000_000 // (len(starts) if by_interval else len(sample)))
+def _widen(starts: np.ndarray, ends: np.ndarray, reach: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted disjoint intervals, each widened by `reach` either side, those that then meet merged
+    (`_union` of the widened intervals, without sorting again)."""
+    firsts = np.flatnonzero(np.r_[True, starts[1:] - ends[:-1] > 2 * reach])
+    lasts = np.r_[firsts[1:] - 1, len(starts) - 1]
+    return starts[firsts] - reach, ends[lasts] + reach
+
+
+def _scores(sample, offsets, step, starts, ends) -> tuple[np.ndarray, int]:
+    """Launches of the (sorted) sample inside the disjoint sorted intervals, per candidate
+    offset (sorted, on a lattice `step` apart from the first), and how many launches were scored.
+
+    The cheaper of two ways: each launch looked up among the intervals at each offset, or, when a
+    launch meets fewer intervals over the offsets' span than there are offsets (at coarse steps
+    the widened windows merge into few intervals), each such interval laid onto the offsets at
+    which it holds the launch. Where that would take more than _WORK tests (a lookup, or an
+    interval laid) the sample is thinned, to no fewer than _MIN_SAMPLE launches.
+    """
+    first = np.searchsorted(ends, sample + offsets[0], side="left")
+    met = np.searchsorted(starts, sample + offsets[-1], side="right") - first
+    per_launch = max(float(met.mean()), 1.0)
+    by_interval = per_launch < len(offsets)
+    wanted = _WORK // (per_launch if by_interval else len(offsets))
+    stride = -(-len(sample) // min(len(sample), max(int(wanted), _MIN_SAMPLE)))
+    sample, first, met = sample[::stride], first[::stride], met[::stride]
+    if by_interval:
+        scores = _scores_by_interval(sample, offsets, step, starts, ends, first, met)
+        return scores, len(sample)
+    rows = max(1, 4_000_000 // len(sample))
     scores = np.empty(len(offsets), dtype=np.int64)
     for i in range(0, len(offsets), rows):
-        shift = offsets[i : i + rows, None]
-        if by_interval:
-            first = np.searchsorted(sample, starts[None, :] - shift, side="left")
-            last = np.searchsorted(sample, ends[None, :] - shift, side="right")
-            scores[i : i + rows] = (last - first).sum(axis=1)
-            continue
-        points = sample[None, :] + shift
+        points = sample[None, :] + offsets[i : i + rows, None]
         index = np.searchsorted(starts, points, side="right") - 1
         inside = (index >= 0) & (points <= ends[np.maximum(index, 0)])
         scores[i : i + rows] = inside.sum(axis=1)
-    return scores
+    return scores, len(sample)
 
 
-def _grid(runs: list[tuple[int, int, int]], step: int, budget: int = _BUDGET) -> np.ndarray:
-    """Candidate offsets `step` apart over the runs, best-scoring runs first within a budget."""
+def _scores_by_interval(sample, offsets, step, starts, ends, first, met) -> np.ndarray:
+    """As `_scores`, from each launch's intervals `first[i]` .. `first[i] + met[i]`: interval
+    [s, e] holds launch t at the offsets in [s - t, e - t], a run of the sorted offsets, so each
+    (launch, interval) pair adds one over a run of offsets (a difference array, then a cumsum).
+    The intervals are disjoint, so no offset counts a launch twice. The runs' ends are found by
+    arithmetic on the lattice (through a table of the offsets below each lattice point where the
+    offsets leave gaps), by binary search only when that table would be too big."""
+    lattice = (offsets - offsets[0]) // step
+    span = int(lattice[-1]) + 2
+    below = None  # offsets below each lattice point; None: the lattice has no gaps
+    if span - 1 > len(offsets):
+        below = np.searchsorted(lattice, np.arange(span)) if span <= _LATTICE_TABLE else lattice
+
+    def place(times: np.ndarray, side: str) -> np.ndarray:
+        """Offsets below `times - offsets[0]` (left) or not above it (right)."""
+        if below is lattice:
+            return np.searchsorted(offsets, times + offsets[0], side=side)
+        k = -(-times // step) if side == "left" else times // step + 1
+        k = np.clip(k, 0, span - 1)
+        return k if below is None else below[k]
+
+    diff = np.zeros(len(offsets) + 1, dtype=np.int64)
+    total = np.cumsum(met)
+    i = 0
+    while i < len(sample):
+        done = int(total[i - 1]) if i else 0
+        j = max(int(np.searchsorted(total, done + _PAIRS, side="right")), i + 1)
+        count = met[i:j]
+        launch = np.repeat(sample[i:j], count)
+        interval = np.repeat(first[i:j] - (np.cumsum(count) - count), count)
+        interval += np.arange(len(interval))
+        launch += offsets[0]
+        lo = place(starts[interval] - launch, "left")
+        hi = place(ends[interval] - launch, "right")
+        diff += np.bincount(lo, minlength=len(diff))
+        diff -= np.bincount(hi, minlength=len(diff))
+        i = j
+    return np.cumsum(diff[:-1])
+
+
+def _grid(runs: list[tuple[int, int, int]], step: int, limit: int = _MAX_CANDIDATES) -> np.ndarray:
+    """Candidate offsets over all the runs, on one lattice `step` apart; past `limit` candidates
+    (a last resort), over the best-scoring runs first."""
+    origin = min(lo for lo, _, _ in runs)
     pieces, total = [], 0
     for lo, hi, _ in sorted(runs, key=lambda run: -run[2]):
-        count = min((hi - lo) // step + 1, budget - total)
-        pieces.append(lo + step * np.arange(count, dtype=np.int64))
+        first = (lo - origin) // step
+        count = min((hi - origin) // step - first + 1, limit - total)
+        pieces.append(first + np.arange(count, dtype=np.int64))
         total += count
-        if total >= budget:
+        if total >= limit:
             break
-    return np.unique(np.concatenate(pieces))
+    return origin + step * np.unique(np.concatenate(pieces))
 
 
 def _runs(offsets, scores, keep, step) -> list[tuple[int, int, int]]:

@@ -25,6 +25,7 @@ from aaco_pipelines.governance.verdict import (
     drift_verdict,
     predictive_p_value,
 )
+from aaco_pipelines.tracelake.queries import noise_sessions
 from aaco_pipelines.tracelake.store import reads_together
 
 TOP_OPS = 3
@@ -123,9 +124,13 @@ def model_series(lake, model_slug: str, session_id: str) -> dict[str, dict]:
                     values[position[sid]] = mean_ns
             series[f"op_time_ns:{op}"] = {"values": values, "higher_is_worse": True}
     series.update(_generation_series(lake, model_slug, session_id, ids))
-    for entry in series.values():
+    noise = noise_sessions(lake, model_slug, session_id)
+    for metric, entry in series.items():
         entry["session_ids"] = ids
         entry["markers"] = markers
+        # sessions of an alert people marked invalid (noise) are gaps: they move no baseline
+        left_out = [i for i, sid in enumerate(ids[:-1]) if sid in noise.get(metric, ())]
+        entry["values"][left_out] = np.nan
     return series
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.alerts import sync_alerts
 from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.objectives import judge_objectives
 from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
@@ -33,6 +34,7 @@ class DriftJudgement:
     # (analysis.structural_diff): None for its first session
     structure: StructuralDiff | None = None
     objectives: list[dict] = dataclasses.field(default_factory=list)  # objective_verdicts rows
+    alerts: list[dict] = dataclasses.field(default_factory=list)  # alert events it caused
 
     @property
     def breaches(self) -> list[dict]:
@@ -68,9 +70,10 @@ class DriftJudgement:
         return json.loads(row["series_json"])
 
 
-def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
+def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> DriftJudgement:
     """Judge the session against its model's history on its target; stored, and the session
-    made complete."""
+    made complete. `alerts`: open, update or fix its alerts now (governance.alerts); a sweep's
+    run leaves them to the sweep's review, after its false discovery control."""
     session_id = bundle.session_id
     with session_folder_held(bundle.path, session_id):
         rows = drift_rows(lake, bundle.session["model_slug"], session_id)
@@ -83,6 +86,8 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle) -> DriftJudgement:
     judgement = dataclasses.replace(judgement, structure=since_previous(lake, session_id))
     if judgement.regressions:
         judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
+    if alerts:
+        judgement = dataclasses.replace(judgement, alerts=sync_alerts(lake, [session_id]))
     return judgement
 
 

@@ -178,6 +178,9 @@ def _rebuild(
     envelopes = table_of("hardware_envelopes", journal.envelopes.values())
     with lake.transaction() as con:  # the envelopes first: sessions are judged against them
         insert_rows(con, "hardware_envelopes", envelopes)
+        # and the alerts: an invalid one's sessions leave their metric's baseline
+        insert_rows(con, "alerts", table_of("alerts", journal.alert_rows()))
+        insert_rows(con, "alert_events", table_of("alert_events", journal.alert_events))
     restored = []
     for number, bundle in enumerate(bundles, 1):
         say(f"restoring bundle {number} of {len(bundles)}: {bundle.session_id}")
@@ -279,7 +282,7 @@ def _load_and_analyse(
         find_critical_path(lake, bundle)
         envelope_id, envelope, note = judged_against(lake, session_id, journal)
         explain(lake, session_id, attribution.metrics, envelope_id, envelope, note=note)
-        judge_drift(lake, bundle)
+        judge_drift(lake, bundle, alerts=False)  # the journal's alerts are the record
 
 
 def judged_against(

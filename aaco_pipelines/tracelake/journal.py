@@ -14,6 +14,8 @@ that writes it to the lake, one JSON line per change:
   `analyze`, a benchmark), so a restore does not analyse it.
 - `fdr_sweep`: the sessions of one sweep or night whose drift verdicts went through
   Benjamini-Hochberg together.
+- `alerts`: every alert of one model and target after one of them changed (their rows), and
+  the events of that change. People's acknowledgements live nowhere else.
 
 The file is `<lake stem>.journal` beside the lake file (AACO_HOME/tracelake.journal by
 default), so moving the lake aside (`mv tracelake.duckdb tracelake.damaged`) leaves it in
@@ -42,6 +44,7 @@ BASELINES = "baselines"
 JUDGED_AGAINST = "judged_against"
 LOADED_COMPLETE = "loaded_complete"
 FDR_SWEEP = "fdr_sweep"
+ALERTS = "alerts"
 
 
 @dataclass
@@ -53,6 +56,8 @@ class JournalState:
     judged_against: dict[str, dict] = field(default_factory=dict)  # session_id -> record
     not_analysed: set[str] = field(default_factory=set)  # sessions loaded complete, last
     sweeps: list[dict] = field(default_factory=list)  # {"session_ids", "q"}, in order
+    alerts: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # (slug, target)
+    alert_events: list[dict] = field(default_factory=list)  # in order
     unreadable_lines: int = 0
     found: bool = False  # whether there was a journal at all
 
@@ -69,9 +74,15 @@ class JournalState:
             self.not_analysed.add(entry["session_id"])
         elif kind == FDR_SWEEP:
             self.sweeps.append(entry)
+        elif kind == ALERTS:
+            self.alerts[(entry["model_slug"], entry["target"])] = entry["rows"]
+            self.alert_events += entry["events"]
 
     def baseline_rows(self) -> list[dict]:
         return [row for rows in self.baselines.values() for row in rows]
+
+    def alert_rows(self) -> list[dict]:
+        return [row for rows in self.alerts.values() for row in rows]
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,10 @@ def _check(entry: dict) -> None:
         _strings(*(v for v in (entry.get("envelope_id"), entry.get("note")) if v is not None))
     elif kind == LOADED_COMPLETE:
         _strings(entry["session_id"])
+    elif kind == ALERTS:
+        table_of("alerts", entry["rows"])
+        table_of("alert_events", entry["events"])
+        _strings(entry["model_slug"])
     elif kind == FDR_SWEEP:
         _strings(*entry["session_ids"])
         if not 0.0 < float(entry["q"]) < 1.0:

@@ -225,6 +225,24 @@ def objective_verdicts(lake: TraceLake, session_id: str) -> list[dict]:
     ).to_pylist()
 
 
+# The sessions of alerts people marked invalid (noise), per metric, on the judged session's
+# model and target: governance.series leaves them out of the metric's baseline.
+NOISE_SESSIONS_SQL = """
+SELECT a.metric, list(DISTINCT e.from_session) AS sessions
+FROM alerts a JOIN alert_events e USING (alert_id)
+WHERE a.model_slug = $slug AND a.state = 'invalid' AND a.kind IN ('regression', 'improvement')
+  AND a.target IS NOT DISTINCT FROM (SELECT target FROM session_records WHERE session_id = $sid)
+  AND e.event IN ('opened', 'updated', 'reopened') AND e.from_session IS NOT NULL
+GROUP BY a.metric
+"""
+
+
+def noise_sessions(lake: TraceLake, model_slug: str, session_id: str) -> dict[str, set[str]]:
+    """{metric: sessions of its alerts marked invalid} for the session's model and target."""
+    rows = lake.query(NOISE_SESSIONS_SQL, {"slug": model_slug, "sid": session_id}).to_pylist()
+    return {r["metric"]: set(r["sessions"]) for r in rows}
+
+
 TOP_OPS_SQL = """
 SELECT o.name, o.share, o.p50_ns, o.p_top, s.profiled_iterations,
        (SELECT any_value(value) FROM derived_metrics

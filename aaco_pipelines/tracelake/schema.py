@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 19  # v19: objective_verdicts (SLOs judged on every session)
+SCHEMA_VERSION = 20  # v20: alerts, alert_events (confirmed changes with a lifecycle)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -467,6 +467,46 @@ OBJECTIVE_VERDICTS = pa.schema(
     ]
 )
 
+# v20: alerts (governance/alerts.py): one per (model, target, metric, kind), its state cycling
+# new -> acknowledged / invalid / fixed -> reopened; every change of it is an event.
+ALERTS = pa.schema(
+    [
+        ("alert_id", _str),  # stable: derived from its key
+        ("model_slug", _str),
+        ("target", _str),
+        ("metric", _str),  # a gated drift metric, or an objective (latency_p99_ms)
+        ("kind", _str),  # regression | improvement | breach
+        ("state", _str),  # new | acknowledged | invalid | fixed | reopened
+        ("opened_at", _ts),
+        ("updated_at", _ts),
+        ("first_session_id", _str),
+        ("last_session_id", _str),  # the latest session that showed it
+        ("sessions", _i64),  # sessions that showed it
+        ("reference", _f64),  # the level before (drift's baseline median) or the limit
+        ("value", _f64),  # the latest session's figure
+        ("effect_pct", _f64),  # its change from the reference, %
+        ("summary", _str),  # one line, for people and notifications
+        ("evidence_json", _str),  # the verdict row (and the gate's suspected cause)
+        ("clear_sessions", _i64),  # consecutive sessions back at the reference since
+        ("invalid_until", _ts),  # marked invalid: not alerted again before this
+        ("checked_through", _ts),  # the start of the latest session it was checked against
+    ]
+)
+ALERT_EVENTS = pa.schema(
+    [
+        ("alert_id", _str),
+        ("changed_at", _ts),
+        ("event", _str),  # opened | updated | acknowledged | invalid | fixed | reopened
+        ("state", _str),  # the alert's state after it
+        ("actor", _str),  # aaco (a session's verdict), or who changed it
+        ("reason", _str),
+        # the session behind it (null for a person's change); not `session_id`: an audit log
+        # outlives the session rows that deleting a session removes
+        ("from_session", _str),
+        ("notify", _bool),  # whether a notification is due (governance/notifications.py)
+    ]
+)
+
 # --- Governance (schema v4): named baselines, keyed by their name -----------------------------
 
 BASELINES = pa.schema(
@@ -644,6 +684,8 @@ TABLES: dict[str, pa.Schema] = {
     "measurement_quality": MEASUREMENT_QUALITY,
     "drift_verdicts": DRIFT_VERDICTS,
     "objective_verdicts": OBJECTIVE_VERDICTS,
+    "alerts": ALERTS,
+    "alert_events": ALERT_EVENTS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
     "kernel_places": KERNEL_PLACES,

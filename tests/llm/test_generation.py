@@ -137,8 +137,10 @@ def test_objectives_judge_the_headline_scenarios_requests(analysed_llama_session
         assert judged[key]["samples"] >= len(ttft)
     assert judged["throughput_per_s_min"]["verdict"] == "no_data"
     assert "output_tokens_per_s_min" in judged["throughput_per_s_min"]["basis"]
-    assert judged["tpot_p50_ms"]["verdict"] == judged["output_tokens_per_s_min"]["verdict"] == (
-        "breached"
+    assert (
+        judged["tpot_p50_ms"]["verdict"]
+        == judged["output_tokens_per_s_min"]["verdict"]
+        == ("breached")
     )
     assert judged["ttft_p90_ms"]["verdict"] == judged["e2e_p50_ms"]["verdict"] == "met"
 

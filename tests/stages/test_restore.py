@@ -145,11 +145,11 @@ def test_a_stopped_restore_leaves_no_lake(home, capsys, monkeypatch):
     _delete_lake(paths)
     judged = []
 
-    def stop_at_the_second(lake, bundle):
+    def stop_at_the_second(lake, bundle, **options):
         judged.append(bundle.session_id)
         if len(judged) == 2:
             raise Interrupted("SIGTERM")
-        return original(lake, bundle)
+        return original(lake, bundle, **options)
 
     original = restore.judge_drift
     monkeypatch.setattr(restore, "judge_drift", stop_at_the_second)

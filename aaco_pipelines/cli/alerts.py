@@ -1,0 +1,77 @@
+"""`aaco alert`: the alerts confirmed changes opened (governance.alerts), and what people say of
+them: list, show, ack, invalid (noise), fixed."""
+
+from __future__ import annotations
+
+from aaco_pipelines.config import AacoPaths
+
+ACTIONS = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
+ACTION_HELP = {
+    "ack": "someone is on it: updates stop notifying",
+    "invalid": "noise: its sessions leave the metric's baseline, not alerted again for 14 days",
+    "fixed": "the change is gone (aaco closes a regression itself once it is measured gone)",
+}
+
+
+def cmd_alert_list(args, paths: AacoPaths) -> int:
+    import json
+
+    from aaco_pipelines.governance.alerts import list_alerts
+    from aaco_pipelines.report.alerts_text import alert_line
+    from aaco_pipelines.report.data import open_lake
+
+    alerts = list_alerts(open_lake(paths.tracelake), state=args.state, model=args.model)
+    if args.json:
+        print(json.dumps(alerts, indent=2, default=str))
+    elif not alerts:
+        print("no alerts" + (f" {args.state}" if args.state else ""))
+    else:
+        print("\n".join(alert_line(a) for a in alerts))
+    return 0
+
+
+def cmd_alert_show(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.alerts import alert_history, find_alert
+    from aaco_pipelines.report.alerts_text import alert_line
+    from aaco_pipelines.report.data import open_lake
+
+    lake = open_lake(paths.tracelake)
+    alert = find_alert(lake, args.alert)
+    print(alert_line(alert))
+    for event in alert_history(lake, alert["alert_id"]):
+        session = f" (session {event['from_session']})" if event["from_session"] else ""
+        print(f"  {event['changed_at']:%Y-%m-%d %H:%M} {event['event']:12} by {event['actor']}: "
+              f"{event['reason']}{session}")  # fmt: skip
+    return 0
+
+
+def cmd_alert_set(args, paths: AacoPaths) -> int:
+    from aaco_pipelines.governance.alerts import set_state
+    from aaco_pipelines.report.alerts_text import alert_line
+    from aaco_pipelines.report.data import open_lake
+
+    alert = set_state(
+        open_lake(paths.tracelake), args.alert, ACTIONS[args.alert_command], args.reason, args.by
+    )
+    print(alert_line(alert))
+    return 0
+
+
+def add_parser(sub) -> None:
+    alert = sub.add_parser(
+        "alert", help="alerts opened by confirmed regressions, improvements and SLO breaches"
+    ).add_subparsers(dest="alert_command", required=True)
+    listing = alert.add_parser("list", help="alerts, the ones waiting for someone first")
+    listing.add_argument("--state", help="new, acknowledged, invalid, fixed or reopened")
+    listing.add_argument("--model", help="only this model's")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(func=cmd_alert_list)
+    show = alert.add_parser("show", help="one alert and every change of it")
+    show.add_argument("alert", help="its id (a unique prefix will do)")
+    show.set_defaults(func=cmd_alert_show)
+    for action, help_text in ACTION_HELP.items():
+        change = alert.add_parser(action, help=help_text)
+        change.add_argument("alert", help="its id (a unique prefix will do)")
+        change.add_argument("--reason", required=True, help="what you found")
+        change.add_argument("--by", help="who (default: your user name)")
+        change.set_defaults(func=cmd_alert_set)

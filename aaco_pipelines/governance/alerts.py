@@ -1,0 +1,361 @@
+"""Alerts: a confirmed change a team should hear about, kept as a record with a lifecycle.
+
+One alert per (model, target, metric, kind), its id derived from that key, so the same change
+seen again is the same alert. Kinds: `regression` and `improvement` (a confirmed drift verdict
+of a gated metric: p50, p99, throughput, TTFT and TPOT p50) and `breach` (a confirmed breach of
+an objective, governance.objectives).
+- A session that shows it opens it (new), updates it (a regression that persists night after
+  night stays one alert, its sessions counted), or reopens it when it was fixed.
+- People acknowledge it (updates no longer notify), mark it invalid (noise: its sessions leave
+  the metric's baseline, governance.series, and it is not alerted again for INVALID_WINDOW),
+  or fixed (`aaco alert ack|invalid|fixed`).
+- A regression is fixed by itself once CONFIRM_SESSIONS sessions in a row are back within
+  min_effect_pct of the level before it (`reference`: drift's baseline median when it opened),
+  a breach once the objective is met again. Not by a `no_change` verdict: drift's baseline
+  itself moves to a lasting new level after some 15 sessions.
+Every change is an event (alert_events): who, why, which session, and whether a notification
+is due (opened, reopened, fixed, and updates of an alert nobody acknowledged).
+
+A sweep's verdicts are final only after its false discovery control, so its sessions are synced
+after it (sensors.sweep, assets.nightly_review); a lone run's at once (stages.judge_drift).
+Each alert remembers the latest session it was checked against: syncing a session again, or an
+older one, changes nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import hashlib
+import json
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.series import (
+    CONFIRM_SESSIONS,
+    DEFAULT_POLICY,
+    GATED_METRICS,
+    GENERATION_SERIES,
+    SESSION_METRICS,
+)
+from aaco_pipelines.tracelake import journal
+from aaco_pipelines.tracelake.schema import ALERT_EVENTS, ALERTS
+from aaco_pipelines.tracelake.store import TraceLake, insert_rows
+
+KINDS = ("regression", "improvement", "breach")
+STATES = ("new", "acknowledged", "invalid", "fixed", "reopened")
+ACTIVE = ("new", "acknowledged", "reopened")
+INVALID_WINDOW = dt.timedelta(days=14)
+FIX_TOLERANCE_PCT = DEFAULT_POLICY.min_effect_pct  # back within this of the level before
+HIGHER_IS_WORSE = {m: worse for m, (_, worse) in SESSION_METRICS.items()} | GENERATION_SERIES
+# What a person may do, from which states.
+TRANSITIONS = {
+    "acknowledged": ("new", "reopened"),
+    "invalid": ("new", "acknowledged", "reopened", "fixed"),
+    "fixed": ("new", "acknowledged", "reopened"),
+}
+
+SESSION_SQL = """
+SELECT session_id, model_slug, target, started_at FROM session_records
+WHERE session_id IN (SELECT unnest($ids)) ORDER BY started_at, session_id
+"""
+DRIFT_SQL = """
+SELECT metric, verdict, effect_pct, ci_low, ci_high, p_value, decided_by, baseline_json,
+       series_json
+FROM drift_verdicts WHERE session_id = $sid AND metric IN (SELECT unnest($metrics))
+"""
+OBJECTIVES_SQL = """
+SELECT objective, verdict, suspect, value, limit_value, unit, bound, ci_low, ci_high, basis
+FROM objective_verdicts WHERE session_id = $sid
+"""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one session says about one (metric, kind): a change it shows, or a level."""
+
+    metric: str
+    kind: str
+    shows: bool  # a confirmed change of this kind
+    value: float | None
+    reference: float | None  # drift's baseline median, or the objective's limit
+    effect_pct: float | None
+    summary: str
+    evidence: dict
+
+
+def alert_id(model_slug: str, target: str, metric: str, kind: str) -> str:
+    """Short and stable: the same change is the same alert wherever it is seen."""
+    key = "\0".join((model_slug, target or "", metric, kind))
+    return hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def observations(lake, session_id: str) -> list[Observation]:
+    """The session's gated drift verdicts and objective verdicts, as alerts read them."""
+    found = []
+    for row in lake.query(
+        DRIFT_SQL, {"sid": session_id, "metrics": list(GATED_METRICS)}
+    ).to_pylist():
+        series = json.loads(row["series_json"])
+        value = series["values"][-1]
+        reference = (json.loads(row["baseline_json"] or "null") or {}).get("median")
+        for kind in ("regression", "improvement"):
+            found.append(Observation(
+                row["metric"], kind, row["verdict"] == kind, value, reference, row["effect_pct"],
+                _drift_summary(row), {k: v for k, v in row.items() if k != "series_json"},
+            ))  # fmt: skip
+    for row in lake.query(OBJECTIVES_SQL, {"sid": session_id}).to_pylist():
+        limit = row["limit_value"]
+        effect = None if row["value"] is None else (row["value"] - limit) / limit * 100.0
+        found.append(Observation(
+            row["objective"], "breach", row["verdict"] == "breached" and not row["suspect"],
+            row["value"], limit, effect, _objective_summary(row), row,
+        ))  # fmt: skip
+    return found
+
+
+def _drift_summary(row: dict) -> str:
+    effect = f"{row['effect_pct']:+.1f}%" if row["effect_pct"] is not None else "?"
+    ci = (
+        f" (95% CI {row['ci_low']:+.1f}% to {row['ci_high']:+.1f}%)"
+        if row["ci_low"] is not None
+        else ""
+    )
+    return f"{row['metric']} {row['verdict']} {effect}{ci}, decided by {row['decided_by']}"
+
+
+def _objective_summary(row: dict) -> str:
+    sign = "<=" if row["bound"] == "max" else ">="
+    return (
+        f"objective {row['objective']} {sign} {row['limit_value']:g} {row['unit']}: "
+        f"{row['value']:.4g} ({row['verdict']}{', suspect measurement' if row['suspect'] else ''})"
+    )
+
+
+def sync_alerts(
+    lake: TraceLake, session_ids: list[str], now: dt.datetime | None = None
+) -> list[dict]:
+    """Open, update, reopen or fix the alerts of these sessions' models, session by session in
+    the order they started; the events written. Each session's changes commit together."""
+    written = []
+    sessions = lake.query(SESSION_SQL, {"ids": list(session_ids)}).to_pylist()
+    for session in sessions:
+        found = observations(lake, session["session_id"])
+        with lake.transaction() as con:
+            alerts = _alerts_of(con, session["model_slug"], session["target"])
+            changed, events = _apply(alerts, session, found, now or _now())
+            _store(lake, con, session["model_slug"], session["target"], changed, events)
+        written += events
+    return written
+
+
+def _apply(alerts: dict[str, dict], session: dict, found: list[Observation], now):
+    """The alerts a session changes, and the events: pure, so it can be reasoned about alone."""
+    changed, events = {}, []
+    sid, started = session["session_id"], session["started_at"]
+
+    def event(alert: dict, name: str, reason: str, notify: bool) -> None:
+        events.append({"alert_id": alert["alert_id"], "changed_at": now, "event": name,
+                       "state": alert["state"], "actor": "aaco", "reason": reason,
+                       "from_session": sid, "notify": notify})  # fmt: skip
+
+    for obs in found:
+        key = alert_id(session["model_slug"], session["target"], obs.metric, obs.kind)
+        alert = alerts.get(key)
+        if alert is not None and alert["checked_through"] and alert["checked_through"] >= started:
+            continue  # this session, or a later one, was already applied
+        if obs.shows:
+            alert = _seen(alert, key, session, obs, now)
+            name, reason, notify = _transition(alert, obs, now)
+            event(alert, name, reason, notify)
+        elif alert is not None and alert["state"] in ACTIVE:
+            alert = {**alert, "checked_through": started}
+            if _back(alert, obs):
+                alert["clear_sessions"] += 1
+                if alert["clear_sessions"] >= CONFIRM_SESSIONS or obs.kind == "breach":
+                    alert["state"], alert["updated_at"] = "fixed", now
+                    event(alert, "fixed", _fixed_reason(alert, obs), True)
+            else:
+                alert["clear_sessions"] = 0
+        else:
+            continue
+        changed[key] = alerts[key] = alert
+    return changed, events
+
+
+def _seen(alert: dict | None, key: str, session: dict, obs: Observation, now) -> dict:
+    """The alert as this session leaves it, before its state moves."""
+    base = alert or {
+        "alert_id": key, "model_slug": session["model_slug"], "target": session["target"],
+        "metric": obs.metric, "kind": obs.kind, "state": None, "opened_at": now,
+        "first_session_id": session["session_id"], "sessions": 0, "reference": obs.reference,
+        "invalid_until": None,
+    }  # fmt: skip
+    return {
+        **base,
+        "updated_at": now,
+        "last_session_id": session["session_id"],
+        "sessions": base["sessions"] + 1,
+        "value": obs.value,
+        "effect_pct": obs.effect_pct,
+        "summary": f"{session['model_slug']} on {session['target']}: {obs.summary}",
+        "evidence_json": json.dumps(obs.evidence, default=str),
+        "clear_sessions": 0,
+        "checked_through": session["started_at"],
+    }
+
+
+def _transition(alert: dict, obs: Observation, now) -> tuple[str, str, bool]:
+    """(event, reason, notify) for a session that shows the change; the state moved."""
+    state = alert["state"]
+    if state is None:
+        alert["state"] = "new"
+        return "opened", obs.summary, True
+    if state == "invalid" and alert["invalid_until"] and now < alert["invalid_until"]:
+        return (
+            "updated",
+            f"marked invalid until {alert['invalid_until']:%Y-%m-%d}: not alerted",
+            False,
+        )
+    if state in ("fixed", "invalid"):
+        alert["state"], alert["invalid_until"] = "reopened", None
+        alert["reference"] = obs.reference
+        return "reopened", obs.summary, True
+    return "updated", obs.summary, state != "acknowledged"
+
+
+def _back(alert: dict, obs: Observation) -> bool:
+    """Whether the session is back on the good side of what the alert is about."""
+    if obs.kind == "breach":
+        return obs.evidence.get("verdict") == "met"
+    if obs.kind == "improvement" or obs.value is None or not alert["reference"]:
+        return False  # an improvement is news, not a state that ends
+    sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
+    worse_pct = sign * (obs.value - alert["reference"]) / abs(alert["reference"]) * 100.0
+    return worse_pct < FIX_TOLERANCE_PCT
+
+
+def _fixed_reason(alert: dict, obs: Observation) -> str:
+    if obs.kind == "breach":
+        return f"{obs.metric} met again: {obs.summary}"
+    return (
+        f"{obs.metric} back within {FIX_TOLERANCE_PCT:g}% of {alert['reference']:.4g} for "
+        f"{alert['clear_sessions']} sessions in a row (latest {obs.value:.4g})"
+    )
+
+
+# --- people's changes --------------------------------------------------------------------
+
+
+def set_state(
+    lake: TraceLake, alert: str, state: str, reason: str, actor: str | None = None,
+    now: dt.datetime | None = None,
+) -> dict:  # fmt: skip
+    """A person acknowledges an alert, marks it invalid (noise) or fixed; the alert as it now is.
+    `alert`: its id, or a prefix of it that names one alert."""
+    if state not in TRANSITIONS:
+        raise AacoInputError(f"an alert cannot be set to {state!r}", fix="ack, invalid or fixed")
+    if not reason.strip():
+        raise AacoInputError("say why", fix='--reason "what you found"')
+    now = now or _now()
+    with lake.transaction() as con:
+        row = _one_alert(con, alert)
+        if row["state"] not in TRANSITIONS[state]:
+            raise AacoInputError(
+                f"alert {row['alert_id']} is {row['state']}: it cannot become {state}",
+                fix=f"an alert becomes {state} from {', '.join(TRANSITIONS[state])}",
+            )
+        row = {**row, "state": state, "updated_at": now, "clear_sessions": 0}
+        if state == "invalid":
+            row["invalid_until"] = now + INVALID_WINDOW
+        event = {"alert_id": row["alert_id"], "changed_at": now, "event": state, "state": state,
+                 "actor": actor or _who(), "reason": reason, "from_session": None,
+                 "notify": False}  # fmt: skip
+        _store(lake, con, row["model_slug"], row["target"], {row["alert_id"]: row}, [event])
+    return row
+
+
+def find_alert(lake, alert: str) -> dict:
+    """One alert by its id, or a prefix of it that names one alert."""
+    return _only(lake.query(ALERT_SQL, {"id": alert}).to_pylist(), alert)
+
+
+ALERT_SQL = "SELECT * FROM alerts WHERE starts_with(alert_id, $id) ORDER BY alert_id"
+
+
+def _one_alert(con, alert: str) -> dict:
+    return _only(con.sql(ALERT_SQL, params={"id": alert}).to_arrow_table().to_pylist(), alert)
+
+
+def _only(rows: list[dict], alert: str) -> dict:
+    if len(rows) != 1:
+        raise AacoInputError(
+            f"no alert {alert!r}" if not rows else f"{len(rows)} alerts start with {alert!r}",
+            fix="aaco alert list shows every alert's id",
+        )
+    return rows[0]
+
+
+def _who() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a container)
+        return "unknown"
+
+
+# --- storage -----------------------------------------------------------------------------
+
+
+def _alerts_of(con, model_slug: str, target: str) -> dict[str, dict]:
+    rows = con.sql(
+        "SELECT * FROM alerts WHERE model_slug = ? AND target IS NOT DISTINCT FROM ?",
+        params=[model_slug, target],
+    ).to_arrow_table()
+    return {r["alert_id"]: r for r in rows.to_pylist()}
+
+
+def _store(lake, con, model_slug: str, target: str, changed: dict, events: list[dict]) -> None:
+    """The changed alerts replaced and their events appended, in the caller's transaction,
+    and the model's alerts as they now are journaled (a restore brings them back)."""
+    if not changed and not events:
+        return
+    con.execute("DELETE FROM alerts WHERE list_contains(?, alert_id)", [list(changed)])
+    insert_rows(con, "alerts", pa.Table.from_pylist(list(changed.values()), schema=ALERTS))
+    insert_rows(con, "alert_events", pa.Table.from_pylist(events, schema=ALERT_EVENTS))
+    rows = con.sql(
+        "SELECT * FROM alerts WHERE model_slug = ? AND target IS NOT DISTINCT FROM ? "
+        "ORDER BY alert_id",
+        params=[model_slug, target],
+    ).to_arrow_table()
+    journal.LakeJournal(lake.path).record(
+        journal.ALERTS, model_slug=model_slug, target=target, rows=rows.to_pylist(), events=events
+    )
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+# --- reading -----------------------------------------------------------------------------
+
+LIST_SQL = """
+SELECT * FROM alerts
+WHERE ($state IS NULL OR state = $state) AND ($model IS NULL OR model_slug = $model)
+ORDER BY state IN ('new', 'reopened') DESC, updated_at DESC, alert_id
+"""
+
+
+def list_alerts(lake, state: str | None = None, model: str | None = None) -> list[dict]:
+    """Alerts, the ones waiting for someone first, newest change first."""
+    if state is not None and state not in STATES:
+        raise AacoInputError(f"no alert state {state!r}", fix=f"one of {', '.join(STATES)}")
+    return lake.query(LIST_SQL, {"state": state, "model": model}).to_pylist()
+
+
+def alert_history(lake, alert: str) -> list[dict]:
+    """Every event of one alert, oldest first."""
+    return lake.query(
+        "SELECT * FROM alert_events WHERE alert_id = $id ORDER BY changed_at, event", {"id": alert}
+    ).to_pylist()

@@ -1,0 +1,201 @@
+"""Alerts: one record per confirmed change, with a lifecycle. The state machine on its own (what
+each session and each person does to an alert), then real measured sessions of the tiny MLP: a
+slower version opens one alert, further slow sessions update it, acknowledging silences it, the
+fast version measured back closes it, and marking one invalid takes its sessions out of the
+metric's baseline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from aaco_pipelines.cli import main
+from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance import alerts
+from aaco_pipelines.governance.alerts import (
+    INVALID_WINDOW,
+    Observation,
+    _apply,
+    alert_history,
+    list_alerts,
+    set_state,
+    sync_alerts,
+)
+from aaco_pipelines.registry.scan import registered_model
+from aaco_pipelines.stages.pipeline import measure_model
+from aaco_pipelines.tracelake.journal import LakeJournal
+from aaco_pipelines.tracelake.store import TraceLake
+from tests import models
+from tests.helpers import SLOWER_LAYERS, STEADY_SIDECAR, add_model
+
+T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
+REFERENCE = 100_000.0  # a p50 of 0.1 ms before the change
+
+
+def _session(n: int) -> dict:
+    return {"session_id": f"s{n}", "model_slug": "mlp", "target": "cpu",
+            "started_at": T0 + dt.timedelta(days=n)}  # fmt: skip
+
+
+def _p50(value: float, regression: bool) -> Observation:
+    effect = (value - REFERENCE) / REFERENCE * 100
+    return Observation("latency_p50_ns", "regression", regression, value, REFERENCE, effect,
+                       f"latency_p50_ns at {value:g}", {"verdict": "regression"})  # fmt: skip
+
+
+def _night(state: dict, n: int, value: float, regression: bool):
+    """One session's observation applied; the events (the alerts kept in `state`)."""
+    changed, events = _apply(
+        state, _session(n), [_p50(value, regression)], _session(n)["started_at"]
+    )
+    state.update(changed)
+    return [(e["event"], e["state"], e["notify"]) for e in events]
+
+
+def test_one_alert_per_change_from_open_to_fixed_and_reopened():
+    state: dict = {}
+    assert _night(state, 1, 150_000, True) == [("opened", "new", True)]
+    assert _night(state, 2, 151_000, True) == [("updated", "new", True)]  # the same alert
+    assert _night(state, 2, 151_000, True) == []  # the same session again: nothing
+    assert _night(state, 1, 150_000, True) == []  # an older one: nothing
+    [alert] = state.values()
+    assert alert["sessions"] == 2 and alert["first_session_id"] == "s1"
+    alert["state"] = "acknowledged"  # as set_state leaves it
+    assert _night(state, 3, 152_000, True) == [("updated", "acknowledged", False)]
+    # slow but not judged a regression (awaiting confirmation): still not back
+    assert _night(state, 4, 149_000, False) == []
+    assert alert_state(state)["clear_sessions"] == 0
+    assert _night(state, 5, 102_000, False) == []  # back within 3 %: one session is not enough
+    assert _night(state, 6, 101_000, False) == [("fixed", "fixed", True)]
+    assert _night(state, 7, 99_000, False) == []  # a fixed alert stays fixed
+    assert _night(state, 8, 160_000, True) == [("reopened", "reopened", True)]
+    assert alert_state(state)["reference"] == REFERENCE and alert_state(state)["sessions"] == 4
+
+
+def test_an_alert_marked_invalid_is_silent_for_its_window_then_reopens():
+    state: dict = {}
+    _night(state, 1, 150_000, True)
+    alert = alert_state(state)
+    alert["state"], alert["invalid_until"] = "invalid", _session(1)["started_at"] + INVALID_WINDOW
+    assert _night(state, 2, 150_000, True) == [("updated", "invalid", False)]
+    later = 1 + INVALID_WINDOW.days + 1
+    assert _night(state, later, 150_000, True) == [("reopened", "reopened", True)]
+
+
+def alert_state(state: dict) -> dict:
+    [alert] = state.values()
+    return alert
+
+
+# --- against real sessions ---------------------------------------------------------------
+
+
+def _measure(paths, model) -> str:
+    path = add_model(paths, "mlp", model, STEADY_SIDECAR)
+    return measure_model(registered_model(path), paths, analyze=True).session_id
+
+
+def _trusted(paths) -> None:
+    """This test is about alerts: whatever this host did, the sessions' measurements count."""
+    with TraceLake(paths.tracelake).connect(write=True) as con:
+        con.execute("UPDATE measurement_quality SET verdict = 'ok', reasons_json = '[]'")
+
+
+def test_a_slower_version_opens_one_alert_that_lives_until_measured_fixed(aaco_paths, capsys):
+    paths = aaco_paths
+    history = [_measure(paths, models.tiny_mlp()) for _ in range(3)]
+    lake = TraceLake(paths.tracelake)
+    assert list_alerts(lake) == []
+    slow = _measure(paths, models.slower_mlp(SLOWER_LAYERS))  # a new version: known at once
+    [alert] = [a for a in list_alerts(lake) if a["metric"] == "latency_p50_ns"]
+    assert (alert["kind"], alert["state"], alert["first_session_id"]) == ("regression", "new", slow)
+    assert alert["reference"] == pytest.approx(
+        _p50s(lake, history), rel=0.2
+    )  # drift's baseline median of the three
+    opened = alert_history(lake, alert["alert_id"])
+    assert [(e["event"], e["notify"], e["from_session"]) for e in opened] == [
+        ("opened", True, slow)
+    ]
+    assert sync_alerts(lake, [slow, *history]) == []  # synced again: nothing new
+    assert [a["alert_id"] for a in list_alerts(lake, state="new")].count(alert["alert_id"]) == 1
+
+    # people: the CLI names it by a prefix, says who and why
+    assert (
+        main(["alert", "ack", alert["alert_id"][:6], "--reason", "bisecting", "--by", "ana"]) == 0
+    )
+    assert "acknowledged" in capsys.readouterr().out
+    with pytest.raises(AacoInputError, match="is acknowledged: it cannot become acknowledged"):
+        set_state(lake, alert["alert_id"], "acknowledged", "again")
+    again = _measure(paths, models.slower_mlp(SLOWER_LAYERS))
+    events = alert_history(lake, alert["alert_id"])
+    updates = [e for e in events if e["from_session"] == again]
+    assert [(e["event"], e["state"], e["notify"]) for e in updates] in (
+        [("updated", "acknowledged", False)],  # judged a regression again: silent
+        [],  # or not judged one this time (the baseline moves): not back either
+    )
+    assert main(["alert", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert any(a["alert_id"] == alert["alert_id"] and a["state"] == "acknowledged" for a in listed)
+
+    # the fast version measured back: two sessions within 3 % of the reference close it
+    _trusted(paths)
+    back = [_measure(paths, models.tiny_mlp()) for _ in range(2)]
+    fixed = lake.query("SELECT * FROM alerts WHERE alert_id = ?", [alert["alert_id"]]).to_pylist()[
+        0
+    ]
+    assert fixed["state"] == "fixed", (fixed, _p50s(lake, back))
+    last = alert_history(lake, alert["alert_id"])[-1]
+    assert (last["event"], last["actor"], last["from_session"], last["notify"]) == (
+        "fixed", "aaco", back[-1], True
+    )  # fmt: skip
+    # the journal keeps every alert and event: a restore brings acknowledgements back
+    state = LakeJournal(paths.tracelake).state()
+    assert {r["alert_id"]: r["state"] for r in state.alert_rows()}[alert["alert_id"]] == "fixed"
+    assert [e["event"] for e in state.alert_events if e["alert_id"] == alert["alert_id"]] == [
+        e["event"] for e in alert_history(lake, alert["alert_id"])
+    ]
+    assert main(["alert", "show", alert["alert_id"]]) == 0
+    shown = capsys.readouterr().out
+    assert "acknowledged by ana: bisecting" in shown and "fixed" in shown
+
+
+def test_an_alert_marked_invalid_leaves_the_baseline_of_its_metric(aaco_paths):
+    paths = aaco_paths
+    for _ in range(3):
+        _measure(paths, models.tiny_mlp())
+    slow = _measure(paths, models.slower_mlp(SLOWER_LAYERS))
+    lake = TraceLake(paths.tracelake)
+    [alert] = [a for a in list_alerts(lake) if a["metric"] == "latency_p50_ns"]
+    set_state(lake, alert["alert_id"], "invalid", "the host was being patched", actor="ops")
+    nxt = _measure(paths, models.tiny_mlp())
+    row = lake.query(
+        "SELECT series_json FROM drift_verdicts WHERE session_id = ? AND metric = 'latency_p50_ns'",
+        [nxt],
+    ).to_pylist()[0]
+    series = json.loads(row["series_json"])
+    at = series["session_ids"].index(slow)
+    assert series["values"][at] is None  # left out: noise moves no baseline
+    other = lake.query(
+        "SELECT series_json FROM drift_verdicts WHERE session_id = ? AND metric = 'latency_p99_ns'",
+        [nxt],
+    ).to_pylist()[0]
+    p99 = json.loads(other["series_json"])
+    assert p99["values"][p99["session_ids"].index(slow)] is not None  # another metric's alert
+
+
+def _p50s(lake, ids):
+    rows = lake.query(
+        "SELECT latency_p50_ns FROM session_records WHERE list_contains(?, session_id)", [ids]
+    )["latency_p50_ns"].to_pylist()
+    return sorted(rows)[len(rows) // 2]
+
+
+def test_alert_ids_are_stable_per_key():
+    assert alerts.alert_id("mlp", "cpu", "latency_p50_ns", "regression") == alerts.alert_id(
+        "mlp", "cpu", "latency_p50_ns", "regression"
+    )
+    assert alerts.alert_id("mlp", "cpu", "latency_p50_ns", "regression") != alerts.alert_id(
+        "mlp", "gpu0", "latency_p50_ns", "regression"
+    )
