@@ -7,12 +7,14 @@ import dagster as dg
 
 from aaco_pipelines.assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
 from aaco_pipelines.resources import (
+    AlertWebhookResource,
     BenchmarkRunnerResource,
     ModelRegistryResource,
     RecordIOManager,
     TraceLakeResource,
 )
 from aaco_pipelines.sensors import (
+    alert_notifications_sensor,
     calibrate_envelope_job,
     measure_model_job,
     model_registry_sensor,
@@ -25,7 +27,12 @@ from aaco_pipelines.sensors import (
 defs = dg.Definitions(
     assets=[*MODEL_ASSETS, *TARGET_ASSETS, *NIGHT_ASSETS],
     jobs=[measure_model_job, calibrate_envelope_job, review_night_job],
-    sensors=[model_registry_sensor, runtime_version_sensor, nightly_review_sensor],
+    sensors=[
+        model_registry_sensor,
+        runtime_version_sensor,
+        nightly_review_sensor,
+        alert_notifications_sensor,
+    ],
     schedules=[nightly_regression_sweep],
     resources={
         "registry": ModelRegistryResource(),
@@ -33,5 +40,6 @@ defs = dg.Definitions(
         "runner": BenchmarkRunnerResource(),
         # The records the assets hand each other, at fs_io_manager's paths without its log lines.
         "io_manager": RecordIOManager(),
+        "alert_webhook": AlertWebhookResource(),
     },
 )

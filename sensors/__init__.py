@@ -3,6 +3,7 @@
 assets and the resources; nothing in aaco_pipelines imports them but the code location
 (definitions.py) and the `aaco sweep` command."""
 
+from aaco_pipelines.sensors.alert_notifications import alert_notifications_sensor
 from aaco_pipelines.sensors.jobs import calibrate_envelope_job, measure_model_job, review_night_job
 from aaco_pipelines.sensors.model_registry import model_registry_sensor
 from aaco_pipelines.sensors.nightly import nightly_regression_sweep
@@ -10,6 +11,7 @@ from aaco_pipelines.sensors.nightly_review import nightly_review_sensor
 from aaco_pipelines.sensors.runtime_version import runtime_version_sensor
 
 __all__ = [
+    "alert_notifications_sensor",
     "calibrate_envelope_job",
     "measure_model_job",
     "model_registry_sensor",

@@ -32,6 +32,7 @@ from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError, Interrupted
 from aaco_pipelines.governance.alerts import sync_alerts
 from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
+from aaco_pipelines.governance.notifications import Webhook, deliver_due
 from aaco_pipelines.governance.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
 from aaco_pipelines.instance.retries import (
@@ -279,6 +280,9 @@ def control_false_discoveries(
         if row["verdict"] == "regression" and row["metric"] in GATED_METRICS:
             regressed[row["session_id"]].append(row["metric"])
     sync_alerts(lake, ids)  # the sweep's verdicts are final now (governance.alerts)
+    webhook = Webhook.from_env()
+    if webhook is not None:  # no daemon ticks the sensor for a headless sweep
+        deliver_due(lake, webhook)
     return [_after_fdr(r, regressed.get(r.session_id)) for r in results]
 
 

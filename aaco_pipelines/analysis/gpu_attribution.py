@@ -228,19 +228,19 @@ def _scores_by_interval(sample, offsets, step, starts, ends, first, met) -> np.n
     The intervals are disjoint, so no offset counts a launch twice. The runs' ends are found by
     arithmetic on the lattice (through a table of the offsets below each lattice point where the
     offsets leave gaps), by binary search only when that table would be too big."""
-    lattice = (offsets - offsets[0]) // step
-    span = int(lattice[-1]) + 2
-    below = None  # offsets below each lattice point; None: the lattice has no gaps
-    if span - 1 > len(offsets):
-        below = np.searchsorted(lattice, np.arange(span)) if span <= _LATTICE_TABLE else lattice
+    origin = int(offsets[0])
+    lattice = (offsets - origin) // step
+    span = int(lattice[-1]) + 2  # lattice points 0 .. one past the last offset
+    gaps = span - 1 > len(offsets)  # the offsets skip lattice points (several runs)
+    table = np.searchsorted(lattice, np.arange(span)) if gaps and span <= _LATTICE_TABLE else None
 
-    def place(times: np.ndarray, side: str) -> np.ndarray:
-        """Offsets below `times - offsets[0]` (left) or not above it (right)."""
-        if below is lattice:
-            return np.searchsorted(offsets, times + offsets[0], side=side)
-        k = -(-times // step) if side == "left" else times // step + 1
-        k = np.clip(k, 0, span - 1)
-        return k if below is None else below[k]
+    def below(times: np.ndarray, side: str) -> np.ndarray:
+        """How many offsets are below `times` (left), or not above them (right)."""
+        if gaps and table is None:
+            return np.searchsorted(offsets, times, side=side)
+        k = -((origin - times) // step) if side == "left" else (times - origin) // step + 1
+        k = np.clip(k, 0, span - 1)  # lattice point of the first offset not counted
+        return table[k] if gaps else k
 
     diff = np.zeros(len(offsets) + 1, dtype=np.int64)
     total = np.cumsum(met)
@@ -252,9 +252,8 @@ def _scores_by_interval(sample, offsets, step, starts, ends, first, met) -> np.n
         launch = np.repeat(sample[i:j], count)
         interval = np.repeat(first[i:j] - (np.cumsum(count) - count), count)
         interval += np.arange(len(interval))
-        launch += offsets[0]
-        lo = place(starts[interval] - launch, "left")
-        hi = place(ends[interval] - launch, "right")
+        lo = below(starts[interval] - launch, "left")
+        hi = below(ends[interval] - launch, "right")
         diff += np.bincount(lo, minlength=len(diff))
         diff -= np.bincount(hi, minlength=len(diff))
         i = j

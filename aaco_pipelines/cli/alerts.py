@@ -57,6 +57,24 @@ def cmd_alert_set(args, paths: AacoPaths) -> int:
     return 0
 
 
+def cmd_alert_deliver(args, paths: AacoPaths) -> int:
+    """Deliver the notifications due now (what the Dagster sensor does on each tick)."""
+    from aaco_pipelines.errors import AacoInputError
+    from aaco_pipelines.governance.notifications import URL_VARIABLE, Webhook, deliver_due
+    from aaco_pipelines.report.data import open_lake
+
+    webhook = Webhook.from_env()
+    if webhook is None:
+        raise AacoInputError(
+            f"no alert webhook: {URL_VARIABLE} is not set", fix=f"export {URL_VARIABLE}=https://..."
+        )
+    done = deliver_due(open_lake(paths.tracelake), webhook)
+    for d in done:
+        print(f"{d.alert_id} {d.event_id} {d.status}" + (f" ({d.error})" if d.error else ""))
+    print(f"{len(done)} notifications tried for {webhook.endpoint}")
+    return 0 if all(d.status == "delivered" for d in done) else 1
+
+
 def add_parser(sub) -> None:
     alert = sub.add_parser(
         "alert", help="alerts opened by confirmed regressions, improvements and SLO breaches"
@@ -69,6 +87,11 @@ def add_parser(sub) -> None:
     show = alert.add_parser("show", help="one alert and every change of it")
     show.add_argument("alert", help="its id (a unique prefix will do)")
     show.set_defaults(func=cmd_alert_show)
+    deliver = alert.add_parser(
+        "deliver",
+        help="send the notifications due now to AACO_ALERT_WEBHOOK_URL (exit 1 if any failed)",
+    )
+    deliver.set_defaults(func=cmd_alert_deliver)
     for action, help_text in ACTION_HELP.items():
         change = alert.add_parser(action, help=help_text)
         change.add_argument("alert", help="its id (a unique prefix will do)")

@@ -28,11 +28,13 @@ import datetime as dt
 import getpass
 import hashlib
 import json
+import secrets
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import (
     CONFIRM_SESSIONS,
     DEFAULT_POLICY,
@@ -93,18 +95,23 @@ def alert_id(model_slug: str, target: str, metric: str, kind: str) -> str:
 
 
 def observations(lake, session_id: str) -> list[Observation]:
-    """The session's gated drift verdicts and objective verdicts, as alerts read them."""
+    """The session's gated drift verdicts and objective verdicts, as alerts read them; a
+    regression's evidence carries the gate's suspected cause and recommendation."""
     found = []
+    gate = _gate_said(lake, session_id)
     for row in lake.query(
         DRIFT_SQL, {"sid": session_id, "metrics": list(GATED_METRICS)}
     ).to_pylist():
         series = json.loads(row["series_json"])
         value = series["values"][-1]
         reference = (json.loads(row["baseline_json"] or "null") or {}).get("median")
+        evidence = {k: v for k, v in row.items() if k != "series_json"}
+        if row["verdict"] == "regression":
+            evidence["gate"] = gate()
         for kind in ("regression", "improvement"):
             found.append(Observation(
                 row["metric"], kind, row["verdict"] == kind, value, reference, row["effect_pct"],
-                _drift_summary(row), {k: v for k, v in row.items() if k != "series_json"},
+                _drift_summary(row), evidence,
             ))  # fmt: skip
     for row in lake.query(OBJECTIVES_SQL, {"sid": session_id}).to_pylist():
         limit = row["limit_value"]
@@ -114,6 +121,23 @@ def observations(lake, session_id: str) -> list[Observation]:
             row["value"], limit, effect, _objective_summary(row), row,
         ))  # fmt: skip
     return found
+
+
+def _gate_said(lake, session_id: str):
+    """The gate's suspected cause and recommendation for the session, asked once when needed
+    (None where it has nothing to compare with)."""
+    said: list = []
+
+    def ask() -> dict | None:
+        if not said:
+            try:
+                verdict = gate_verdict(lake, session_id).to_dict()
+                said.append({k: verdict.get(k) for k in ("suspected_cause", "recommendation")})
+            except AacoInputError:
+                said.append(None)
+        return said[0]
+
+    return ask
 
 
 def _drift_summary(row: dict) -> str:
@@ -157,7 +181,8 @@ def _apply(alerts: dict[str, dict], session: dict, found: list[Observation], now
     sid, started = session["session_id"], session["started_at"]
 
     def event(alert: dict, name: str, reason: str, notify: bool) -> None:
-        events.append({"alert_id": alert["alert_id"], "changed_at": now, "event": name,
+        events.append({"event_id": secrets.token_hex(8), "alert_id": alert["alert_id"],
+                       "changed_at": now, "event": name,
                        "state": alert["state"], "actor": "aaco", "reason": reason,
                        "from_session": sid, "notify": notify})  # fmt: skip
 
@@ -270,7 +295,8 @@ def set_state(
         row = {**row, "state": state, "updated_at": now, "clear_sessions": 0}
         if state == "invalid":
             row["invalid_until"] = now + INVALID_WINDOW
-        event = {"alert_id": row["alert_id"], "changed_at": now, "event": state, "state": state,
+        event = {"event_id": secrets.token_hex(8), "alert_id": row["alert_id"],
+                 "changed_at": now, "event": state, "state": state,
                  "actor": actor or _who(), "reason": reason, "from_session": None,
                  "notify": False}  # fmt: skip
         _store(lake, con, row["model_slug"], row["target"], {row["alert_id"]: row}, [event])

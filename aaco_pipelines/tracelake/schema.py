@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 20  # v20: alerts, alert_events (confirmed changes with a lifecycle)
+SCHEMA_VERSION = 20  # v20: alerts, alert_events, alert_deliveries (alerts with a lifecycle)
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -494,6 +494,7 @@ ALERTS = pa.schema(
 )
 ALERT_EVENTS = pa.schema(
     [
+        ("event_id", _str),  # unique: a notification's delivery key
         ("alert_id", _str),
         ("changed_at", _ts),
         ("event", _str),  # opened | updated | acknowledged | invalid | fixed | reopened
@@ -504,6 +505,24 @@ ALERT_EVENTS = pa.schema(
         # outlives the session rows that deleting a session removes
         ("from_session", _str),
         ("notify", _bool),  # whether a notification is due (governance/notifications.py)
+    ]
+)
+
+# v20: each notification of an alert event to the webhook (governance/notifications.py):
+# delivered at least once, never twice; a dead letter after its last attempt failed. The
+# endpoint is kept as scheme://host only: a Slack webhook's path is its secret.
+ALERT_DELIVERIES = pa.schema(
+    [
+        ("event_id", _str),
+        ("alert_id", _str),
+        ("endpoint", _str),
+        ("status", _str),  # pending (to try again) | delivered | dead
+        ("attempts", _i64),
+        ("last_error", _str),
+        ("response_status", _i64),
+        ("next_attempt_at", _ts),
+        ("delivered_at", _ts),
+        ("updated_at", _ts),
     ]
 )
 
@@ -686,6 +705,7 @@ TABLES: dict[str, pa.Schema] = {
     "objective_verdicts": OBJECTIVE_VERDICTS,
     "alerts": ALERTS,
     "alert_events": ALERT_EVENTS,
+    "alert_deliveries": ALERT_DELIVERIES,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
     "kernel_places": KERNEL_PLACES,
