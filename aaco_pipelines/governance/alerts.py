@@ -10,8 +10,9 @@ an objective, governance.objectives).
   the metric's baseline, governance.series, and it is not alerted again for INVALID_WINDOW),
   or fixed (`aaco alert ack|invalid|fixed`).
 - A regression is fixed by itself once CONFIRM_SESSIONS sessions in a row are back within
-  min_effect_pct of the level before it (`reference`: drift's baseline median when it opened),
-  a breach once the objective is met again. Not by a `no_change` verdict: drift's baseline
+  min_effect_pct (or twice the baseline's spread, if wider) of the level before it
+  (`reference`: drift's baseline median when it opened), a breach once the objective is met
+  again. A session measured on a suspect host moves nothing back. Not by a `no_change` verdict: drift's baseline
   itself moves to a lasting new level after some 15 sessions.
 Every change is an event (alert_events): who, why, which session, and whether a notification
 is due (opened, reopened, fixed, and updates of an alert nobody acknowledged).
@@ -24,6 +25,7 @@ older one, changes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import getpass
 import hashlib
@@ -68,6 +70,7 @@ SELECT metric, verdict, effect_pct, ci_low, ci_high, p_value, decided_by, baseli
        series_json
 FROM drift_verdicts WHERE session_id = $sid AND metric IN (SELECT unnest($metrics))
 """
+QUALITY_SQL = "SELECT verdict FROM measurement_quality WHERE session_id = $sid"
 OBJECTIVES_SQL = """
 SELECT objective, verdict, suspect, value, limit_value, unit, bound, ci_low, ci_high, basis
 FROM objective_verdicts WHERE session_id = $sid
@@ -86,6 +89,10 @@ class Observation:
     effect_pct: float | None
     summary: str
     evidence: dict
+    # how close to the reference counts as back: drift's minimum effect, or twice the baseline's
+    # own spread where that is wider (a noisy series is never "back" by chance)
+    tolerance_pct: float | None = None
+    suspect: bool = False  # measured on a host the quality check suspects: it moves nothing back
 
 
 def alert_id(model_slug: str, target: str, metric: str, kind: str) -> str:
@@ -99,26 +106,32 @@ def observations(lake, session_id: str) -> list[Observation]:
     regression's evidence carries the gate's suspected cause and recommendation."""
     found = []
     gate = _gate_said(lake, session_id)
+    quality = lake.query(QUALITY_SQL, {"sid": session_id}).to_pylist()
+    suspect = bool(quality) and quality[0]["verdict"] == "suspect"
     for row in lake.query(
         DRIFT_SQL, {"sid": session_id, "metrics": list(GATED_METRICS)}
     ).to_pylist():
         series = json.loads(row["series_json"])
         value = series["values"][-1]
-        reference = (json.loads(row["baseline_json"] or "null") or {}).get("median")
+        baseline = json.loads(row["baseline_json"] or "null") or {}
+        reference = baseline.get("median")
+        tolerance = FIX_TOLERANCE_PCT
+        if reference and baseline.get("scale"):
+            tolerance = max(tolerance, 200.0 * baseline["scale"] / abs(reference))
         evidence = {k: v for k, v in row.items() if k != "series_json"}
         if row["verdict"] == "regression":
             evidence["gate"] = gate()
         for kind in ("regression", "improvement"):
             found.append(Observation(
                 row["metric"], kind, row["verdict"] == kind, value, reference, row["effect_pct"],
-                _drift_summary(row), evidence,
+                _drift_summary(row), evidence, tolerance, suspect,
             ))  # fmt: skip
     for row in lake.query(OBJECTIVES_SQL, {"sid": session_id}).to_pylist():
         limit = row["limit_value"]
         effect = None if row["value"] is None else (row["value"] - limit) / limit * 100.0
         found.append(Observation(
             row["objective"], "breach", row["verdict"] == "breached" and not row["suspect"],
-            row["value"], limit, effect, _objective_summary(row), row,
+            row["value"], limit, effect, _objective_summary(row), row, None, suspect,
         ))  # fmt: skip
     return found
 
@@ -195,15 +208,22 @@ def _apply(alerts: dict[str, dict], session: dict, found: list[Observation], now
             alert = _seen(alert, key, session, obs, now)
             name, reason, notify = _transition(alert, obs, now)
             event(alert, name, reason, notify)
-        elif alert is not None and alert["state"] in ACTIVE:
-            alert = {**alert, "checked_through": started}
+        elif alert is not None and alert["state"] in ACTIVE and not obs.suspect:
             if _back(alert, obs):
+                alert = {**alert, "checked_through": started}
                 alert["clear_sessions"] += 1
                 if alert["clear_sessions"] >= CONFIRM_SESSIONS or obs.kind == "breach":
                     alert["state"], alert["updated_at"] = "fixed", now
                     event(alert, "fixed", _fixed_reason(alert, obs), True)
+            elif _persists(alert, obs):  # drift may await confirmation: the alert knows
+                reason = (
+                    f"{obs.metric} still {obs.value / alert['reference'] - 1:+.1%} from its "
+                    f"level before, {alert['reference']:.4g} ({obs.summary})"
+                )
+                alert = _seen(alert, key, session, dataclasses.replace(obs, summary=reason), now)
+                event(alert, "updated", reason, alert["state"] != "acknowledged")
             else:
-                alert["clear_sessions"] = 0
+                alert = {**alert, "checked_through": started, "clear_sessions": 0}
         else:
             continue
         changed[key] = alerts[key] = alert
@@ -216,7 +236,7 @@ def _seen(alert: dict | None, key: str, session: dict, obs: Observation, now) ->
         "alert_id": key, "model_slug": session["model_slug"], "target": session["target"],
         "metric": obs.metric, "kind": obs.kind, "state": None, "opened_at": now,
         "first_session_id": session["session_id"], "sessions": 0, "reference": obs.reference,
-        "invalid_until": None,
+        "tolerance_pct": obs.tolerance_pct, "invalid_until": None,
     }  # fmt: skip
     return {
         **base,
@@ -246,7 +266,7 @@ def _transition(alert: dict, obs: Observation, now) -> tuple[str, str, bool]:
         )
     if state in ("fixed", "invalid"):
         alert["state"], alert["invalid_until"] = "reopened", None
-        alert["reference"] = obs.reference
+        alert["reference"], alert["tolerance_pct"] = obs.reference, obs.tolerance_pct
         return "reopened", obs.summary, True
     return "updated", obs.summary, state != "acknowledged"
 
@@ -259,14 +279,21 @@ def _back(alert: dict, obs: Observation) -> bool:
         return False  # an improvement is news, not a state that ends
     sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
     worse_pct = sign * (obs.value - alert["reference"]) / abs(alert["reference"]) * 100.0
-    return worse_pct < FIX_TOLERANCE_PCT
+    return worse_pct < (alert["tolerance_pct"] or FIX_TOLERANCE_PCT)
+
+
+def _persists(alert: dict, obs: Observation) -> bool:
+    """A regression's session still beyond its tolerance the worse way (not back, and not a
+    gap): the same change, another session of it."""
+    return obs.kind == "regression" and obs.value is not None and bool(alert["reference"])
 
 
 def _fixed_reason(alert: dict, obs: Observation) -> str:
     if obs.kind == "breach":
         return f"{obs.metric} met again: {obs.summary}"
     return (
-        f"{obs.metric} back within {FIX_TOLERANCE_PCT:g}% of {alert['reference']:.4g} for "
+        f"{obs.metric} back within {alert['tolerance_pct'] or FIX_TOLERANCE_PCT:.3g}% of "
+        f"{alert['reference']:.4g} for "
         f"{alert['clear_sessions']} sessions in a row (latest {obs.value:.4g})"
     )
 

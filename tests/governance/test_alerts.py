@@ -64,14 +64,14 @@ def test_one_alert_per_change_from_open_to_fixed_and_reopened():
     assert alert["sessions"] == 2 and alert["first_session_id"] == "s1"
     alert["state"] = "acknowledged"  # as set_state leaves it
     assert _night(state, 3, 152_000, True) == [("updated", "acknowledged", False)]
-    # slow but not judged a regression (awaiting confirmation): still not back
-    assert _night(state, 4, 149_000, False) == []
+    # slow but not judged a regression (drift awaits confirmation): the change persists
+    assert _night(state, 4, 149_000, False) == [("updated", "acknowledged", False)]
     assert alert_state(state)["clear_sessions"] == 0
     assert _night(state, 5, 102_000, False) == []  # back within 3 %: one session is not enough
     assert _night(state, 6, 101_000, False) == [("fixed", "fixed", True)]
     assert _night(state, 7, 99_000, False) == []  # a fixed alert stays fixed
     assert _night(state, 8, 160_000, True) == [("reopened", "reopened", True)]
-    assert alert_state(state)["reference"] == REFERENCE and alert_state(state)["sessions"] == 4
+    assert alert_state(state)["reference"] == REFERENCE and alert_state(state)["sessions"] == 5
 
 
 def test_an_alert_marked_invalid_is_silent_for_its_window_then_reopens():
@@ -97,13 +97,11 @@ def _measure(paths, model) -> str:
     return measure_model(registered_model(path), paths, analyze=True).session_id
 
 
-def _trusted(paths) -> None:
-    """This test is about alerts: whatever this host did, the sessions' measurements count."""
-    with TraceLake(paths.tracelake).connect(write=True) as con:
-        con.execute("UPDATE measurement_quality SET verdict = 'ok', reasons_json = '[]'")
-
-
-def test_a_slower_version_opens_one_alert_that_lives_until_measured_fixed(aaco_paths, capsys):
+def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the_baseline(
+    aaco_paths, capsys
+):
+    """Measured for real; how the alert lives on over nights, through Dagster, is
+    tests/dagster/test_alerts_dagster.py."""
     paths = aaco_paths
     history = [_measure(paths, models.tiny_mlp()) for _ in range(3)]
     lake = TraceLake(paths.tracelake)
@@ -111,15 +109,13 @@ def test_a_slower_version_opens_one_alert_that_lives_until_measured_fixed(aaco_p
     slow = _measure(paths, models.slower_mlp(SLOWER_LAYERS))  # a new version: known at once
     [alert] = [a for a in list_alerts(lake) if a["metric"] == "latency_p50_ns"]
     assert (alert["kind"], alert["state"], alert["first_session_id"]) == ("regression", "new", slow)
-    assert alert["reference"] == pytest.approx(
-        _p50s(lake, history), rel=0.2
-    )  # drift's baseline median of the three
+    assert alert["reference"] == pytest.approx(_p50s(lake, history), rel=0.2)
+    assert "model_version" in alert["evidence_json"]  # the gate's suspected cause
     opened = alert_history(lake, alert["alert_id"])
     assert [(e["event"], e["notify"], e["from_session"]) for e in opened] == [
         ("opened", True, slow)
     ]
     assert sync_alerts(lake, [slow, *history]) == []  # synced again: nothing new
-    assert [a["alert_id"] for a in list_alerts(lake, state="new")].count(alert["alert_id"]) == 1
 
     # people: the CLI names it by a prefix, says who and why
     assert (
@@ -128,61 +124,32 @@ def test_a_slower_version_opens_one_alert_that_lives_until_measured_fixed(aaco_p
     assert "acknowledged" in capsys.readouterr().out
     with pytest.raises(AacoInputError, match="is acknowledged: it cannot become acknowledged"):
         set_state(lake, alert["alert_id"], "acknowledged", "again")
-    again = _measure(paths, models.slower_mlp(SLOWER_LAYERS))
-    events = alert_history(lake, alert["alert_id"])
-    updates = [e for e in events if e["from_session"] == again]
-    assert [(e["event"], e["state"], e["notify"]) for e in updates] in (
-        [("updated", "acknowledged", False)],  # judged a regression again: silent
-        [],  # or not judged one this time (the baseline moves): not back either
-    )
+    with pytest.raises(AacoInputError, match="no alert 'zz'"):
+        set_state(lake, "zz", "fixed", "why")
     assert main(["alert", "list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert any(a["alert_id"] == alert["alert_id"] and a["state"] == "acknowledged" for a in listed)
 
-    # the fast version measured back: two sessions within 3 % of the reference close it
-    _trusted(paths)
-    back = [_measure(paths, models.tiny_mlp()) for _ in range(2)]
-    fixed = lake.query("SELECT * FROM alerts WHERE alert_id = ?", [alert["alert_id"]]).to_pylist()[
-        0
-    ]
-    assert fixed["state"] == "fixed", (fixed, _p50s(lake, back))
-    last = alert_history(lake, alert["alert_id"])[-1]
-    assert (last["event"], last["actor"], last["from_session"], last["notify"]) == (
-        "fixed", "aaco", back[-1], True
-    )  # fmt: skip
-    # the journal keeps every alert and event: a restore brings acknowledgements back
+    # noise after all: its session leaves the metric's baseline, not the others'
+    assert main(["alert", "invalid", alert["alert_id"], "--reason", "host patched"]) == 0
+    nxt = _measure(paths, models.tiny_mlp())
+    for metric, left_out in (("latency_p50_ns", True), ("latency_p99_ns", False)):
+        row = lake.query(
+            "SELECT series_json FROM drift_verdicts WHERE session_id = ? AND metric = ?",
+            [nxt, metric],
+        ).to_pylist()[0]
+        series = json.loads(row["series_json"])
+        assert (series["values"][series["session_ids"].index(slow)] is None) == left_out, metric
+
+    # the journal keeps every alert and event: a restore brings people's word back
     state = LakeJournal(paths.tracelake).state()
-    assert {r["alert_id"]: r["state"] for r in state.alert_rows()}[alert["alert_id"]] == "fixed"
+    assert {r["alert_id"]: r["state"] for r in state.alert_rows()}[alert["alert_id"]] == "invalid"
     assert [e["event"] for e in state.alert_events if e["alert_id"] == alert["alert_id"]] == [
         e["event"] for e in alert_history(lake, alert["alert_id"])
     ]
     assert main(["alert", "show", alert["alert_id"]]) == 0
     shown = capsys.readouterr().out
-    assert "acknowledged by ana: bisecting" in shown and "fixed" in shown
-
-
-def test_an_alert_marked_invalid_leaves_the_baseline_of_its_metric(aaco_paths):
-    paths = aaco_paths
-    for _ in range(3):
-        _measure(paths, models.tiny_mlp())
-    slow = _measure(paths, models.slower_mlp(SLOWER_LAYERS))
-    lake = TraceLake(paths.tracelake)
-    [alert] = [a for a in list_alerts(lake) if a["metric"] == "latency_p50_ns"]
-    set_state(lake, alert["alert_id"], "invalid", "the host was being patched", actor="ops")
-    nxt = _measure(paths, models.tiny_mlp())
-    row = lake.query(
-        "SELECT series_json FROM drift_verdicts WHERE session_id = ? AND metric = 'latency_p50_ns'",
-        [nxt],
-    ).to_pylist()[0]
-    series = json.loads(row["series_json"])
-    at = series["session_ids"].index(slow)
-    assert series["values"][at] is None  # left out: noise moves no baseline
-    other = lake.query(
-        "SELECT series_json FROM drift_verdicts WHERE session_id = ? AND metric = 'latency_p99_ns'",
-        [nxt],
-    ).to_pylist()[0]
-    p99 = json.loads(other["series_json"])
-    assert p99["values"][p99["session_ids"].index(slow)] is not None  # another metric's alert
+    assert "acknowledged by ana: bisecting" in shown and "invalid" in shown
 
 
 def _p50s(lake, ids):
