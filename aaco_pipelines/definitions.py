@@ -15,6 +15,7 @@ from aaco_pipelines.resources import (
 )
 from aaco_pipelines.sensors import (
     alert_notifications_sensor,
+    bisect_regression_job,
     calibrate_envelope_job,
     measure_model_job,
     model_registry_sensor,
@@ -26,7 +27,7 @@ from aaco_pipelines.sensors import (
 
 defs = dg.Definitions(
     assets=[*MODEL_ASSETS, *TARGET_ASSETS, *NIGHT_ASSETS],
-    jobs=[measure_model_job, calibrate_envelope_job, review_night_job],
+    jobs=[measure_model_job, calibrate_envelope_job, review_night_job, bisect_regression_job],
     sensors=[
         model_registry_sensor,
         runtime_version_sensor,

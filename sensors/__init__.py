@@ -4,7 +4,12 @@ assets and the resources; nothing in aaco_pipelines imports them but the code lo
 (definitions.py) and the `aaco sweep` command."""
 
 from aaco_pipelines.sensors.alert_notifications import alert_notifications_sensor
-from aaco_pipelines.sensors.jobs import calibrate_envelope_job, measure_model_job, review_night_job
+from aaco_pipelines.sensors.jobs import (
+    bisect_regression_job,
+    calibrate_envelope_job,
+    measure_model_job,
+    review_night_job,
+)
 from aaco_pipelines.sensors.model_registry import model_registry_sensor
 from aaco_pipelines.sensors.nightly import nightly_regression_sweep
 from aaco_pipelines.sensors.nightly_review import nightly_review_sensor
@@ -12,6 +17,7 @@ from aaco_pipelines.sensors.runtime_version import runtime_version_sensor
 
 __all__ = [
     "alert_notifications_sensor",
+    "bisect_regression_job",
     "calibrate_envelope_job",
     "measure_model_job",
     "model_registry_sensor",

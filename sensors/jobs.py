@@ -1,6 +1,8 @@
-"""The per-model measurement job, and the run tags every trigger puts on its runs."""
+"""The per-model measurement job, the review and bisection jobs, and the run tags every trigger
+puts on its runs."""
 
 import dagster as dg
+from pydantic import Field
 
 from aaco_pipelines.assets import (
     MODEL_ASSETS,
@@ -12,7 +14,9 @@ from aaco_pipelines.assets import (
     targets_partitions,
 )
 from aaco_pipelines.instance import routes_runs
+from aaco_pipelines.resources.registry import ModelRegistryResource
 from aaco_pipelines.resources.runner import default_target
+from aaco_pipelines.resources.tracelake import TraceLakeResource
 
 DEVICE_TAG = "aaco/device"
 
@@ -39,6 +43,57 @@ review_night_job = dg.define_asset_job(
     partitions_def=nights_partitions,
     description="Judge a night's sweep as a whole: false discovery rate across all its series.",
 )
+
+
+class BisectConfig(dg.Config):
+    """Launched from an alert (its id), or for two sessions of one model."""
+
+    alert_id: str = Field("", description="a regression alert (aaco alert list): bisect it")
+    good_session: str = Field("", description="or: a session before the change...")
+    bad_session: str = Field("", description="...and one after it")
+    rounds: int = Field(10, description="side-by-side rounds per comparison")
+
+
+@dg.op(
+    description="Which model version made the model slower: the versions between a good and a "
+    "bad session measured side by side, about log2(n) steps (stages.bisect); the answer is "
+    "stored and attached to the alert."
+)
+def bisect_versions_op(
+    context: dg.OpExecutionContext,
+    config: BisectConfig,
+    tracelake: TraceLakeResource,
+    registry: ModelRegistryResource,
+) -> dict:
+    from aaco_pipelines.stages.bisect import bisect_alert, bisect_model
+
+    say = context.log.info
+    if config.alert_id:
+        row = bisect_alert(tracelake.lake, registry.paths, config.alert_id, rounds=config.rounds,
+                           on_progress=say)  # fmt: skip
+    elif config.good_session and config.bad_session:
+        row = bisect_model(tracelake.lake, registry.paths, config.good_session,
+                           config.bad_session, rounds=config.rounds, on_progress=say)  # fmt: skip
+    else:
+        raise dg.Failure("give alert_id, or good_session and bad_session")
+    context.add_output_metadata(
+        {
+            "status": row["status"],
+            "first_bad_sha256": row["first_bad_sha256"] or "-",
+            "last_good_sha256": row["last_good_sha256"] or "-",
+            "change_pct": row["change_pct"],
+            "steps": row["steps"],
+        }
+    )
+    return {k: v for k, v in row.items() if k != "created_at"}
+
+
+@dg.job(
+    description="Bisect a regression: launch it from an alert with its id "
+    "(ops: bisect_versions_op: config: alert_id: ...), or for two sessions."
+)
+def bisect_regression_job():
+    bisect_versions_op()
 
 
 def run_tags(trigger: str, target: str | None = None, **extra: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ a bug's traceback too, is redacted: no connection-string password reaches the te
 
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
 registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
-governance (diff, baseline), alerts (alert), whatif, detector (detector arl|design), services (ui, worker, sweep),
+governance (diff, baseline), alerts (alert), bisect, whatif, detector (detector arl|design), services (ui, worker, sweep),
 doctor, evidence (verify) and restore; common holds what they share. Each imports its heavy
 modules inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
 stages' pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
@@ -25,6 +25,7 @@ from aaco_pipelines.address_space import (
 )
 from aaco_pipelines.cli import (
     alerts,
+    bisect,
     cluster,
     detector,
     doctor,
@@ -59,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     detector.add_parser(sub)
     reports.add_parser(sub)  # export, report
     governance.add_parser(sub)  # diff, baseline
-    alerts.add_parser(sub)  # alert list|show|ack|invalid|fixed
+    alerts.add_parser(sub)  # alert list|show|ack|invalid|fixed|deliver
+    bisect.add_parser(sub)
     whatif.add_parser(sub)
     services.add_sweep_parser(sub)
     cluster.add_parser(sub)  # cluster up|env|status|down

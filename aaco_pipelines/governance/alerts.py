@@ -330,6 +330,19 @@ def set_state(
     return row
 
 
+def attach(lake: TraceLake, alert: str, event: str, reason: str, session: str | None = None):
+    """Something aaco found about an alert (a bisection's answer), as one of its events; its
+    state stays."""
+    now = _now()
+    with lake.transaction() as con:
+        row = {**_one_alert(con, alert), "updated_at": now}
+        record = {"event_id": secrets.token_hex(8), "alert_id": row["alert_id"],
+                  "changed_at": now, "event": event, "state": row["state"], "actor": "aaco",
+                  "reason": reason, "from_session": session, "notify": False}  # fmt: skip
+        _store(lake, con, row["model_slug"], row["target"], {row["alert_id"]: row}, [record])
+    return row
+
+
 def find_alert(lake, alert: str) -> dict:
     """One alert by its id, or a prefix of it that names one alert."""
     return _only(lake.query(ALERT_SQL, {"id": alert}).to_pylist(), alert)

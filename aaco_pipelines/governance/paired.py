@@ -101,8 +101,8 @@ def judge_side_by_side(
     regression, severity and confidence are the paired comparison's, the stored sessions'
     figures stay beside it."""
     a_session = _newest_with_bundle(lake, paths, verdict.baseline["session_ids"])
-    request_a = _request(paths, a_session)
-    request_b = _request(paths, verdict.session_id)
+    request_a = session_request(paths, a_session)
+    request_b = session_request(paths, verdict.session_id)
     measured = measure_side_by_side(request_a, request_b, rounds=rounds)
     for batch in range(BATCHES):
         paired = paired_comparison(
@@ -247,7 +247,7 @@ def _newest_with_bundle(lake: TraceLake, paths: AacoPaths, session_ids: list[str
         {"ids": list(session_ids)},
     )["session_id"].to_pylist()
     for session_id in rows:
-        if _session_folder(paths, session_id) is not None:
+        if session_folder(paths, session_id) is not None:
             return session_id
     raise AacoInputError(
         "none of the baseline's sessions has its session folder any more: its model version "
@@ -257,10 +257,10 @@ def _newest_with_bundle(lake: TraceLake, paths: AacoPaths, session_ids: list[str
     )
 
 
-def _request(paths: AacoPaths, session_id: str) -> dict:
+def session_request(paths: AacoPaths, session_id: str) -> dict:
     """A session's request.json, pointed at its model snapshot in this home's store (found by
     the content hash it names, never by the path it names)."""
-    folder = _session_folder(paths, session_id)
+    folder = session_folder(paths, session_id)
     if folder is None:
         raise AacoInputError(
             f"session {session_id} has no session folder under {paths.sessions}",
@@ -283,7 +283,7 @@ def _request(paths: AacoPaths, session_id: str) -> dict:
     return {**request, "model_path": str(snapshot)}
 
 
-def _session_folder(paths: AacoPaths, session_id: str) -> Path | None:
+def session_folder(paths: AacoPaths, session_id: str) -> Path | None:
     """sessions/<date>/<session_id> in this home, when it holds a request.json."""
     if not SESSION_ID.fullmatch(session_id) or not paths.sessions.is_dir():
         return None

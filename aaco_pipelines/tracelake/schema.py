@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 20  # v20: alerts, alert_events, alert_deliveries (alerts with a lifecycle)
+SCHEMA_VERSION = 20  # v20: alerts, alert_events, alert_deliveries, bisections
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -527,6 +527,29 @@ ALERT_DELIVERIES = pa.schema(
     ]
 )
 
+# v20: which model version made a model slower (stages/bisect.py, governance/bisection.py).
+BISECTIONS = pa.schema(
+    [
+        ("bisection_id", _str),
+        ("model_slug", _str),
+        ("target", _str),
+        ("alert_id", _str),  # the alert it was run for (null: asked directly)
+        ("good_session", _str),
+        ("bad_session", _str),
+        ("created_at", _ts),
+        ("status", _str),  # pinned | unclear (a step straddled the midpoint) | no_change
+        ("versions", _i64),  # model versions from the good one to the bad one
+        ("steps", _i64),  # side-by-side measurements after the first (good against bad)
+        ("last_good_sha256", _str),
+        ("first_bad_sha256", _str),
+        ("first_bad_session", _str),  # the session that first measured the first bad version
+        ("change_pct", _f64),  # the bad version's p50 against the good one's, side by side
+        ("change_ci_low", _f64),
+        ("change_ci_high", _f64),
+        ("result_json", _str),  # every version, step and comparison
+    ]
+)
+
 # --- Governance (schema v4): named baselines, keyed by their name -----------------------------
 
 BASELINES = pa.schema(
@@ -707,6 +730,7 @@ TABLES: dict[str, pa.Schema] = {
     "alerts": ALERTS,
     "alert_events": ALERT_EVENTS,
     "alert_deliveries": ALERT_DELIVERIES,
+    "bisections": BISECTIONS,
     "baselines": BASELINES,
     "kernel_symbols": KERNEL_SYMBOLS,
     "kernel_places": KERNEL_PLACES,

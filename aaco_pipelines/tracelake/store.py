@@ -139,7 +139,7 @@ MIGRATIONS: dict[int, list[str]] = {
     # Profiled nodes keep the size of the intra-op pool they ran on: unknown for those before.
     18: ["ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS pool_threads INTEGER"],
     19: [],  # objective_verdicts: created as a missing table
-    20: [],  # alerts, alert_events, alert_deliveries: created as missing tables
+    20: [],  # alerts, alert_events, alert_deliveries, bisections: created as missing tables
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 
