@@ -9,10 +9,11 @@ an objective, governance.objectives).
 - People acknowledge it (updates no longer notify), mark it invalid (noise: its sessions leave
   the metric's baseline, governance.series, and it is not alerted again for INVALID_WINDOW),
   or fixed (`aaco alert ack|invalid|fixed`).
-- A regression is fixed by itself once CONFIRM_SESSIONS sessions in a row are back within
-  min_effect_pct (or twice the baseline's spread, if wider) of the level before it
-  (`reference`: drift's baseline median when it opened), a breach once the objective is met
-  again. A session measured on a suspect host moves nothing back. Not by a `no_change` verdict: drift's baseline
+- A regression is fixed by itself once CONFIRM_SESSIONS sessions in a row are back: within
+  min_effect_pct of the level before it (`reference`: drift's baseline median when it opened),
+  or twice the baseline's spread, or nearer that level than the one it changed to, whichever
+  is widest (`back_within_pct`); a breach once the objective is met again. A session measured
+  on a suspect host moves nothing back. Not by a `no_change` verdict: drift's baseline
   itself moves to a lasting new level after some 15 sessions.
 Every change is an event (alert_events): who, why, which session, and whether a notification
 is due (opened, reopened, fixed, and updates of an alert nobody acknowledged).
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.governance.bisection import midpoint_pct
 from aaco_pipelines.governance.gate import gate_verdict
 from aaco_pipelines.governance.series import (
     CONFIRM_SESSIONS,
@@ -165,9 +167,11 @@ def _drift_summary(row: dict) -> str:
 
 def _objective_summary(row: dict) -> str:
     sign = "<=" if row["bound"] == "max" else ">="
+    value = "no data" if row["value"] is None else f"{row['value']:.4g}"
+    suspect = ", suspect measurement" if row["suspect"] else ""
     return (
         f"objective {row['objective']} {sign} {row['limit_value']:g} {row['unit']}: "
-        f"{row['value']:.4g} ({row['verdict']}{', suspect measurement' if row['suspect'] else ''})"
+        f"{value} ({row['verdict']}{suspect})"
     )
 
 
@@ -236,7 +240,7 @@ def _seen(alert: dict | None, key: str, session: dict, obs: Observation, now) ->
         "alert_id": key, "model_slug": session["model_slug"], "target": session["target"],
         "metric": obs.metric, "kind": obs.kind, "state": None, "opened_at": now,
         "first_session_id": session["session_id"], "sessions": 0, "reference": obs.reference,
-        "tolerance_pct": obs.tolerance_pct, "invalid_until": None,
+        "tolerance_pct": obs.tolerance_pct, "change_pct": _change(obs), "invalid_until": None,
     }  # fmt: skip
     return {
         **base,
@@ -267,6 +271,7 @@ def _transition(alert: dict, obs: Observation, now) -> tuple[str, str, bool]:
     if state in ("fixed", "invalid"):
         alert["state"], alert["invalid_until"] = "reopened", None
         alert["reference"], alert["tolerance_pct"] = obs.reference, obs.tolerance_pct
+        alert["change_pct"] = _change(obs)
         return "reopened", obs.summary, True
     return "updated", obs.summary, state != "acknowledged"
 
@@ -279,7 +284,24 @@ def _back(alert: dict, obs: Observation) -> bool:
         return False  # an improvement is news, not a state that ends
     sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
     worse_pct = sign * (obs.value - alert["reference"]) / abs(alert["reference"]) * 100.0
-    return worse_pct < (alert["tolerance_pct"] or FIX_TOLERANCE_PCT)
+    return worse_pct < back_within_pct(alert)
+
+
+def back_within_pct(alert: dict) -> float:
+    """How far from the level before a session may be and count as back: its tolerance, or,
+    for a large change, nearer the level before than the level it changed to (the geometric
+    midpoint, as a bisection tells good from bad): a 5x slowdown is not still there in a
+    session 30 % slow on a busy host."""
+    change = abs(alert["change_pct"] or 0.0)
+    return max(alert["tolerance_pct"] or FIX_TOLERANCE_PCT, midpoint_pct(change))
+
+
+def _change(obs: Observation) -> float | None:
+    """The change in the worse direction, %, as the session that opened the alert showed it."""
+    if obs.value is None or not obs.reference:
+        return None
+    sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
+    return sign * (obs.value - obs.reference) / abs(obs.reference) * 100.0
 
 
 def _persists(alert: dict, obs: Observation) -> bool:
@@ -292,7 +314,7 @@ def _fixed_reason(alert: dict, obs: Observation) -> str:
     if obs.kind == "breach":
         return f"{obs.metric} met again: {obs.summary}"
     return (
-        f"{obs.metric} back within {alert['tolerance_pct'] or FIX_TOLERANCE_PCT:.3g}% of "
+        f"{obs.metric} back within {back_within_pct(alert):.3g}% of "
         f"{alert['reference']:.4g} for "
         f"{alert['clear_sessions']} sessions in a row (latest {obs.value:.4g})"
     )

@@ -483,7 +483,8 @@ ALERTS = pa.schema(
         ("last_session_id", _str),  # the latest session that showed it
         ("sessions", _i64),  # sessions that showed it
         ("reference", _f64),  # the level before (drift's baseline median) or the limit
-        ("tolerance_pct", _f64),  # back within this % of the reference counts as fixed
+        ("tolerance_pct", _f64),  # back within this % of the reference counts as fixed...
+        ("change_pct", _f64),  # ...or nearer it than this change, as the alert opened with
         ("value", _f64),  # the latest session's figure
         ("effect_pct", _f64),  # its change from the reference, %
         ("summary", _str),  # one line, for people and notifications
