@@ -68,7 +68,7 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
     paths = aaco_paths
     path = add_model(paths, "mlp", models.tiny_mlp(), STEADY_SIDECAR)
     for _ in range(3):  # history, measured by the bare pipeline
-        measure_model(registered_model(path), paths, analyze=True)
+        measure_model(registered_model(path), paths)
     resources = {
         "registry": ModelRegistryResource(
             home=str(paths.home), registry=str(paths.registry), tracelake=str(paths.tracelake)

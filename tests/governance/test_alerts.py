@@ -92,9 +92,9 @@ def alert_state(state: dict) -> dict:
 # --- against real sessions ---------------------------------------------------------------
 
 
-def _measure(paths, model) -> str:
+def _measure(paths, model, analyze: bool = True) -> str:
     path = add_model(paths, "mlp", model, STEADY_SIDECAR)
-    return measure_model(registered_model(path), paths, analyze=True).session_id
+    return measure_model(registered_model(path), paths, analyze=analyze).session_id
 
 
 def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the_baseline(
@@ -103,7 +103,7 @@ def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the
     """Measured for real; how the alert lives on over nights, through Dagster, is
     tests/dagster/test_alerts_dagster.py."""
     paths = aaco_paths
-    history = [_measure(paths, models.tiny_mlp()) for _ in range(3)]
+    history = [_measure(paths, models.tiny_mlp(), analyze=False) for _ in range(3)]
     lake = TraceLake(paths.tracelake)
     assert list_alerts(lake) == []
     slow = _measure(paths, models.slower_mlp(SLOWER_LAYERS))  # a new version: known at once
