@@ -23,7 +23,8 @@ REAL_DATA_VARIABLES = ("AACO_REGISTRY", "AACO_TRACELAKE", "AACO_DUCKLAKE_CATALOG
 # other works through the rest, instead of one of them starting last and running alone.
 LONGEST_FIRST = ("test_scale_out.py", "test_scale_out_outage.py", "test_ui_e2e.py",
                  "test_local_cluster.py", "test_sweep_recovery.py",
-                 "test_instance_errors.py")  # fmt: skip
+                 "test_instance_errors.py", "test_generation.py", "test_dagster.py",
+                 "test_alerts_dagster.py", "test_bisection.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items):
