@@ -166,14 +166,15 @@ def test_a_busy_requested_laboratory_core_is_kept_said_and_judged(aaco_paths):
     says so before measuring, and its measurement is judged suspect for it, not silently noisy."""
     import os
 
+    from aaco_pipelines.analysis.measurement_quality import QUALITY_SQL
     from aaco_pipelines.stages.pipeline import measure_model
     from aaco_pipelines.tracelake.queries import measurement_quality_row
     from aaco_pipelines.tracelake.store import TraceLake
 
     core = max(os.sched_getaffinity(0))
     sidecar = ModelSidecar(
-        warmup_iterations=2, measured_iterations=5, profiled_iterations=2, min_measured_seconds=0.5
-    )  # a measured pass of several telemetry ticks, all after the worker was pinned
+        warmup_iterations=2, measured_iterations=5, profiled_iterations=2, min_measured_seconds=2.0
+    )  # a measured pass of many telemetry ticks (jiffies are coarse), all after the pinning
     path = add_model(aaco_paths, "mlp", models.tiny_mlp(), sidecar)
     options = MeasureOptions(
         laboratory=True, laboratory_cores=(core,), limits=RunnerLimits(timeout_s=60)
@@ -186,4 +187,15 @@ def test_a_busy_requested_laboratory_core_is_kept_said_and_judged(aaco_paths):
     assert len(warnings) == 1 and f"cpu{core}" in warnings[0] and "as requested" in warnings[0]
     quality = measurement_quality_row(TraceLake(aaco_paths.tracelake), bundle.session_id)
     assert quality["verdict"] == "suspect"
-    assert "of the laboratory cores' time meanwhile" in quality["reasons_json"], quality
+    lake = TraceLake(aaco_paths.tracelake)
+    figures = lake.query(QUALITY_SQL, {"sid": bundle.session_id, "lab": [f"cpu{core}"]})
+    ticks = lake.query(
+        "SELECT timestamp_ns, device, value, pass FROM telemetry WHERE session_id = ? AND "
+        "metric = 'cpu_utilization' ORDER BY timestamp_ns, device",
+        [bundle.session_id],
+    ).to_pylist()
+    assert "of the laboratory cores' time meanwhile" in quality["reasons_json"], (
+        quality,
+        figures.to_pylist(),
+        ticks,
+    )
