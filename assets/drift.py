@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import dagster as dg
+from dagster import get_dagster_logger
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
@@ -84,13 +85,7 @@ def performance_drift(
                     _last_points(judged.series("latency_p50_ns"))
                 ),
                 "history_points": judged.verdicts[0]["history_points"],
-                "alerts": dg.MetadataValue.md(
-                    alert_events_table(judged.alerts)
-                    if judged.alerts
-                    else "left to the sweep's review"
-                    if in_sweep
-                    else "none opened, updated or fixed"
-                ),
+                "alerts": dg.MetadataValue.md(_alerts_text(judged, in_sweep)),
                 **_structure_metadata(judged.structure),
             }
         ),
@@ -108,6 +103,16 @@ def performance_drift(
         },
     )
     yield _objectives_check(judged)
+
+
+def _alerts_text(judged, in_sweep: bool) -> str:
+    """What the session did to its model's alerts (governance.alerts)."""
+    if judged.alerts_error:
+        get_dagster_logger().warning(f"alerts not updated: {judged.alerts_error}")
+        return f"not updated: {judged.alerts_error}"
+    if judged.alerts:
+        return alert_events_table(judged.alerts)
+    return "left to the sweep's review" if in_sweep else "none opened, updated or fixed"
 
 
 def _objectives_check(judged) -> dg.AssetCheckResult:

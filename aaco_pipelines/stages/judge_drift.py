@@ -35,6 +35,7 @@ class DriftJudgement:
     structure: StructuralDiff | None = None
     objectives: list[dict] = dataclasses.field(default_factory=list)  # objective_verdicts rows
     alerts: list[dict] = dataclasses.field(default_factory=list)  # alert events it caused
+    alerts_error: str | None = None  # why its alerts could not be updated (it is stored anyway)
 
     @property
     def breaches(self) -> list[dict]:
@@ -87,8 +88,18 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> 
     if judgement.regressions:
         judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
     if alerts:
-        judgement = dataclasses.replace(judgement, alerts=sync_alerts(lake, [session_id]))
+        judgement = _with_alerts(lake, judgement)
     return judgement
+
+
+def _with_alerts(lake: TraceLake, judgement: DriftJudgement) -> DriftJudgement:
+    """The session's alerts opened, updated or fixed. The session is stored and complete by
+    now: a failure here is said (`alerts_error`), never a reason to lose the measurement."""
+    try:
+        events = sync_alerts(lake, [judgement.session_id])
+    except Exception as exc:  # noqa: BLE001 - said with the judgement; a stop signal passes
+        return dataclasses.replace(judgement, alerts_error=f"{type(exc).__name__}: {exc}")
+    return dataclasses.replace(judgement, alerts=events)
 
 
 def session_objectives(lake: TraceLake, bundle: SessionBundle):

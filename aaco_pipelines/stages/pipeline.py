@@ -84,6 +84,8 @@ def analyze_session(
     diagnosis = diagnose(lake, bundle.session_id, attribution.metrics, target)
     say("analysing: drift")
     drift = judge_drift(lake, bundle)
+    if drift.alerts_error:
+        say(f"warning: the session is stored, its alerts were not updated ({drift.alerts_error})")
     utilization = diagnosis.utilization
     return {
         "bottleneck": diagnosis.report.bottleneck,

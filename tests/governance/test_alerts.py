@@ -166,3 +166,27 @@ def test_alert_ids_are_stable_per_key():
     assert alerts.alert_id("mlp", "cpu", "latency_p50_ns", "regression") != alerts.alert_id(
         "mlp", "gpu0", "latency_p50_ns", "regression"
     )
+
+
+def test_a_failure_updating_alerts_keeps_the_session_and_says_so(aaco_paths, monkeypatch):
+    """The session is stored and complete before its alerts are synced: a bug there must not
+    quarantine the measurement (it once did, to every generation session)."""
+    from aaco_pipelines.stages import judge_drift
+
+    def broken(lake, session_ids):
+        raise RuntimeError("alerts table is on fire")
+
+    monkeypatch.setattr(judge_drift, "sync_alerts", broken)
+    path = add_model(aaco_paths, "mlp", models.tiny_mlp(), STEADY_SIDECAR)
+    said: list[str] = []
+    bundle = measure_model(
+        registered_model(path), aaco_paths, on_progress=said.append, analyze=True
+    )
+    lake = TraceLake(aaco_paths.tracelake)
+    assert lake.query("SELECT session_id FROM sessions").to_pylist() == [
+        {"session_id": bundle.session_id}
+    ]
+    assert (
+        "warning: the session is stored, its alerts were not updated (RuntimeError: alerts "
+        "table is on fire)"
+    ) in said
