@@ -47,6 +47,7 @@ from aaco_pipelines.governance.series import (
     SESSION_METRICS,
 )
 from aaco_pipelines.tracelake import journal
+from aaco_pipelines.tracelake.queries import measurement_quality_row
 from aaco_pipelines.tracelake.schema import ALERT_EVENTS, ALERTS
 from aaco_pipelines.tracelake.store import TraceLake, insert_rows
 
@@ -72,7 +73,6 @@ SELECT metric, verdict, effect_pct, ci_low, ci_high, p_value, decided_by, baseli
        series_json
 FROM drift_verdicts WHERE session_id = $sid AND metric IN (SELECT unnest($metrics))
 """
-QUALITY_SQL = "SELECT verdict FROM measurement_quality WHERE session_id = $sid"
 OBJECTIVES_SQL = """
 SELECT objective, verdict, suspect, value, limit_value, unit, bound, ci_low, ci_high, basis
 FROM objective_verdicts WHERE session_id = $sid
@@ -108,8 +108,8 @@ def observations(lake, session_id: str) -> list[Observation]:
     regression's evidence carries the gate's suspected cause and recommendation."""
     found = []
     gate = _gate_said(lake, session_id)
-    quality = lake.query(QUALITY_SQL, {"sid": session_id}).to_pylist()
-    suspect = bool(quality) and quality[0]["verdict"] == "suspect"
+    quality = measurement_quality_row(lake, session_id)
+    suspect = quality is not None and quality["verdict"] == "suspect"
     for row in lake.query(
         DRIFT_SQL, {"sid": session_id, "metrics": list(GATED_METRICS)}
     ).to_pylist():
@@ -282,9 +282,7 @@ def _back(alert: dict, obs: Observation) -> bool:
         return obs.evidence.get("verdict") == "met"
     if obs.kind == "improvement" or obs.value is None or not alert["reference"]:
         return False  # an improvement is news, not a state that ends
-    sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
-    worse_pct = sign * (obs.value - alert["reference"]) / abs(alert["reference"]) * 100.0
-    return worse_pct < back_within_pct(alert)
+    return _worse_pct(obs.metric, obs.value, alert["reference"]) < back_within_pct(alert)
 
 
 def back_within_pct(alert: dict) -> float:
@@ -300,8 +298,13 @@ def _change(obs: Observation) -> float | None:
     """The change in the worse direction, %, as the session that opened the alert showed it."""
     if obs.value is None or not obs.reference:
         return None
-    sign = 1.0 if HIGHER_IS_WORSE.get(obs.metric, True) else -1.0
-    return sign * (obs.value - obs.reference) / abs(obs.reference) * 100.0
+    return _worse_pct(obs.metric, obs.value, obs.reference)
+
+
+def _worse_pct(metric: str, value: float, reference: float) -> float:
+    """How far `value` is from `reference` the metric's worse way, %."""
+    sign = 1.0 if HIGHER_IS_WORSE.get(metric, True) else -1.0
+    return sign * (value - reference) / abs(reference) * 100.0
 
 
 def _persists(alert: dict, obs: Observation) -> bool:

@@ -59,19 +59,22 @@ def midpoint_pct(change_pct: float) -> float:
     return (math.sqrt(1.0 + change_pct / 100.0) - 1.0) * 100.0
 
 
-def bisect_versions(versions: list[str], compare: Callable[[str, str], Comparison]) -> Bisection:
+def bisect_versions(
+    versions: list[str], compare: Callable[[str, str, float | None], Comparison]
+) -> Bisection:
     """Find the first version whose p50 is nearer the bad one's than the good one's.
-    `compare(a, b)`: b measured side by side with a (more rounds where it is unsure)."""
+    `compare(a, b, midpoint)`: b measured side by side with a, more rounds while it is unsure
+    which side of `midpoint` it lies (None: of a regression at all, for the whole change)."""
     if len(versions) < 2:
         raise ValueError("a bisection needs the good and the bad version")
-    change = compare(versions[0], versions[-1])
+    change = compare(versions[0], versions[-1], None)
     if change.decision != "regression":
         return Bisection(versions, change, status="no_change")
     half = midpoint_pct(change.effect_pct)
     low, high, steps = 0, len(versions) - 1, []
     while high - low > 1:
         middle = (low + high) // 2
-        measured = compare(versions[low], versions[middle])
+        measured = compare(versions[low], versions[middle], half)
         bad = measured.effect_pct >= half
         clear = measured.ci_low >= half if bad else measured.ci_high < half
         steps.append(Step(versions[middle], middle, versions[low], measured, bad, clear))

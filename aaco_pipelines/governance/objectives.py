@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from scipy import stats
 
 from aaco_pipelines.registry.objectives import OBJECTIVE_KINDS, ObjectiveKind
+from aaco_pipelines.tracelake.queries import measurement_quality_row
 from aaco_pipelines.tracelake.schema import OBJECTIVE_VERDICTS
 
 CONFIDENCE = 0.95
@@ -74,7 +75,6 @@ WHERE g.run = s.scenario AND g.session_id IN (SELECT unnest($ids))
 WINDOW w AS (PARTITION BY g.session_id, g.run, g.batch_id ORDER BY g.step)
 QUALIFY g.step > 0
 """
-QUALITY_SQL = "SELECT verdict, reasons_json FROM measurement_quality WHERE session_id = $sid"
 
 
 @dataclass(frozen=True)
@@ -103,8 +103,8 @@ def judge_objectives(
     if not objectives:
         return OBJECTIVE_VERDICTS.empty_table()
     samples = _Samples(lake, session_id, slo_ns)
-    quality = lake.query(QUALITY_SQL, {"sid": session_id}).to_pylist()
-    suspect = bool(quality) and quality[0]["verdict"] == "suspect"
+    quality = measurement_quality_row(lake, session_id)
+    suspect = quality is not None and quality["verdict"] == "suspect"
     rows = []
     for key, limit in sorted(objectives.items()):
         kind = OBJECTIVE_KINDS[key]

@@ -25,7 +25,6 @@ from aaco_pipelines.governance.bisection import (
     Bisection,
     Comparison,
     bisect_versions,
-    midpoint_pct,
 )
 from aaco_pipelines.governance.paired import (
     BATCHES,
@@ -80,14 +79,11 @@ def bisect_model(
     requests = {sha: session_request(paths, first) for sha, first in versions.items()}
     say(f"bisecting {len(versions)} versions of {bad['model_slug']} on {bad['target']}")
 
-    def compare(a: str, b: str) -> Comparison:
+    def compare(a: str, b: str, half: float | None) -> Comparison:
         say(f"measuring {b[:12]} side by side with {a[:12]} ({rounds} rounds)")
         return _side_by_side(requests[a], requests[b], rounds, half)
 
-    half = None  # the midpoint, once the whole change is known
-    first = compare(list(versions)[0], list(versions)[-1])
-    half = midpoint_pct(first.effect_pct)
-    found = bisect_versions(list(versions), _first_then(first, compare))
+    found = bisect_versions(list(versions), compare)
     row = _row(found, good, bad, versions, alert_id)
     with lake.transaction() as con:
         insert_rows(con, "bisections", pa.Table.from_pylist([row], schema=BISECTIONS))
@@ -116,17 +112,6 @@ def bisect_alert(lake: TraceLake, paths: AacoPaths, alert: str, **options) -> di
     return bisect_model(
         lake, paths, good[0], row["first_session_id"], alert_id=row["alert_id"], **options
     )
-
-
-def _first_then(first: Comparison, compare):
-    """`compare`, with its first call (good against bad) already measured."""
-    calls = []
-
-    def once(a: str, b: str) -> Comparison:
-        calls.append((a, b))
-        return first if len(calls) == 1 else compare(a, b)
-
-    return once
 
 
 def _side_by_side(request_a: dict, request_b: dict, rounds: int, half: float | None) -> Comparison:

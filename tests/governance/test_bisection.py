@@ -28,9 +28,9 @@ VERSIONS = [f"v{i}" for i in range(8)]
 def _compare_with(slow_from: int, width: float = 2.0, calls=None):
     """A side-by-side comparison as if versions from `slow_from` on took 2x the time."""
 
-    def compare(a: str, b: str) -> Comparison:
+    def compare(a: str, b: str, half: float | None) -> Comparison:
         if calls is not None:
-            calls.append((a, b))
+            calls.append((a, b, half))
         ratio = (2.0 if int(b[1:]) >= slow_from else 1.0) / (
             2.0 if int(a[1:]) >= slow_from else 1.0
         )
@@ -49,12 +49,15 @@ def test_the_first_slower_version_is_found_in_log2_steps(slow_from):
         "pinned", f"v{slow_from}", f"v{slow_from - 1}"
     )  # fmt: skip
     assert len(found.steps) <= 3 and len(calls) <= 4  # log2(7) midpoints and the first
-    assert calls[0] == ("v0", "v7")
+    assert calls[0] == ("v0", "v7", None)  # the whole change first, then its midpoint
+    assert {half for _, _, half in calls[1:]} <= {midpoint_pct(100.0)}
     assert all(step.against != step.version for step in found.steps)
 
 
 def test_nothing_to_find_and_an_unclear_step_are_said():
-    unchanged = bisect_versions(VERSIONS, lambda a, b: Comparison(0.5, -1, 2, 10, "no_change"))
+    unchanged = bisect_versions(
+        VERSIONS, lambda a, b, half: Comparison(0.5, -1, 2, 10, "no_change")
+    )
     assert unchanged.status == "no_change" and unchanged.steps == []
     # a midpoint measured across the halfway mark: the search goes on by its median, and says so
     assert midpoint_pct(100.0) == pytest.approx(41.42, abs=0.01)

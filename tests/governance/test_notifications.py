@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import dagster as dg
 import pytest
 
+from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.alerts import Observation, _apply, _store
 from aaco_pipelines.governance.notifications import (
     FIRST_BACKOFF,
@@ -175,7 +176,7 @@ def test_a_webhook_shows_only_its_endpoint():
     webhook = Webhook(f"https://hooks.slack.com/services/{PATH_TOKEN}?token=x", SECRET)
     assert webhook.endpoint == "https://hooks.slack.com"
     assert PATH_TOKEN not in repr(webhook) and SECRET not in repr(webhook)
-    with pytest.raises(Exception, match="not an http"):
+    with pytest.raises(AacoInputError, match="not an http"):
         Webhook("ftp://example.com/x")
 
 
