@@ -51,13 +51,19 @@ class BisectConfig(dg.Config):
     alert_id: str = Field("", description="a regression alert (aaco alert list): bisect it")
     good_session: str = Field("", description="or: a session before the change...")
     bad_session: str = Field("", description="...and one after it")
+    runtimes: list[str] = Field(
+        default_factory=list,
+        description="bisect runtimes instead: environments (folders or interpreters) with other "
+        "ONNX Runtimes, oldest first; the bad session's model version is measured under each",
+    )
     rounds: int = Field(10, description="side-by-side rounds per comparison")
 
 
 @dg.op(
     description="Which model version made the model slower: the versions between a good and a "
-    "bad session measured side by side, about log2(n) steps (stages.bisect); the answer is "
-    "stored and attached to the alert."
+    "bad session measured side by side, about log2(n) steps (stages.bisect); or, given "
+    "environments with other ONNX Runtimes, which runtime. The answer is stored and attached "
+    "to the alert."
 )
 def bisect_versions_op(
     context: dg.OpExecutionContext,
@@ -65,22 +71,36 @@ def bisect_versions_op(
     tracelake: TraceLakeResource,
     registry: ModelRegistryResource,
 ) -> dict:
-    from aaco_pipelines.stages.bisect import bisect_alert, bisect_model
+    from aaco_pipelines.stages.bisect import bisect_alert, bisect_model, bisect_runtimes
 
     say = context.log.info
     if config.alert_id:
-        row = bisect_alert(tracelake.lake, registry.paths, config.alert_id, rounds=config.rounds,
-                           on_progress=say)  # fmt: skip
+        row = bisect_alert(tracelake.lake, registry.paths, config.alert_id, config.runtimes,
+                           rounds=config.rounds, on_progress=say)  # fmt: skip
+    elif config.runtimes and config.bad_session:
+        row = bisect_runtimes(tracelake.lake, registry.paths, config.runtimes,
+                              good_session=config.good_session or None,
+                              bad_session=config.bad_session, rounds=config.rounds,
+                              on_progress=say)  # fmt: skip
     elif config.good_session and config.bad_session:
         row = bisect_model(tracelake.lake, registry.paths, config.good_session,
                            config.bad_session, rounds=config.rounds, on_progress=say)  # fmt: skip
     else:
-        raise dg.Failure("give alert_id, or good_session and bad_session")
+        raise dg.Failure(
+            "give alert_id, or good_session and bad_session (with runtimes: a bad one)"
+        )
+    runtime = row["dimension"] == "runtime"
+    first_bad, last_good = (
+        (row["first_bad_runtime"], row["last_good_runtime"])
+        if runtime
+        else (row["first_bad_sha256"], row["last_good_sha256"])
+    )
     context.add_output_metadata(
         {
+            "dimension": row["dimension"],
             "status": row["status"],
-            "first_bad_sha256": row["first_bad_sha256"] or "-",
-            "last_good_sha256": row["last_good_sha256"] or "-",
+            "first_bad": first_bad or "-",
+            "last_good": last_good or "-",
             "change_pct": row["change_pct"],
             "steps": row["steps"],
         }

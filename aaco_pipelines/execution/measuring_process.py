@@ -42,7 +42,7 @@ from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
 from aaco_pipelines.execution.profiled_count import request_count
 from aaco_pipelines.graph.inputs import make_inputs
-from aaco_pipelines.registry.sidecar import InputSpec
+from aaco_pipelines.registry.sidecar import input_specs_from_json
 
 PROFILED_WARMUP_ITERATIONS = 2
 
@@ -109,11 +109,7 @@ def run_passes(request: dict, out: Path, which: str = "all") -> dict:
 
 def _forward_passes(ort, request: dict, out: Path, which: str, passes: dict) -> dict:
     """The passes of a forward-pass workload: the same inputs, run after run."""
-    specs = {
-        name: InputSpec(**{**s, "shape": tuple(s["shape"])})
-        for name, s in request["inputs"].items()
-    }
-    feeds = make_inputs(specs, seed=request["seed"])
+    feeds = make_inputs(input_specs_from_json(request["inputs"]), seed=request["seed"])
     result: dict = {}
     if which in ("all", "measured"):
         result.update(_measured_passes(ort, request, feeds, passes))

@@ -36,7 +36,7 @@ from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.measuring_process import progress
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
 from aaco_pipelines.graph.inputs import make_inputs
-from aaco_pipelines.registry.sidecar import InputSpec
+from aaco_pipelines.registry.sidecar import input_specs_from_json
 
 WARMUP_ITERATIONS = 5
 BLOCK_SECONDS = 0.05  # a block at least this long, so a round's median rests on many iterations
@@ -118,25 +118,25 @@ def run_side_by_side(job: dict) -> dict:
     for side in ("a", "b"):
         request = {**job[side], "resolved_providers": resolve_providers(ort, job[side])}
         sessions[side] = create_session(ort, request, session_options(ort, request))
-        feeds[side] = make_inputs(_specs(request), seed=request["seed"])
+        feeds[side] = make_inputs(input_specs_from_json(request["inputs"]), seed=request["seed"])
         _block(sessions[side], feeds[side], WARMUP_ITERATIONS)
-    block = _block_iterations(sessions, feeds)
+    block = iterations_per_block(
+        [float(np.median(_block(sessions[s], feeds[s], 3))) for s in sessions]
+    )
     progress(f"side by side: {job['rounds']} rounds of {block} iterations each")
     kept: dict[str, list[list[int]]] = {"a": [], "b": []}
     order = []
     for round_ in range(job["rounds"]):
-        sides = ("a", "b") if round_ % 2 == 0 else ("b", "a")  # A B, B A, A B, ...
-        for side in sides:
+        for side in round_sides(round_):
             kept[side].append(_block(sessions[side], feeds[side], block + 1)[1:])
-        order.append("".join(sides).upper())
+        order.append("".join(round_sides(round_)).upper())
     return {**kept, "block_iterations": block, "order": " ".join(order)}
 
 
-def _specs(request: dict) -> dict[str, InputSpec]:
-    return {
-        name: InputSpec(**{**s, "shape": tuple(s["shape"])})
-        for name, s in request["inputs"].items()
-    }
+def round_sides(round_: int) -> tuple[str, str]:
+    """Which version runs first in a round: A B, B A, A B, ... (a mirrored pair of rounds
+    cancels what running second does to a block)."""
+    return ("a", "b") if round_ % 2 == 0 else ("b", "a")
 
 
 def _block(session, feeds: dict, count: int) -> list[int]:
@@ -148,11 +148,11 @@ def _block(session, feeds: dict, count: int) -> list[int]:
     return latencies
 
 
-def _block_iterations(sessions: dict, feeds: dict) -> int:
-    """Iterations a block holds: BLOCK_SECONDS of the slower version, at least
-    MIN_BLOCK_ITERATIONS (the same count for both, so a round compares like with like)."""
-    slowest = max(float(np.median(_block(sessions[s], feeds[s], 3))) for s in sessions)
-    return max(MIN_BLOCK_ITERATIONS, int(BLOCK_SECONDS * 1e9 / max(slowest, 1.0)))
+def iterations_per_block(medians_ns: list[float]) -> int:
+    """Iterations a block holds, from each version's median latency: BLOCK_SECONDS of the
+    slower version, at least MIN_BLOCK_ITERATIONS (the same count for both, so a round compares
+    like with like)."""
+    return max(MIN_BLOCK_ITERATIONS, int(BLOCK_SECONDS * 1e9 / max(max(medians_ns), 1.0)))
 
 
 def main(argv: list[str]) -> int:

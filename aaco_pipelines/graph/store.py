@@ -22,7 +22,12 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import out_of_space
 from aaco_pipelines.graph.external_data import external_files, model_sha256
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
-from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, parse_sidecar
+from aaco_pipelines.registry.sidecar import (
+    InputSpec,
+    ModelSidecar,
+    input_specs_from_json,
+    parse_sidecar,
+)
 
 SNAPSHOT_TEMP_PREFIX = ".incoming-"  # models/.incoming-*.tmp: a snapshot being copied
 SNAPSHOT_MODEL_NAME = "model.onnx"  # the model file in a snapshot folder (external weights)
@@ -70,10 +75,7 @@ class ModelVersion:
             registry_path=Path(record["registry_path"]),
             sidecar_path=sidecar_path,
             sidecar=sidecar,
-            input_specs={
-                name: InputSpec(**{**spec, "shape": tuple(spec["shape"])})
-                for name, spec in record["input_specs"].items()
-            },
+            input_specs=input_specs_from_json(record["input_specs"]),
             graph_dir=Path(record["graph_dir"]),
             generation=record.get("generation"),
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,6 +90,13 @@ class InputSpec:
     dtype: str
     low: float | None = None
     high: float | None = None
+
+
+def input_specs_from_json(specs: Mapping[str, Mapping]) -> dict[str, InputSpec]:
+    """Input specs as a request or a snapshot record stores them (JSON: shapes are lists)."""
+    return {
+        name: InputSpec(**{**spec, "shape": tuple(spec["shape"])}) for name, spec in specs.items()
+    }
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 20  # v20: alerts, alert_events, alert_deliveries, bisections
+SCHEMA_VERSION = 21  # v21: bisections across runtime environments
 
 _str, _i32, _i64, _f64, _bool = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
 _ts = pa.timestamp("us", tz="UTC")
@@ -528,7 +528,8 @@ ALERT_DELIVERIES = pa.schema(
     ]
 )
 
-# v20: which model version made a model slower (stages/bisect.py, governance/bisection.py).
+# v20: which model version made a model slower (stages/bisect.py, governance/bisection.py);
+# v21: or which runtime environment.
 BISECTIONS = pa.schema(
     [
         ("bisection_id", _str),
@@ -539,10 +540,15 @@ BISECTIONS = pa.schema(
         ("bad_session", _str),
         ("created_at", _ts),
         ("status", _str),  # pinned | unclear (a step straddled the midpoint) | no_change
-        ("versions", _i64),  # model versions from the good one to the bad one
+        # v21: what was bisected: "version" (the model's, null in rows before v21) or
+        # "runtime" (environments with other ONNX Runtimes, one model version)
+        ("dimension", _str),
+        ("versions", _i64),  # model versions (or runtimes) from the good one to the bad one
         ("steps", _i64),  # side-by-side measurements after the first (good against bad)
-        ("last_good_sha256", _str),
+        ("last_good_sha256", _str),  # (null for runtimes)
         ("first_bad_sha256", _str),
+        ("last_good_runtime", _str),  # v21: "onnxruntime 1.20.1 (/envs/old/bin/python)"
+        ("first_bad_runtime", _str),
         ("first_bad_session", _str),  # the session that first measured the first bad version
         ("change_pct", _f64),  # the bad version's p50 against the good one's, side by side
         ("change_ci_low", _f64),

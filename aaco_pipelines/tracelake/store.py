@@ -140,6 +140,11 @@ MIGRATIONS: dict[int, list[str]] = {
     18: ["ALTER TABLE kernel_events_profile ADD COLUMN IF NOT EXISTS pool_threads INTEGER"],
     19: [],  # objective_verdicts: created as a missing table
     20: [],  # alerts, alert_events, alert_deliveries, bisections: created as missing tables
+    # Bisections across runtime environments: what was bisected, and the runtimes found.
+    21: [
+        f"ALTER TABLE IF EXISTS bisections ADD COLUMN IF NOT EXISTS {column} VARCHAR"
+        for column in ("dimension", "last_good_runtime", "first_bad_runtime")
+    ],
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 
