@@ -14,8 +14,9 @@ from aaco_pipelines.assets.partitions import NIGHT_TAG, model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
+from aaco_pipelines.governance.alerts import list_alerts
 from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
-from aaco_pipelines.report.alerts_text import alert_events_table
+from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
 from aaco_pipelines.report.plots import drift_row_plot, markdown_image
@@ -61,11 +62,9 @@ def performance_drift(
     # run leaves its alerts to the sweep's review, once its false discoveries are controlled.
     tags = context.run.tags
     in_sweep = NIGHT_TAG in tags or tags.get("aaco/trigger") == "sweep"
-    judged = judge_drift(
-        tracelake.lake,
-        SessionBundle(Path(bottleneck_report["bundle_path"])),
-        alerts=not in_sweep,
-    )
+    bundle = SessionBundle(Path(bottleneck_report["bundle_path"]))
+    judged = judge_drift(tracelake.lake, bundle, alerts=not in_sweep)
+    model, target = bundle.session["model_slug"], bundle.request.get("target")
     home = registry.paths.home
     files = write_session_files(tracelake.lake, judged.session_id, home)
     p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
@@ -86,6 +85,7 @@ def performance_drift(
                 ),
                 "history_points": judged.verdicts[0]["history_points"],
                 "alerts": dg.MetadataValue.md(_alerts_text(judged, in_sweep)),
+                "model_alerts": dg.MetadataValue.md(_model_alerts(tracelake.lake, model, target)),
                 **_structure_metadata(judged.structure),
             }
         ),
@@ -113,6 +113,13 @@ def _alerts_text(judged, in_sweep: bool) -> str:
     if judged.alerts:
         return alert_events_table(judged.alerts)
     return "left to the sweep's review" if in_sweep else "none opened, updated or fixed"
+
+
+def _model_alerts(lake, model: str, target: str) -> str:
+    """The model's alerts on this target as they stand (people's acknowledgements included),
+    the ones waiting for someone first."""
+    alerts = list_alerts(lake, model=model, target=target)
+    return alerts_table(alerts[:MAX_ALERT_ROWS]) if alerts else "none"
 
 
 def _objectives_check(judged) -> dg.AssetCheckResult:

@@ -6,9 +6,9 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, nights_partitions
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.governance.alerts import sync_alerts
+from aaco_pipelines.governance.alerts import list_alerts, sync_alerts
 from aaco_pipelines.governance.fdr import CHANGES
-from aaco_pipelines.report.alerts_text import alert_events_table
+from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.resources import TraceLakeResource
 from aaco_pipelines.stages.review_night import review_night
@@ -71,6 +71,7 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
     review = review_night(tracelake.lake, list(sessions.values()))
     # the night's verdicts are final now: its alerts open, update or close (governance.alerts)
     alert_events = sync_alerts(tracelake.lake, list(sessions.values()))
+    active = list_alerts(tracelake.lake, active=True)  # every model's, as people left them
     changes, surviving = review.changes, review.surviving
     context.log.info(
         f"night {night}: {len(sessions)} models judged, {len(failed)} failed, "
@@ -92,6 +93,9 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             "changes": dg.MetadataValue.md(_changes_table(changes) if changes else "none"),
             "alerts": dg.MetadataValue.md(
                 alert_events_table(alert_events) if alert_events else "none opened or changed"
+            ),
+            "active_alerts": dg.MetadataValue.md(
+                alerts_table(active[:MAX_ALERT_ROWS]) if active else "none"
             ),
         },
     )

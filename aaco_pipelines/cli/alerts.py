@@ -50,10 +50,11 @@ def cmd_alert_set(args, paths: AacoPaths) -> int:
     from aaco_pipelines.report.alerts_text import alert_line
     from aaco_pipelines.report.data import open_lake
 
-    alert = set_state(
-        open_lake(paths.tracelake), args.alert, ACTIONS[args.alert_command], args.reason, args.by
-    )
-    print(alert_line(alert))
+    alerts = set_state(
+        open_lake(paths.tracelake), args.alert, ACTIONS[args.alert_command], args.reason, args.by,
+        together=not args.only,
+    )  # fmt: skip
+    print("\n".join(alert_line(alert) for alert in alerts))
     return 0
 
 
@@ -97,4 +98,10 @@ def add_parser(sub) -> None:
         change.add_argument("alert", help="its id (a unique prefix will do)")
         change.add_argument("--reason", required=True, help="what you found")
         change.add_argument("--by", help="who (default: your user name)")
+        change.add_argument(
+            "--only",
+            action="store_true",
+            help="this alert alone (default: with the alerts the same change opened for its "
+            "other metrics)",
+        )
         change.set_defaults(func=cmd_alert_set)

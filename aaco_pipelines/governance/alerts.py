@@ -8,7 +8,8 @@ an objective, governance.objectives).
   night stays one alert, its sessions counted), or reopens it when it was fixed.
 - People acknowledge it (updates no longer notify), mark it invalid (noise: its sessions leave
   the metric's baseline, governance.series, and it is not alerted again for INVALID_WINDOW),
-  or fixed (`aaco alert ack|invalid|fixed`).
+  or fixed (`aaco alert ack|invalid|fixed`), together with the alerts the same session opened
+  for the model's other metrics (one slowdown is one thing to acknowledge).
 - A regression is fixed by itself once CONFIRM_SESSIONS sessions in a row are back: within
   min_effect_pct of the level before it (`reference`: drift's baseline median when it opened),
   or twice the baseline's spread, or nearer that level than the one it changed to, whichever
@@ -328,10 +329,13 @@ def _fixed_reason(alert: dict, obs: Observation) -> str:
 
 def set_state(
     lake: TraceLake, alert: str, state: str, reason: str, actor: str | None = None,
-    now: dt.datetime | None = None,
-) -> dict:  # fmt: skip
-    """A person acknowledges an alert, marks it invalid (noise) or fixed; the alert as it now is.
-    `alert`: its id, or a prefix of it that names one alert."""
+    now: dt.datetime | None = None, together: bool = True,
+) -> list[dict]:  # fmt: skip
+    """A person acknowledges an alert, marks it invalid (noise) or fixed; the alerts as they
+    now are, this one first. `alert`: its id, or a prefix of it that names one alert.
+    `together`: the same change's other alerts go with it (those the same session opened for
+    the model, of the same kind: one slowdown opens one per metric, and is one thing to
+    acknowledge), each with an event of its own."""
     if state not in TRANSITIONS:
         raise AacoInputError(f"an alert cannot be set to {state!r}", fix="ack, invalid or fixed")
     if not reason.strip():
@@ -344,15 +348,36 @@ def set_state(
                 f"alert {row['alert_id']} is {row['state']}: it cannot become {state}",
                 fix=f"an alert becomes {state} from {', '.join(TRANSITIONS[state])}",
             )
-        row = {**row, "state": state, "updated_at": now, "clear_sessions": 0}
-        if state == "invalid":
-            row["invalid_until"] = now + INVALID_WINDOW
-        event = {"event_id": secrets.token_hex(8), "alert_id": row["alert_id"],
-                 "changed_at": now, "event": state, "state": state,
-                 "actor": actor or _who(), "reason": reason, "from_session": None,
-                 "notify": False}  # fmt: skip
-        _store(lake, con, row["model_slug"], row["target"], {row["alert_id"]: row}, [event])
-    return row
+        rows = [row] + (_same_change(con, row, TRANSITIONS[state]) if together else [])
+        changed, events = {}, []
+        for one in rows:
+            one = {**one, "state": state, "updated_at": now, "clear_sessions": 0}
+            if state == "invalid":
+                one["invalid_until"] = now + INVALID_WINDOW
+            why = reason if one is rows[0] else f"{reason} (with {row['alert_id']})"
+            changed[one["alert_id"]] = one
+            events.append({"event_id": secrets.token_hex(8), "alert_id": one["alert_id"],
+                           "changed_at": now, "event": state, "state": state,
+                           "actor": actor or _who(), "reason": why, "from_session": None,
+                           "notify": False})  # fmt: skip
+        _store(lake, con, row["model_slug"], row["target"], changed, events)
+    return list(changed.values())
+
+
+SAME_CHANGE_SQL = """
+SELECT * FROM alerts
+WHERE model_slug = $slug AND target IS NOT DISTINCT FROM $target AND kind = $kind
+  AND first_session_id = $first AND alert_id <> $id AND list_contains($states, state)
+ORDER BY alert_id
+"""
+
+
+def _same_change(con, row: dict, states: tuple[str, ...]) -> list[dict]:
+    """The other alerts the same session opened for the model, of the same kind, that can
+    change as this one does."""
+    params = {"slug": row["model_slug"], "target": row["target"], "kind": row["kind"],
+              "first": row["first_session_id"], "id": row["alert_id"], "states": list(states)}  # fmt: skip
+    return con.sql(SAME_CHANGE_SQL, params=params).to_arrow_table().to_pylist()
 
 
 def attach(lake: TraceLake, alert: str, event: str, reason: str, session: str | None = None):
@@ -434,15 +459,22 @@ def _now() -> dt.datetime:
 LIST_SQL = """
 SELECT * FROM alerts
 WHERE ($state IS NULL OR state = $state) AND ($model IS NULL OR model_slug = $model)
+  AND ($target IS NULL OR target = $target) AND ($active IS NULL OR list_contains($active, state))
 ORDER BY state IN ('new', 'reopened') DESC, updated_at DESC, alert_id
 """
 
 
-def list_alerts(lake, state: str | None = None, model: str | None = None) -> list[dict]:
-    """Alerts, the ones waiting for someone first, newest change first."""
+def list_alerts(
+    lake, state: str | None = None, model: str | None = None, target: str | None = None,
+    active: bool = False,
+) -> list[dict]:  # fmt: skip
+    """Alerts, the ones waiting for someone first, newest change first; `active`: only those
+    new, acknowledged or reopened."""
     if state is not None and state not in STATES:
         raise AacoInputError(f"no alert state {state!r}", fix=f"one of {', '.join(STATES)}")
-    return lake.query(LIST_SQL, {"state": state, "model": model}).to_pylist()
+    params = {"state": state, "model": model, "target": target,
+              "active": list(ACTIVE) if active else None}  # fmt: skip
+    return lake.query(LIST_SQL, params).to_pylist()
 
 
 def alert_history(lake, alert: str) -> list[dict]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aaco_pipelines.report.markdown_tables import markdown_table
 
+MAX_ALERT_ROWS = 50  # in a Dagster metadata table; `aaco alert list` has them all
 ALERT_COLUMNS = [
     ("alert_id", "alert", None),
     ("state", "state", None),

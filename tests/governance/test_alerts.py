@@ -122,6 +122,12 @@ def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the
         main(["alert", "ack", alert["alert_id"][:6], "--reason", "bisecting", "--by", "ana"]) == 0
     )
     assert "acknowledged" in capsys.readouterr().out
+    # one change, one acknowledgement: the slowdown's alerts on other metrics went with it
+    same_change = [a for a in list_alerts(lake) if a["first_session_id"] == slow]
+    assert len(same_change) > 1 and {a["state"] for a in same_change} == {"acknowledged"}
+    others = [a for a in same_change if a["alert_id"] != alert["alert_id"]]
+    reasons = {e["reason"] for a in others for e in alert_history(lake, a["alert_id"])}
+    assert f"bisecting (with {alert['alert_id']})" in reasons
     with pytest.raises(AacoInputError, match="is acknowledged: it cannot become acknowledged"):
         set_state(lake, alert["alert_id"], "acknowledged", "again")
     with pytest.raises(AacoInputError, match="no alert 'zz'"):
@@ -131,7 +137,7 @@ def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the
     assert any(a["alert_id"] == alert["alert_id"] and a["state"] == "acknowledged" for a in listed)
 
     # noise after all: its session leaves the metric's baseline, not the others'
-    assert main(["alert", "invalid", alert["alert_id"], "--reason", "host patched"]) == 0
+    assert main(["alert", "invalid", alert["alert_id"], "--reason", "host patched", "--only"]) == 0
     nxt = _measure(paths, models.tiny_mlp())
     for metric, left_out in (("latency_p50_ns", True), ("latency_p99_ns", False)):
         row = lake.query(
