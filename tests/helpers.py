@@ -311,3 +311,27 @@ def simulated_gpu_trace(tmp_path: Path, runs: int = 10) -> tuple[Path, Path]:
     simulate_rocprof_traces(read_ort_profile(profile, "sim", start_ns), trace)
     shutil.copy(profile, trace / "onnxruntime_profile_run.json")
     return model, trace
+
+
+def run_bisect_job(paths: AacoPaths, config: dict) -> dict:
+    """The Dagster bisection job (sensors.jobs) run in process with this home's resources and
+    `config` (its op's); the op's output, the stored bisections row."""
+    import dagster as dg
+
+    from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
+    from aaco_pipelines.sensors import bisect_regression_job
+
+    with dg.instance_for_test() as instance:
+        run = bisect_regression_job.execute_in_process(
+            run_config={"ops": {"bisect_versions_op": {"config": config}}},
+            instance=instance,
+            resources={
+                "tracelake": TraceLakeResource(database=str(paths.tracelake)),
+                "registry": ModelRegistryResource(
+                    home=str(paths.home),
+                    registry=str(paths.registry),
+                    tracelake=str(paths.tracelake),
+                ),
+            },
+        )
+    return run.output_for_node("bisect_versions_op")

@@ -23,7 +23,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_
 from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.measuring_process import progress
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
+from aaco_pipelines.execution.runtime_worker import timed_block
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import input_specs_from_json
 
@@ -119,16 +119,16 @@ def run_side_by_side(job: dict) -> dict:
         request = {**job[side], "resolved_providers": resolve_providers(ort, job[side])}
         sessions[side] = create_session(ort, request, session_options(ort, request))
         feeds[side] = make_inputs(input_specs_from_json(request["inputs"]), seed=request["seed"])
-        _block(sessions[side], feeds[side], WARMUP_ITERATIONS)
+        timed_block(sessions[side], feeds[side], WARMUP_ITERATIONS)
     block = iterations_per_block(
-        [float(np.median(_block(sessions[s], feeds[s], 3))) for s in sessions]
+        [float(np.median(timed_block(sessions[s], feeds[s], 3))) for s in sessions]
     )
     progress(f"side by side: {job['rounds']} rounds of {block} iterations each")
     kept: dict[str, list[list[int]]] = {"a": [], "b": []}
     order = []
     for round_ in range(job["rounds"]):
         for side in round_sides(round_):
-            kept[side].append(_block(sessions[side], feeds[side], block + 1)[1:])
+            kept[side].append(timed_block(sessions[side], feeds[side], block + 1)[1:])
         order.append("".join(round_sides(round_)).upper())
     return {**kept, "block_iterations": block, "order": " ".join(order)}
 
@@ -137,15 +137,6 @@ def round_sides(round_: int) -> tuple[str, str]:
     """Which version runs first in a round: A B, B A, A B, ... (a mirrored pair of rounds
     cancels what running second does to a block)."""
     return ("a", "b") if round_ % 2 == 0 else ("b", "a")
-
-
-def _block(session, feeds: dict, count: int) -> list[int]:
-    run, clock, latencies = session.run, time.perf_counter_ns, []
-    for _ in range(count):
-        t0 = clock()
-        run(None, feeds)
-        latencies.append(clock() - t0)
-    return latencies
 
 
 def iterations_per_block(medians_ns: list[float]) -> int:

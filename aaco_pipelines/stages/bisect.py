@@ -161,11 +161,6 @@ def bisect_runtimes(
         return _settled(measure, sha, sha, half)
 
     found = bisect_versions(list(by_python), compare)
-    first_bad = by_python[found.first_bad] if found.first_bad else None
-    # a session "first measured" the bad runtime only if its fingerprint tells it from the good
-    told_apart = first_bad and first_bad.fingerprint(host) != by_python[
-        found.last_good
-    ].fingerprint(host)
     measured = {
         "model_sha256": bad["model_sha256"],
         "runtimes": [
@@ -173,16 +168,29 @@ def bisect_runtimes(
         ],
         "notes": notes,
     }
-    row = _row(found, good, bad, alert_id, measured)
-    row |= {
+    row = _row(found, good, bad, alert_id, measured) | _runtimes_found(
+        lake, found, by_python, bad, host
+    )
+    return _store(lake, row, say)
+
+
+def _runtimes_found(
+    lake: TraceLake, found: Bisection, by_python: dict[str, Runtime], bad: dict, host: dict
+) -> dict:
+    """The row's runtime columns: the last good and first bad runtime, and the first session
+    measured with the bad one, where its fingerprint tells it from the good one's."""
+    if found.first_bad is None:
+        return {"dimension": "runtime"}
+    good, first_bad = by_python[found.last_good], by_python[found.first_bad]
+    told_apart = first_bad.fingerprint(host) != good.fingerprint(host)
+    return {
         "dimension": "runtime",
-        "last_good_runtime": by_python[found.last_good].label if found.last_good else None,
-        "first_bad_runtime": first_bad.label if first_bad else None,
+        "last_good_runtime": good.label,
+        "first_bad_runtime": first_bad.label,
         "first_bad_session": _first_session(lake, bad, first_bad.fingerprint(host))
         if told_apart
         else None,
     }
-    return _store(lake, row, say)
 
 
 def _store(lake: TraceLake, row: dict, say: Callable[[str], None]) -> dict:

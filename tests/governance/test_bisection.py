@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 
-import dagster as dg
 import pytest
 
 from aaco_pipelines.cli import main
@@ -14,13 +13,11 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.alerts import alert_history, list_alerts
 from aaco_pipelines.governance.bisection import Comparison, bisect_versions, midpoint_pct
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
-from aaco_pipelines.sensors import bisect_regression_job
 from aaco_pipelines.stages.bisect import bisect_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import STEADY_SIDECAR, add_model
+from tests.helpers import STEADY_SIDECAR, add_model, run_bisect_job
 
 VERSIONS = [f"v{i}" for i in range(8)]
 
@@ -93,20 +90,7 @@ def test_eight_stored_versions_one_slower_found_side_by_side(aaco_paths, capsys)
     # over the whole history, from the first version to the last: the Dagster job
     config = {"good_session": sessions[0].session_id, "bad_session": sessions[7].session_id,
               "rounds": 6}  # fmt: skip
-    with dg.instance_for_test() as instance:
-        run = bisect_regression_job.execute_in_process(
-            run_config={"ops": {"bisect_versions_op": {"config": config}}},
-            instance=instance,
-            resources={
-                "tracelake": TraceLakeResource(database=str(paths.tracelake)),
-                "registry": ModelRegistryResource(
-                    home=str(paths.home),
-                    registry=str(paths.registry),
-                    tracelake=str(paths.tracelake),
-                ),
-            },
-        )
-    found = run.output_for_node("bisect_versions_op")
+    found = run_bisect_job(paths, config)
     assert (found["first_bad_sha256"], found["last_good_sha256"]) == (shas[5], shas[4])
     assert found["versions"] == 8 and found["steps"] <= 3
     steps = json.loads(found["result_json"])["steps"]

@@ -18,7 +18,6 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-import dagster as dg
 import duckdb
 import pytest
 
@@ -30,14 +29,18 @@ from aaco_pipelines.execution.runtime_envs import find_runtime
 from aaco_pipelines.governance.alerts import alert_history, list_alerts
 from aaco_pipelines.governance.paired import session_request
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
-from aaco_pipelines.sensors import bisect_regression_job
 from aaco_pipelines.stages.bisect import bisection_line
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import FAST_SIDECAR, STEADY_SIDECAR, add_model, stamp_schema_version
+from tests.helpers import (
+    FAST_SIDECAR,
+    STEADY_SIDECAR,
+    add_model,
+    run_bisect_job,
+    stamp_schema_version,
+)
 
 OLDER_ORT = "1.20.1"  # a release with wheels for this Python that reads numpy 2
 SLOWER = """
@@ -139,19 +142,7 @@ def test_the_first_slower_runtime_is_pinned_and_attached_to_the_alert(
 
     # from the alert, in Dagster: the alert's model version measured under four runtimes
     config = {"alert_id": alert["alert_id"], "runtimes": environments, "rounds": 6}
-    with dg.instance_for_test() as instance:
-        run = bisect_regression_job.execute_in_process(
-            run_config={"ops": {"bisect_versions_op": {"config": config}}},
-            instance=instance,
-            resources={
-                "tracelake": TraceLakeResource(database=str(paths.tracelake)),
-                "registry": ModelRegistryResource(
-                    home=str(paths.home), registry=str(paths.registry),
-                    tracelake=str(paths.tracelake),
-                ),
-            },
-        )  # fmt: skip
-    found = run.output_for_node("bisect_versions_op")
+    found = run_bisect_job(paths, config)
     assert (found["dimension"], found["status"], found["bad_session"]) == (
         "runtime",
         "pinned",
