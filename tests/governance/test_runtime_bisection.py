@@ -1,8 +1,8 @@
 """Bisection across runtime environments: one model version measured side by side under two
 ONNX Runtimes at a time, each in a worker under its own environment's interpreter.
 
-Two kinds of environment are made here. A real other ONNX Runtime (1.20.1, and numpy, from PyPI
-into an environment of their own, nothing else): the workers really run two runtimes, and the
+Two kinds of environment are made here. A real other ONNX Runtime (1.20.1 from PyPI, in an
+environment of its own with nothing else but this environment's numpy linked in): the workers really run two runtimes, and the
 worker needs nothing of this project's dependencies. And environments that share this one's
 ONNX Runtime, where from the third on `InferenceSession.run` does its work twice (a runtime that
 got 2x slower, as a regression in a release would): the search must pin the third.
@@ -19,6 +19,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import duckdb
+import numpy
 import pytest
 
 from aaco_pipelines.cli import main
@@ -83,20 +84,24 @@ def environments(tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def older_runtime(tmp_path_factory) -> str:
-    """An environment with ONNX Runtime OLDER_ORT and this numpy, installed from PyPI."""
+    """An environment with ONNX Runtime OLDER_ORT from PyPI and this environment's numpy (its
+    package linked in), and nothing else."""
     folder = tmp_path_factory.mktemp("older") / "ort-old"
     packages = _venv(folder)
-    wanted = [f"onnxruntime=={OLDER_ORT}", f"numpy=={version('numpy')}"]
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(packages),
-         *wanted],
+         f"onnxruntime=={OLDER_ORT}"],
         capture_output=True, text=True,
     )  # fmt: skip
     if done.returncode != 0:
-        message = f"could not install {wanted} from PyPI: {done.stderr[-500:]}"
+        message = f"could not install onnxruntime=={OLDER_ORT} from PyPI: {done.stderr[-500:]}"
         if os.environ.get("AACO_OTHER_RUNTIME_REQUIRED"):
             pytest.fail(message)
         pytest.skip(message)
+    ours = Path(numpy.__file__).parent
+    for linked in (ours, ours.with_name("numpy.libs")):  # the wheel's bundled libraries too
+        if linked.is_dir():
+            (packages / linked.name).symlink_to(linked)
     return str(folder)
 
 
