@@ -233,11 +233,11 @@ def wait_for_runs(
             run = tries[-1]
             if label in results or run.run_id in resubmitted:
                 continue
-            if refused_retry(instance, tries):
+            if why := refused_retry(instance, tries):
                 resubmitted.add(run.run_id)
                 (on_progress or _to_stderr)(
-                    f"{label}: run {run.run_id[:8]} failed after its backfill had ended, so the "
-                    f"instance will not retry it; submitting it again (attempt {len(tries) + 1})"
+                    f"{label}: run {run.run_id[:8]} failed {why}; submitting it again "
+                    f"(attempt {len(tries) + 1})"
                 )
                 submit_backfill(instance, [label], sweep_id)
             elif settled(instance, run):

@@ -12,6 +12,12 @@ which may fall between a run's failure and the retry daemon's look at it (the sw
 killed). That retry is refused for good ("Not retrying run since it is part of a backfill that
 is in a terminal state"), so the sweep submits the partition again itself (refused_retry),
 within the same bound of attempts.
+
+The same where the retry daemon tried and failed: a run that failed while the instance's
+database was away is retried once the database is back, by a daemon whose code location may have
+failed to load in the outage; Dagster then records "Failed to retry run" and tags the run
+`dagster/will_retry=false` for good (auto_run_reexecution: "we may want to ... be more resilient
+to transient errors"). Seen on CI in tests/dagster/test_scale_out_outage.py.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from collections.abc import Iterable
 
 import dagster as dg
+from dagster._core.events import DagsterEventType
 from dagster._core.execution.backfill import BULK_ACTION_TERMINAL_STATUSES, BulkActionStatus
 from dagster._core.storage.tags import AUTO_RETRY_RUN_ID_TAG, BACKFILL_ID_TAG, WILL_RETRY_TAG
 
@@ -70,18 +77,24 @@ def settled(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
     return _retry_refused(instance, run)
 
 
-def refused_retry(instance: dg.DagsterInstance, tries: list[dg.DagsterRun]) -> bool:
-    """Whether a partition's latest attempt is a failure the instance meant to retry but will
-    not, its backfill having ended first, with attempts left (run_retries' max_retries)."""
+def refused_retry(instance: dg.DagsterInstance, tries: list[dg.DagsterRun]) -> str | None:
+    """Why a partition's latest attempt is a failure the instance meant to retry but will not,
+    with attempts left (run_retries' max_retries): its backfill ended first, or the retry daemon
+    failed to create the retry. None when it is not."""
     run = tries[-1]
-    return (
+    if not (
         run.status == dg.DagsterRunStatus.FAILURE
         and instance.run_retries_enabled
-        and run.tags.get(WILL_RETRY_TAG) == "true"
         and not run.tags.get(AUTO_RETRY_RUN_ID_TAG)
         and len(tries) <= instance.run_retries_max_retries
-        and _retry_refused(instance, run)
-    )
+    ):
+        return None
+    will_retry = run.tags.get(WILL_RETRY_TAG)
+    if will_retry == "true" and _retry_refused(instance, run):
+        return "after its backfill had ended, so the instance will not retry it"
+    if will_retry == "false" and _retry_failed(instance, run):
+        return "and the instance failed to retry it"
+    return None
 
 
 def _retry_refused(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
@@ -91,3 +104,12 @@ def _retry_refused(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
         return False
     backfill = instance.get_backfill(backfill_id)
     return backfill is None or backfill.status in BULK_ACTION_TERMINAL_STATUSES
+
+
+RETRY_FAILED = "Failed to retry run"  # the retry daemon's engine event (auto_run_reexecution)
+
+
+def _retry_failed(instance: dg.DagsterInstance, run: dg.DagsterRun) -> bool:
+    """The retry daemon tried to retry the run and failed (and tagged it will_retry=false)."""
+    events = instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+    return any(e.dagster_event and e.dagster_event.message == RETRY_FAILED for e in events)

@@ -17,6 +17,7 @@ from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.storage.tags import BACKFILL_ID_TAG, WILL_RETRY_TAG
 
+from aaco_pipelines.instance.retries import RETRY_FAILED
 from aaco_pipelines.sensors import sweep as sweep_module
 
 RETRIES = {"run_retries": {"enabled": True, "max_retries": 2}}
@@ -63,6 +64,35 @@ def test_a_retry_refused_for_an_ended_backfill_is_submitted_again_by_the_sweep(m
         f"a|gpu0: run {killed[:8]} failed after its backfill had ended, so the instance will not "
         "retry it; submitting it again (attempt 2)"
     )
+
+
+def test_a_retry_the_daemon_failed_to_create_is_submitted_again_by_the_sweep(monkeypatch):
+    """A run failed while the database was away; once it was back, the retry daemon's code
+    location had not loaded, so Dagster recorded "Failed to retry run" and tagged the run
+    will_retry=false for good (seen on CI). The sweep submits it again; a failure that was
+    simply not to be retried (will_retry=false, no such event) is final."""
+    said, submitted = [], []
+    with dg.instance_for_test(overrides=RETRIES) as instance:
+        backfill = _backfill(instance, BulkActionStatus.REQUESTED)
+        lost = _run(instance, "s4", dg.DagsterRunStatus.FAILURE, backfill,
+                    **{WILL_RETRY_TAG: "false"})  # fmt: skip
+        instance.report_engine_event(RETRY_FAILED, instance.get_run_by_id(lost))
+        final = _run(instance, "s5", dg.DagsterRunStatus.FAILURE, backfill,
+                     **{WILL_RETRY_TAG: "false"})  # fmt: skip
+
+        def submit(instance_, keys, sweep_id_):
+            submitted.append((keys, sweep_id_))
+            _run(instance_, sweep_id_, dg.DagsterRunStatus.SUCCESS, backfill)
+
+        monkeypatch.setattr(sweep_module, "submit_backfill", submit)
+        (result,) = sweep_module.wait_for_runs(instance, "s4", 1, None, said.append, 0.01)
+        (unretried,) = sweep_module.wait_for_runs(instance, "s5", 1, None, said.append, 0.01)
+    assert submitted == [(["a|gpu0"], "s4")] and result.status == "ok"
+    assert said == [
+        f"a|gpu0: run {lost[:8]} failed and the instance failed to retry it; submitting it again "
+        "(attempt 2)"
+    ]
+    assert unretried.status == "failed" and unretried.run_id == final
 
 
 def test_a_refused_retry_with_no_attempts_left_is_the_failure(monkeypatch):
