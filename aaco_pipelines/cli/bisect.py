@@ -56,7 +56,11 @@ def add_parser(sub) -> None:
         "bisect",
         help="which model version (or runtime) made a model slower, measured side by side",
     )
-    bisect.add_argument("--model", help="the model (a check: the sessions must be its)")
+    bisect.add_argument(
+        "--model",
+        help="the model: a check that the sessions are its; with --runtime and no session, "
+        "its latest session is the one measured",
+    )
     bisect.add_argument("--good", metavar="SESSION", help="a session before the change")
     bisect.add_argument("--bad", metavar="SESSION", help="a session after it")
     bisect.add_argument("--alert", help="a regression alert: its first session is the bad one")
