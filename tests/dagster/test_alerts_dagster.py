@@ -134,18 +134,30 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
         night(22)  # slow again: the same alert, updated, notified (nobody acknowledged it)
         assert p50_alert()["alert_id"] == alert["alert_id"] and p50_alert()["sessions"] == 2
         tick()
-        assert len(bodies) == 2 and bodies[1]["event"] == "updated"
+        # (a metric the first night left unconfirmed may open its own alert now: on a busy
+        # host, p99 was confirmed only on the second night once)
+        updates = [b for b in bodies[1:] if b["event"] == "updated"]
+        assert {b["event"] for b in bodies[1:]} <= {"updated", "opened"}
+        assert [alert["alert_id"] in {a["alert_id"] for a in b["alerts"]} for b in updates] == [
+            True
+        ]
 
         # one acknowledgement for the change: the alerts it opened for other metrics go with it
         assert main(["alert", "ack", alert["alert_id"], "--reason", "on it", "--by", "ana"]) == 0
         states = {a["alert_id"]: a["state"] for a in list_alerts(lake)}
         assert {states[a["alert_id"]] for a in regressions} == {"acknowledged"}
+        for later in list_alerts(lake, state="new"):  # opened by the second night, if any
+            main(["alert", "ack", later["alert_id"], "--reason", "same change"])
+        notified = len(bodies)
         shown = night(23)  # in the UI: the alert as people left it
         for table in ("model_alerts", "active_alerts"):
             line = next(ln for ln in shown[table].value.splitlines() if alert["alert_id"] in ln)
             assert "acknowledged" in line, (table, line)
         tick()
-        assert len(bodies) == 2  # acknowledged: updates stop notifying
+        acknowledged = {a["alert_id"] for a in list_alerts(lake, state="acknowledged")}
+        assert alert["alert_id"] in acknowledged
+        told = [a["alert_id"] for b in bodies[notified:] for a in b["alerts"]]
+        assert not acknowledged & set(told), told  # acknowledged: updates stop notifying
 
         add_model(paths, "mlp", models.tiny_mlp(), STEADY_SIDECAR)  # the fix
         for day in (24, 25, 26, 27):
@@ -155,4 +167,6 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
         assert p50_alert()["state"] == "fixed", p50_alert()
         tick()
         fixed = [b for b in bodies if b["event"] == "fixed"]
-        assert len(fixed) == 1 and alert["alert_id"] in {a["alert_id"] for a in fixed[0]["alerts"]}
+        assert [alert["alert_id"] in {a["alert_id"] for a in b["alerts"]} for b in fixed].count(
+            True
+        ) == 1  # notified once (other metrics' alerts may be fixed on other nights)
