@@ -50,7 +50,7 @@ def measure_across_runtimes(
     with tempfile.TemporaryDirectory(prefix="aaco-across-runtimes-") as tmp:
         job = _job(request, Path(tmp))
         workers = {"a": _Worker(runtime_a, Path(tmp), "a"), "b": _Worker(runtime_b, Path(tmp), "b")}
-        stop = threading.Timer(timeout_s, lambda: [w.kill() for w in workers.values()])
+        stop = threading.Timer(timeout_s, lambda: [w.kill(timeout_s) for w in workers.values()])
         stop.start()
         try:
             for worker in workers.values():
@@ -86,6 +86,7 @@ class _Worker:
 
     def __init__(self, runtime: Runtime, folder: Path, side: str):
         self.runtime = runtime
+        self.killed_after_s: float | None = None  # the measurement's time limit, once it ran out
         self.stderr = (folder / f"worker-{side}.stderr").open("w+")
         self.process = subprocess.Popen(
             [runtime.python, "-I", str(WORKER), str(folder / "package")],
@@ -129,10 +130,13 @@ class _Worker:
         return answer
 
     def _stderr_tail(self) -> str:
+        if self.killed_after_s is not None:
+            return f"the measurement ran past its {self.killed_after_s:.0f} s"
         self.stderr.seek(0)
-        return self.stderr.read()[-2000:] or "(nothing on stderr; killed, or past its time)"
+        return self.stderr.read()[-2000:] or "(nothing on stderr: killed?)"
 
-    def kill(self) -> None:
+    def kill(self, after_s: float) -> None:
+        self.killed_after_s = after_s
         self.process.kill()
 
     def close(self) -> None:

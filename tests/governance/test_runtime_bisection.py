@@ -23,7 +23,7 @@ import numpy
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.across_runtimes import measure_across_runtimes
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.runtime_envs import find_runtime
@@ -188,6 +188,10 @@ def test_an_environment_that_cannot_measure_is_refused_naming_it(aaco_paths, tmp
     assert "pip install onnxruntime" in raised.value.fix and str(bare) in str(raised.value.path)
     with pytest.raises(AacoInputError, match="no Python interpreter"):
         find_runtime(tmp_path / "nowhere")
+    current = find_runtime(sys.executable)
+    request = session_request(aaco_paths, session)
+    with pytest.raises(WorkerFailure, match="ran past its 0 s"):  # killed, and says why
+        measure_across_runtimes(request, current, current, rounds=2, timeout_s=0.01)
     assert main(["bisect", "--bad", session, "--runtime", sys.executable]) == 2
     assert "two or more different environments" in capsys.readouterr().err
     assert main(["bisect", "--good", session, "--runtime", sys.executable]) == 2
