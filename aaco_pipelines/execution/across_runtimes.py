@@ -2,9 +2,9 @@
 
 Two runtimes cannot share a process, so each runs in a worker of its own under its own
 environment's interpreter (execution.runtime_worker), both alive for the whole measurement:
-A's block, then B's, then B's, then A's (the mirrored order of execution.side_by_side), each
-block long enough to hold several iterations, its first iteration not kept (the other worker's
-pool may still be spinning down). Whatever the host does hits both runtimes alike, and the
+driven by side by side's own protocol (execution.side_by_side.alternate: A's block, then B's,
+then B's, then A's, each block long enough to hold several iterations, its first iteration not
+kept: the other worker's pool may still be spinning down). Whatever the host does hits both runtimes alike, and the
 result is a SideBySide that governance.paired judges like two model versions'.
 
 Both workers open the one request (the model, providers, optimization level, laboratory threads)
@@ -26,13 +26,7 @@ import numpy as np
 import aaco_pipelines
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.runtime_envs import WORKER, Runtime
-from aaco_pipelines.execution.side_by_side import (
-    DEFAULT_ROUNDS,
-    WARMUP_ITERATIONS,
-    SideBySide,
-    iterations_per_block,
-    round_sides,
-)
+from aaco_pipelines.execution.side_by_side import DEFAULT_ROUNDS, SideBySide, alternate
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import input_specs_from_json
 
@@ -55,19 +49,12 @@ def measure_across_runtimes(
         try:
             for worker in workers.values():
                 worker.open(job, request.get("laboratory"))
-                worker.block(WARMUP_ITERATIONS)
-            block = iterations_per_block([float(np.median(w.block(3))) for w in workers.values()])
-            kept: dict[str, list[np.ndarray]] = {"a": [], "b": []}
-            order = []
-            for round_ in range(rounds):
-                for side in round_sides(round_):
-                    kept[side].append(np.asarray(workers[side].block(block + 1)[1:], np.float64))
-                order.append("".join(round_sides(round_)).upper())
+            measured = alternate(lambda side, count: workers[side].block(count), rounds)
         finally:
             stop.cancel()
             for worker in workers.values():
                 worker.close()
-    return SideBySide(kept["a"], kept["b"], block, " ".join(order))
+    return SideBySide.of(measured)
 
 
 def _job(request: dict, folder: Path) -> dict:

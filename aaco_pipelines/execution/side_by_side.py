@@ -23,6 +23,7 @@ import json
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,16 @@ class SideBySide:
     block_iterations: int
     order: str  # e.g. "AB BA AB BA ..."
     batches: tuple[int, ...] = ()  # rounds per measuring process, in order (empty: one)
+
+    @classmethod
+    def of(cls, measured: dict) -> SideBySide:
+        """From what `alternate` returns (lists of latencies, as a worker's JSON holds them)."""
+        return cls(
+            a=[np.asarray(r, dtype=np.float64) for r in measured["a"]],
+            b=[np.asarray(r, dtype=np.float64) for r in measured["b"]],
+            block_iterations=measured["block_iterations"],
+            order=measured["order"],
+        )
 
     def extended(self, more: SideBySide) -> SideBySide:
         """These rounds and `more`'s (measured after them, by another process), as one
@@ -94,13 +105,7 @@ def measure_side_by_side(
                 "the side-by-side measurement failed: "
                 + (f"{error['type']}: {error['problem']}" if error else done.stderr[-2000:])
             )
-        data = json.loads(result.read_text())
-    return SideBySide(
-        a=[np.asarray(r, dtype=np.float64) for r in data["a"]],
-        b=[np.asarray(r, dtype=np.float64) for r in data["b"]],
-        block_iterations=data["block_iterations"],
-        order=data["order"],
-    )
+        return SideBySide.of(json.loads(result.read_text()))
 
 
 def _error(path: Path) -> dict | None:
@@ -119,31 +124,41 @@ def run_side_by_side(job: dict) -> dict:
         request = {**job[side], "resolved_providers": resolve_providers(ort, job[side])}
         sessions[side] = create_session(ort, request, session_options(ort, request))
         feeds[side] = make_inputs(input_specs_from_json(request["inputs"]), seed=request["seed"])
-        timed_block(sessions[side], feeds[side], WARMUP_ITERATIONS)
-    block = iterations_per_block(
-        [float(np.median(timed_block(sessions[s], feeds[s], 3))) for s in sessions]
-    )
-    progress(f"side by side: {job['rounds']} rounds of {block} iterations each")
+
+    def block(side: str, count: int) -> list[int]:
+        return timed_block(sessions[side], feeds[side], count)
+
+    def announce(iterations: int) -> None:
+        progress(f"side by side: {job['rounds']} rounds of {iterations} iterations each")
+
+    return alternate(block, job["rounds"], announce)
+
+
+def alternate(
+    block: Callable[[str, int], list[int]],
+    rounds: int,
+    announce: Callable[[int], None] | None = None,
+) -> dict:
+    """The side-by-side protocol over `block(side, count)` (count inferences of side "a" or
+    "b", each one's latency, ns): both warmed up; a block of BLOCK_SECONDS of the slower side,
+    at least MIN_BLOCK_ITERATIONS (the same count for both, so a round compares like with like);
+    then rounds A B, B A, A B, ... (a mirrored pair cancels what running second does to a
+    block), each block's first iteration not kept. Each side's kept latencies per round, the
+    block's iterations and the order."""
+    for side in ("a", "b"):
+        block(side, WARMUP_ITERATIONS)
+    slowest = max(float(np.median(block(side, 3))) for side in ("a", "b"))
+    iterations = max(MIN_BLOCK_ITERATIONS, int(BLOCK_SECONDS * 1e9 / max(slowest, 1.0)))
+    if announce:
+        announce(iterations)
     kept: dict[str, list[list[int]]] = {"a": [], "b": []}
     order = []
-    for round_ in range(job["rounds"]):
-        for side in round_sides(round_):
-            kept[side].append(timed_block(sessions[side], feeds[side], block + 1)[1:])
-        order.append("".join(round_sides(round_)).upper())
-    return {**kept, "block_iterations": block, "order": " ".join(order)}
-
-
-def round_sides(round_: int) -> tuple[str, str]:
-    """Which version runs first in a round: A B, B A, A B, ... (a mirrored pair of rounds
-    cancels what running second does to a block)."""
-    return ("a", "b") if round_ % 2 == 0 else ("b", "a")
-
-
-def iterations_per_block(medians_ns: list[float]) -> int:
-    """Iterations a block holds, from each version's median latency: BLOCK_SECONDS of the
-    slower version, at least MIN_BLOCK_ITERATIONS (the same count for both, so a round compares
-    like with like)."""
-    return max(MIN_BLOCK_ITERATIONS, int(BLOCK_SECONDS * 1e9 / max(max(medians_ns), 1.0)))
+    for round_ in range(rounds):
+        sides = ("a", "b") if round_ % 2 == 0 else ("b", "a")
+        for side in sides:
+            kept[side].append(block(side, iterations + 1)[1:])
+        order.append("".join(sides).upper())
+    return {**kept, "block_iterations": iterations, "order": " ".join(order)}
 
 
 def main(argv: list[str]) -> int:

@@ -350,11 +350,11 @@ def set_state(
             )
         rows = [row] + (_same_change(con, row, TRANSITIONS[state]) if together else [])
         changed, events = {}, []
-        for one in rows:
+        for i, one in enumerate(rows):
             one = {**one, "state": state, "updated_at": now, "clear_sessions": 0}
             if state == "invalid":
                 one["invalid_until"] = now + INVALID_WINDOW
-            why = reason if one is rows[0] else f"{reason} (with {row['alert_id']})"
+            why = reason if i == 0 else f"{reason} (with {row['alert_id']})"
             changed[one["alert_id"]] = one
             events.append({"event_id": secrets.token_hex(8), "alert_id": one["alert_id"],
                            "changed_at": now, "event": state, "state": state,
