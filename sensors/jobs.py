@@ -71,30 +71,13 @@ def bisect_versions_op(
     tracelake: TraceLakeResource,
     registry: ModelRegistryResource,
 ) -> dict:
-    from aaco_pipelines.stages.bisect import bisect_alert, bisect_model, bisect_runtimes
+    from aaco_pipelines.stages.bisect import bisect, blamed
 
-    say = context.log.info
-    if config.alert_id:
-        row = bisect_alert(tracelake.lake, registry.paths, config.alert_id, config.runtimes,
-                           rounds=config.rounds, on_progress=say)  # fmt: skip
-    elif config.runtimes and config.bad_session:
-        row = bisect_runtimes(tracelake.lake, registry.paths, config.runtimes,
-                              good_session=config.good_session or None,
-                              bad_session=config.bad_session, rounds=config.rounds,
-                              on_progress=say)  # fmt: skip
-    elif config.good_session and config.bad_session:
-        row = bisect_model(tracelake.lake, registry.paths, config.good_session,
-                           config.bad_session, rounds=config.rounds, on_progress=say)  # fmt: skip
-    else:
-        raise dg.Failure(
-            "give alert_id, or good_session and bad_session (with runtimes: a bad one)"
-        )
-    runtime = row["dimension"] == "runtime"
-    first_bad, last_good = (
-        (row["first_bad_runtime"], row["last_good_runtime"])
-        if runtime
-        else (row["first_bad_sha256"], row["last_good_sha256"])
-    )
+    row = bisect(tracelake.lake, registry.paths, alert=config.alert_id or None,
+                 good=config.good_session or None, bad=config.bad_session or None,
+                 runtimes=config.runtimes, rounds=config.rounds,
+                 on_progress=context.log.info)  # fmt: skip
+    last_good, first_bad = blamed(row)
     context.add_output_metadata(
         {
             "dimension": row["dimension"],

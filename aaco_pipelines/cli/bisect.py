@@ -5,7 +5,6 @@ slower; or, given environments with other ONNX Runtimes (`--runtime`), which run
 from __future__ import annotations
 
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError
 
 
 def cmd_bisect(args, paths: AacoPaths) -> int:
@@ -13,42 +12,17 @@ def cmd_bisect(args, paths: AacoPaths) -> int:
 
     from aaco_pipelines.cli.common import progress_printer
     from aaco_pipelines.report.data import open_lake
-    from aaco_pipelines.stages.bisect import (
-        bisect_alert,
-        bisect_model,
-        bisect_runtimes,
-        bisection_line,
-    )
+    from aaco_pipelines.stages.bisect import bisect, bisection_line
 
-    _check(args)
     lake = open_lake(paths.tracelake)
     say = progress_printer(("bisecting", "measuring", "done"))
-    options = {"rounds": args.rounds, "on_progress": say, "model": args.model}
-    if args.alert:
-        row = bisect_alert(lake, paths, args.alert, runtimes=args.runtime, **options)
-    elif args.runtime:
-        row = bisect_runtimes(
-            lake, paths, args.runtime, good_session=args.good, bad_session=args.bad, **options
-        )
-    else:
-        row = bisect_model(lake, paths, args.good, args.bad, **options)
+    row = bisect(
+        lake, paths, alert=args.alert, good=args.good, bad=args.bad, runtimes=args.runtime,
+        model=args.model, rounds=args.rounds, on_progress=say,
+    )  # fmt: skip
     say.done()
     print(json.dumps(row, indent=2, default=str) if args.json else bisection_line(row))
     return 0
-
-
-def _check(args) -> None:
-    if args.alert and (args.good or args.bad):
-        raise AacoInputError(
-            "bisect an alert, or a good and a bad session", fix="--alert ID, or --good S1 --bad S2"
-        )
-    if args.good and not args.bad:
-        raise AacoInputError("--good needs --bad", fix="--good S1 --bad S2")
-    if not (args.alert or args.runtime or (args.good and args.bad)):
-        raise AacoInputError(
-            "bisect an alert, or a good and a bad session",
-            fix="--alert ID, or --good S1 --bad S2 (with --runtime ENV ...: runtimes)",
-        )
 
 
 def add_parser(sub) -> None:

@@ -87,6 +87,44 @@ ORDER BY started_at LIMIT 1
 """
 
 
+def bisect(
+    lake: TraceLake,
+    paths: AacoPaths,
+    *,
+    alert: str | None = None,
+    good: str | None = None,
+    bad: str | None = None,
+    runtimes: list[str] | None = None,
+    **options,
+) -> dict:
+    """What `aaco bisect` and the Dagster job ask for: an alert (its versions, or with
+    `runtimes` its runtimes), or a good and a bad session's versions, or runtimes with the bad
+    session (or `model`'s latest); the stored bisections row."""
+    if alert and (good or bad):
+        raise AacoInputError(
+            "bisect an alert, or a good and a bad session", fix="--alert ID, or --good S1 --bad S2"
+        )
+    if good and not bad:
+        raise AacoInputError("--good needs --bad", fix="--good S1 --bad S2")
+    if alert:
+        return bisect_alert(lake, paths, alert, runtimes, **options)
+    if runtimes:
+        return bisect_runtimes(lake, paths, runtimes, good_session=good, bad_session=bad, **options)
+    if not (good and bad):
+        raise AacoInputError(
+            "bisect an alert, or a good and a bad session",
+            fix="--alert ID, or --good S1 --bad S2 (with --runtime ENV ...: runtimes)",
+        )
+    return bisect_model(lake, paths, good, bad, **options)
+
+
+def blamed(row: dict) -> tuple[str | None, str | None]:
+    """A bisection's last good and first bad version (or runtime)."""
+    if row.get("dimension") == "runtime":
+        return row["last_good_runtime"], row["first_bad_runtime"]
+    return row["last_good_sha256"], row["first_bad_sha256"]
+
+
 def bisect_model(
     lake: TraceLake,
     paths: AacoPaths,
@@ -102,10 +140,7 @@ def bisect_model(
     against theirs); the stored bisections row."""
     say = on_progress or (lambda message: None)
     good, bad = _sessions(lake, good_session, bad_session)
-    if model is not None and bad["model_slug"] != model:
-        raise AacoInputError(
-            f"the sessions measured {bad['model_slug']}, not {model}", fix="check --model"
-        )
+    _of_model(bad, model)
     versions = _versions(lake, good, bad)
     requests = {sha: session_request(paths, first) for sha, first in versions.items()}
     say(f"bisecting {len(versions)} versions of {bad['model_slug']} on {bad['target']}")
@@ -263,22 +298,29 @@ def _settled(
     )
 
 
-def _sessions(lake: TraceLake, good_session: str, bad_session: str) -> tuple[dict, dict]:
-    rows = {
-        r["session_id"]: r
-        for r in lake.query(SESSIONS_SQL, {"ids": [good_session, bad_session]}).to_pylist()
-    }
-    for sid in (good_session, bad_session):
+def _session_rows(lake: TraceLake, ids: list[str]) -> dict[str, dict]:
+    """The sessions' rows by id; an id no session has is refused."""
+    rows = {r["session_id"]: r for r in lake.query(SESSIONS_SQL, {"ids": ids}).to_pylist()}
+    for sid in ids:
         if sid not in rows:
             raise AacoInputError(
                 f"no session {sid}", fix="aaco registry list names the models' sessions"
             )
-    good, bad = rows[good_session], rows[bad_session]
+    return rows
+
+
+def _one_model(good: dict, bad: dict) -> None:
     if (good["model_slug"], good["target"]) != (bad["model_slug"], bad["target"]):
         raise AacoInputError(
             "the good and the bad session measured different models or targets",
             fix="give two sessions of one model on one target",
         )
+
+
+def _sessions(lake: TraceLake, good_session: str, bad_session: str) -> tuple[dict, dict]:
+    rows = _session_rows(lake, [good_session, bad_session])
+    good, bad = rows[good_session], rows[bad_session]
+    _one_model(good, bad)
     if good["model_sha256"] == bad["model_sha256"]:
         raise AacoInputError(
             "both sessions measured the same model version: there is no version to bisect",
@@ -319,24 +361,20 @@ def _runtime_sessions(
                 "model",
             )
         bad_session = latest[0]
-    ids = [bad_session] + ([good_session] if good_session else [])
-    rows = {r["session_id"]: r for r in lake.query(SESSIONS_SQL, {"ids": ids}).to_pylist()}
-    for sid in ids:
-        if sid not in rows:
-            raise AacoInputError(
-                f"no session {sid}", fix="aaco registry list names the models' sessions"
-            )
+    rows = _session_rows(lake, [bad_session] + ([good_session] if good_session else []))
     bad, good = rows[bad_session], rows.get(good_session) if good_session else None
-    if model is not None and bad["model_slug"] != model:
-        raise AacoInputError(
-            f"the sessions measured {bad['model_slug']}, not {model}", fix="check --model"
-        )
-    if good and (good["model_slug"], good["target"]) != (bad["model_slug"], bad["target"]):
-        raise AacoInputError(
-            "the good and the bad session measured different models or targets",
-            fix="give two sessions of one model on one target",
-        )
+    _of_model(bad, model)
+    if good:
+        _one_model(good, bad)
     return good, bad
+
+
+def _of_model(session: dict, model: str | None) -> None:
+    """`--model`, when given, is a check: the sessions must be its."""
+    if model is not None and session["model_slug"] != model:
+        raise AacoInputError(
+            f"the sessions measured {session['model_slug']}, not {model}", fix="check --model"
+        )
 
 
 def _runtimes(environments: list[str]) -> list[Runtime]:
@@ -408,15 +446,10 @@ def bisection_line(row: dict) -> str:
             f"no {what} to blame: side by side the bad {what} is {change} of the good one's "
             "p50, not a regression"
         )
-    if what == "runtime":
-        found = (
-            f"first slower runtime {row['first_bad_runtime']} (after {row['last_good_runtime']})"
-        )
-    else:
-        found = (
-            f"first slower version {row['first_bad_sha256'][:12]} (after "
-            f"{row['last_good_sha256'][:12]})"
-        )
+    last_good, first_bad = blamed(row)
+    if what == "version":  # a content hash: its start names it
+        last_good, first_bad = last_good[:12], first_bad[:12]
+    found = f"first slower {what} {first_bad} (after {last_good})"
     if row["first_bad_session"]:
         found += f", first measured by {row['first_bad_session']}"
     unclear = ", one step unclear: measure it again" if row["status"] == "unclear" else ""
