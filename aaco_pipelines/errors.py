@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from aaco_pipelines.redaction import redact
+from aaco_pipelines.foundation.redaction import redact
 
 
 class AacoInputError(Exception):

@@ -5,10 +5,10 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.compute as pc
 
-from aaco_pipelines.analysis.metrics import UNITS
+from aaco_pipelines.analysis.metrics.derived import UNITS
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import session_links
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
 from aaco_pipelines.report.plots import markdown_image, op_breakdown

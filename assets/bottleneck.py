@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.classification import close_call_text
-from aaco_pipelines.analysis.roofline import JudgedRoofline
+from aaco_pipelines.analysis.bottleneck.classification import close_call_text
+from aaco_pipelines.analysis.bottleneck.roofline import JudgedRoofline
 from aaco_pipelines.assets.envelope import envelope_metadata, hardware_envelope
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
@@ -104,7 +104,7 @@ def _metadata(diagnosis: Diagnosis, home) -> dict:
                 ],
             )
         ),
-        # each GPU kernel's occupancy, counted work and class (analysis/kernel_diagnosis.py)
+        # each GPU kernel's occupancy, counted work and class (analysis/kernels/diagnosis.py)
         "kernel_findings": dg.MetadataValue.md(_kernel_table(diagnosis))
         if diagnosis.kernels.kernels.num_rows
         else "no GPU kernels (the CPU provider's ops are judged above)",

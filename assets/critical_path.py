@@ -8,7 +8,7 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import session_links
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, pct
 from aaco_pipelines.report.units import by_unit, duration

@@ -12,10 +12,10 @@ from dagster import get_dagster_logger
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.governance.alerts import list_alerts
-from aaco_pipelines.governance.series import CONFIRM_SESSIONS, DEFAULT_POLICY
+from aaco_pipelines.governance.alerts.lifecycle import list_alerts
+from aaco_pipelines.governance.drift.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
@@ -106,7 +106,7 @@ def performance_drift(
 
 
 def _alerts_text(judged, in_sweep: bool) -> str:
-    """What the session did to its model's alerts (governance.alerts)."""
+    """What the session did to its model's alerts (governance.alerts.lifecycle)."""
     if judged.alerts_error:
         get_dagster_logger().warning(f"alerts not updated: {judged.alerts_error}")
         return f"not updated: {judged.alerts_error}"

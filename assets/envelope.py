@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from aaco_pipelines.analysis.envelope import ADD, HardwareEnvelope
-from aaco_pipelines.analysis.envelope_choice import measure_and_save
+from aaco_pipelines.analysis.envelope.choice import measure_and_save
+from aaco_pipelines.analysis.envelope.measure import ADD, HardwareEnvelope
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.report.markdown_tables import markdown_table, num
 from aaco_pipelines.resources import BenchmarkRunnerResource, TraceLakeResource
@@ -39,7 +39,7 @@ def envelope_metadata(envelope_id: str, envelope: HardwareEnvelope) -> dict:
         "peak_bandwidth_gbs": round(envelope.bandwidth.peak / 1e9, 2),
         "bandwidth_spread_gbs": f"{envelope.bandwidth.spread_low / 1e9:.1f} – {envelope.bandwidth.spread_high / 1e9:.1f}",
         "ridge_point_flop_per_byte": round(envelope.ridge_point(), 3),
-        # The host CPU's theoretical fp32 peak (analysis.host_peak) and the share of it the
+        # The host CPU's theoretical fp32 peak (analysis.envelope.host_peak) and the share of it the
         # measured fp32 GEMM reached; None on a GPU or where cpuinfo does not say.
         "theoretical_peak_gflops": round(theoretical["flops_per_s"] / 1e9, 2)
         if theoretical

@@ -6,8 +6,8 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, nights_partitions
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.governance.alerts import list_alerts, sync_alerts
-from aaco_pipelines.governance.fdr import CHANGES
+from aaco_pipelines.governance.alerts.lifecycle import list_alerts, sync_alerts
+from aaco_pipelines.governance.drift.fdr import CHANGES
 from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.resources import TraceLakeResource
@@ -69,7 +69,7 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             description="review a night the nightly_regression_sweep schedule ran",
         )
     review = review_night(tracelake.lake, list(sessions.values()))
-    # the night's verdicts are final now: its alerts open, update or close (governance.alerts)
+    # the night's verdicts are final now: its alerts open, update or close (governance.alerts.lifecycle)
     alert_events = sync_alerts(tracelake.lake, list(sessions.values()))
     active = list_alerts(tracelake.lake, active=True)  # every model's, as people left them
     changes, surviving = review.changes, review.surviving

@@ -9,9 +9,9 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.llm.workload import SCENARIOS
+from aaco_pipelines.registry.workload import SCENARIOS
 from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.load import LoadedSession, load
@@ -42,7 +42,7 @@ CHECKS = [
         asset="tracelake_session",
         description="Nothing disturbed the measured pass: other processes took at most 20 % of "
         "the host's CPU, p99 within 3x p50, the mean within 1.5x, few far outliers "
-        "(analysis/measurement_quality.py). A suspect session is left out of new baselines.",
+        "(analysis/metrics/measurement_quality.py). A suspect session is left out of new baselines.",
     ),
     dg.AssetCheckSpec(
         "generation_complete",

@@ -6,7 +6,7 @@ import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.resources import ModelRegistryResource
 from aaco_pipelines.stages.collect import collect
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.governance.changepoint import (
+from aaco_pipelines.governance.drift.changepoint import (
     ChangePoint,
     detect_change_points,
     q_statistics,
 )
-from aaco_pipelines.governance.changepoint_score import covering, f_measure
+from aaco_pipelines.governance.drift.changepoint_score import covering, f_measure
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "samples" / "changepoint"

@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aaco_pipelines.governance.fdr import benjamini_hochberg, sweep_verdicts
-from aaco_pipelines.governance.series import judge_series, metric_policy
-from aaco_pipelines.governance.verdict import DriftVerdict, VerdictPolicy
+from aaco_pipelines.governance.drift.fdr import benjamini_hochberg, sweep_verdicts
+from aaco_pipelines.governance.drift.series import judge_series, metric_policy
+from aaco_pipelines.governance.drift.verdict import DriftVerdict, VerdictPolicy
 
 METRIC = "latency_p50_ns"
 STEPS_PCT = (3.0, 5.0, 10.0)

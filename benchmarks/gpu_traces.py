@@ -41,15 +41,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-
-from aaco_pipelines.analysis.gpu_attribution import attribute_gpu_kernels, clock_alignment_of
-from aaco_pipelines.analysis.metrics import table_metrics
-from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.trace_simulator import (
+from trace_simulator import (
     SimulationSettings,
     attribution_accuracy,
     simulate_at_scale,
 )
+
+from aaco_pipelines.analysis.attribution.gpu_kernels import (
+    attribute_gpu_kernels,
+    clock_alignment_of,
+)
+from aaco_pipelines.analysis.metrics.derived import table_metrics
+from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.report.perfetto import write_perfetto
 from aaco_pipelines.stages.ingest_trace import ingest_trace

@@ -113,7 +113,7 @@ def server_ttft(path: Path, io, out: Path, requests: int) -> None:
     import onnxruntime as ort
 
     from aaco_pipelines.llm.engine import Generator
-    from aaco_pipelines.llm.workload import GenerationWorkload
+    from aaco_pipelines.registry.workload import GenerationWorkload
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1

@@ -21,8 +21,7 @@ import tempfile
 from pathlib import Path
 
 from gpu_traces import print_rows, timed_process, zoo_profile
-
-from aaco_pipelines.collectors.trace_simulator import SimulationSettings, simulate_at_scale
+from trace_simulator import SimulationSettings, simulate_at_scale
 
 EXPORTS = {"perfetto": "trace.json", "perfetto-proto": "trace.perfetto-trace"}
 

@@ -24,8 +24,8 @@ FORMATS = {"perfetto": "trace.json", "perfetto-proto": "trace.perfetto-trace"}
 def build_session(kernels: int, home: Path) -> None:
     """A simulated rocprofv3 trace of `kernels` kernels, ingested into `home`'s TraceLake."""
     from gpu_traces import zoo_profile
+    from trace_simulator import SimulationSettings, simulate_at_scale
 
-    from aaco_pipelines.collectors.trace_simulator import SimulationSettings, simulate_at_scale
     from aaco_pipelines.config import AacoPaths
     from aaco_pipelines.stages.ingest_trace import ingest_trace
 

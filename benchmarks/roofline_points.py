@@ -18,7 +18,7 @@ from pathlib import Path
 
 def above_roof(lake, session_id: str, level: str, envelope) -> tuple[int, int, float]:
     """(points above their roof, points judged, largest utilization) at one op_breakdown level."""
-    from aaco_pipelines.analysis.roofline import dtype_roofline, node_dtypes
+    from aaco_pipelines.analysis.bottleneck.roofline import dtype_roofline, node_dtypes
     from aaco_pipelines.tracelake.queries import ROOFLINE_NODES_SQL
 
     sql = ROOFLINE_NODES_SQL.split("WHERE o.session_id")[0]
@@ -36,7 +36,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from run import bare_sweep, fresh_paths
 
-    from aaco_pipelines.analysis.envelope import HardwareEnvelope
+    from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
     from aaco_pipelines.tracelake.store import TraceLake
 
     totals = {"node, DRAM only": [0, 0], "fused, cache ceilings": [0, 0], "stored": [0, 0]}

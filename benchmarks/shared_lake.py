@@ -38,8 +38,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
+from trace_simulator import SimulationSettings, simulate_at_scale
 
-from aaco_pipelines.collectors.trace_simulator import SimulationSettings, simulate_at_scale
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.store import TraceLake
 

@@ -89,8 +89,8 @@ def busy_loops(count: int):
 
 def gate_trust(root: Path, comparisons: int, detections: int, paired: int) -> dict:
     from aaco_pipelines.config import AacoPaths
-    from aaco_pipelines.governance.gate import gate_verdict
-    from aaco_pipelines.governance.paired import judge_side_by_side, unsure
+    from aaco_pipelines.governance.gate.decision import gate_verdict
+    from aaco_pipelines.governance.gate.paired import judge_side_by_side, unsure
     from aaco_pipelines.registry.scan import registered_model
     from aaco_pipelines.registry.sidecar import ModelSidecar
     from aaco_pipelines.stages.pipeline import measure_model
@@ -198,9 +198,9 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
     sys.path.insert(0, str(HERE))
     from run import bare_sweep, fresh_paths
 
-    from aaco_pipelines.analysis.across_sessions import rivals
-    from aaco_pipelines.analysis.envelope import HardwareEnvelope
-    from aaco_pipelines.analysis.ranking_stability import tied_with_top
+    from aaco_pipelines.analysis.attribution.ranking_stability import tied_with_top
+    from aaco_pipelines.analysis.comparison.across_sessions import rivals
+    from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -251,7 +251,7 @@ def _agreement(rows: list[dict]) -> dict:
     both, whether every run off the
     majority was labelled (its measurement judged suspect; for the class, the majority's class
     named as a close call; for the top op, its rank's bootstrap stability under 0.9)."""
-    from aaco_pipelines.analysis.ranking_stability import STABLE
+    from aaco_pipelines.analysis.attribution.ranking_stability import STABLE
 
     def labelled(row: dict, key: str, majority: str) -> bool:
         if row["quality"] == "suspect":

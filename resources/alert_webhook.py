@@ -9,7 +9,7 @@ import os
 import dagster as dg
 from pydantic import Field
 
-from aaco_pipelines.governance.notifications import SECRET_VARIABLE, URL_VARIABLE, Webhook
+from aaco_pipelines.governance.alerts.notifications import SECRET_VARIABLE, URL_VARIABLE, Webhook
 
 
 class AlertWebhookResource(dg.ConfigurableResource):

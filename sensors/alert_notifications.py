@@ -1,13 +1,13 @@
 """alert_notifications_sensor: the alert events due a notification, delivered to the webhook.
 
-Each tick tries every due event once (governance.notifications): delivered at least once and
+Each tick tries every due event once (governance.alerts.notifications): delivered at least once and
 never twice, however often the sensor ticks, a failed one tried again on a later tick after its
 backoff, a dead letter after its last attempt. Nothing is launched: the tick is the work.
 """
 
 import dagster as dg
 
-from aaco_pipelines.governance.notifications import deliver_due
+from aaco_pipelines.governance.alerts.notifications import deliver_due
 from aaco_pipelines.resources.alert_webhook import AlertWebhookResource
 from aaco_pipelines.resources.tracelake import TraceLakeResource
 

@@ -21,9 +21,9 @@ from collections.abc import Callable, Iterable
 import dagster as dg
 
 from aaco_pipelines.errors import Interrupted
+from aaco_pipelines.foundation.stopping import stop_requested
 from aaco_pipelines.sensors.dead_runs import recover_dead_runs
 from aaco_pipelines.sensors.sweep_owner import describe_owner, has_owner
-from aaco_pipelines.stopping import stop_requested
 
 POLL_S = 1.0
 NOTICE_EVERY_S = 30.0
@@ -54,7 +54,9 @@ def wait_for_pools(
             next_notice = time.monotonic() + notice_every_s
         if stopped := stop_requested():
             raise Interrupted(stopped)
-        time.sleep(poll_s)  # a stop signal raises Interrupted here (aaco_pipelines.stopping)
+        time.sleep(
+            poll_s
+        )  # a stop signal raises Interrupted here (aaco_pipelines.foundation.stopping)
 
 
 def full_pools(instance: dg.DagsterInstance, pools: list[str]) -> dict[str, list[str]]:

@@ -9,7 +9,7 @@ A run whose blocking `no_performance_regression` check fails is a failed run to 
 is a "regression" (the measurement itself worked), told apart from a "failed" measurement.
 
 Each run judges its own series. A sweep judges hundreds at once, so after the last run the
-verdicts of every series of the sweep go through Benjamini-Hochberg (`governance.fdr`, q = 0.05):
+verdicts of every series of the sweep go through Benjamini-Hochberg (`governance.drift.fdr`, q = 0.05):
 a regression whose adjusted p-value is above q becomes no_change ("fdr_controlled") in the
 TraceLake and in the sweep's summary, and only the regressions that remain count.
 """
@@ -30,10 +30,11 @@ import dagster as dg
 
 from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError, Interrupted
-from aaco_pipelines.governance.alerts import sync_alerts
-from aaco_pipelines.governance.fdr import FDR_Q, control_sweep
-from aaco_pipelines.governance.notifications import Webhook, deliver_due
-from aaco_pipelines.governance.series import GATED_METRICS
+from aaco_pipelines.foundation.stopping import stop_requested
+from aaco_pipelines.governance.alerts.lifecycle import sync_alerts
+from aaco_pipelines.governance.alerts.notifications import Webhook, deliver_due
+from aaco_pipelines.governance.drift.fdr import FDR_Q, control_sweep
+from aaco_pipelines.governance.drift.series import GATED_METRICS
 from aaco_pipelines.instance import prepare_dagster_home, routes_runs
 from aaco_pipelines.instance.retries import (
     attempts_by_partition,
@@ -42,7 +43,6 @@ from aaco_pipelines.instance.retries import (
     settled,
 )
 from aaco_pipelines.registry.scan import RegisteredModel, model_slug, read_registry
-from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.store import TraceLake
 
 REGRESSION_CHECK = "no_performance_regression"
@@ -269,7 +269,7 @@ def _waiting_for(runs: list, results: dict) -> str:
 def control_false_discoveries(
     paths: AacoPaths, results: list[SweepResult], q: float = FDR_Q
 ) -> list[SweepResult]:
-    """Benjamini-Hochberg over every drift series the sweep judged (`governance.fdr`); the
+    """Benjamini-Hochberg over every drift series the sweep judged (`governance.drift.fdr`); the
     verdicts written back and the results' regressions re-read from them."""
     ids = [r.session_id for r in results if r.session_id]
     if not ids:
@@ -279,7 +279,7 @@ def control_false_discoveries(
     for row in control_sweep(lake, ids, q).to_pylist():
         if row["verdict"] == "regression" and row["metric"] in GATED_METRICS:
             regressed[row["session_id"]].append(row["metric"])
-    sync_alerts(lake, ids)  # the sweep's verdicts are final now (governance.alerts)
+    sync_alerts(lake, ids)  # the sweep's verdicts are final now (governance.alerts.lifecycle)
     webhook = Webhook.from_env()
     if webhook is not None:  # no daemon ticks the sensor for a headless sweep
         deliver_due(lake, webhook)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.runner import RunnerLimits
 from aaco_pipelines.stages.measure import MeasureOptions
@@ -90,7 +90,8 @@ def measure_each_envelope_once(monkeypatch, host_envelopes):
     """The first analysed session of a TraceLake measures the hardware envelope (about 4 s on
     this 2-core host), and every test's lake is new: the run measures each target's envelope
     once and every lake stores that one. tests/analysis/test_envelope.py measures its own."""
-    from aaco_pipelines.analysis import envelope, envelope_choice
+    from aaco_pipelines.analysis.envelope import choice as envelope_choice
+    from aaco_pipelines.analysis.envelope import measure as envelope
 
     def once(target: str = "cpu", providers=None, **kwargs):
         key = (target, tuple(providers or ()))

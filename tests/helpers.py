@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope, ResourcePeak
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.registry.sidecar import ModelSidecar
@@ -243,7 +243,7 @@ def engine_query(**registered: pa.Table):
 
 def exact_mapping(nodes, op_type: str = "Op") -> pa.Table:
     """A node mapping in which every runtime node is the original node of its name."""
-    from aaco_pipelines.analysis.attribution import NODE_MAPPING
+    from aaco_pipelines.analysis.attribution.nodes import NODE_MAPPING
 
     rows = [
         {"runtime_node": n, "runtime_op_type": op_type, "onnx_node": n, "onnx_op_type": op_type,
@@ -303,7 +303,7 @@ def simulated_gpu_trace(tmp_path: Path, runs: int = 10) -> tuple[Path, Path]:
     import numpy as np
 
     from aaco_pipelines.collectors.ort_profile import read_ort_profile
-    from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
+    from benchmarks.trace_simulator import simulate_rocprof_traces
 
     model = models.save(models.conv_block_model(), tmp_path / "conv_block.onnx")
     profile, start_ns = ort_profile(tmp_path, model, {"x": np.ones((1, 3, 32, 32), "f4")}, runs)

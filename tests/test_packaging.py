@@ -1,6 +1,6 @@
 """What an install brings (pyproject's extras): ONNX Runtime per host, never both builds; the
 scale-out packages only with `cluster`; statsmodels only for the tests. And where an extra is
-needed and missing, one line naming it (aaco_pipelines/extras.py).
+needed and missing, one line naming it (aaco_pipelines/foundation/extras.py).
 
 And what it is installed as: one top-level name. The Dagster project's folders (assets/,
 resources/, sensors/) sit at the top of the repository but must not install as top-level

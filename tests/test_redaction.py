@@ -8,12 +8,12 @@ import json
 import pytest
 
 from aaco_pipelines import cli
-from aaco_pipelines.bundle import write_json
+from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.cli import main
-from aaco_pipelines.doctor import Check
+from aaco_pipelines.cli.doctor_checks import Check
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
-from aaco_pipelines.redaction import redact
-from aaco_pipelines.service_errors import postgres_failure, server_parts
+from aaco_pipelines.foundation.redaction import redact
+from aaco_pipelines.foundation.service_errors import postgres_failure, server_parts
 
 SECRET = "S3ntinel-pw-91"
 
@@ -164,7 +164,7 @@ def test_a_server_is_described_by_host_port_database_and_user(connection):
 
 
 def test_a_log_another_program_wrote_is_redacted_in_place(tmp_path):
-    from aaco_pipelines.redaction import redact_file
+    from aaco_pipelines.foundation.redaction import redact_file
 
     log = tmp_path / "worker.log"
     log.write_text("loading\nerror: could not connect to postgresql://aaco:Sentinel-77@db/x\n")

@@ -1,10 +1,15 @@
 """Turning measured sessions into findings: what limits a model, and what to do about it.
 
-A session is judged against a hardware envelope (analysis.envelope_choice.session_envelope): the one
-measured on this host for sessions measured here; for a trace ingested from a GPU, the envelope
-measured on that GPU model if the TraceLake has one, else its datasheet (analysis.datasheets),
-else none. Every node sits under the GEMM roof of its own data type.
+One sub-package per question a performance engineer asks of a session:
+
+    attribution/    which ONNX node each kernel belongs to, time per node, op and fusion group
+    metrics/        the session's derived metrics, and whether its latencies can be trusted
+    envelope/       what this hardware can do: measured peaks, datasheets, which envelope judges
+    bottleneck/     what limits the session: roofline, evidence, class with its confidence
+    kernels/        why each GPU kernel takes its time: occupancy, counters, its class
+    critical_path/  which node, made faster, makes the model faster (critical path, what-if)
+    comparison/     what two sessions ran differently (structural diff), and run-to-run rivals
 
 Readers of the TraceLake: they may import the foundation, storage and the producers, never a
-stage or a surface.
+stage or a surface. Each sub-package's __init__ names its entry points.
 """

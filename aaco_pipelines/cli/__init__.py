@@ -17,12 +17,6 @@ import sys
 import traceback
 
 from aaco_pipelines import __version__
-from aaco_pipelines.address_space import (
-    address_space_limit,
-    describe_limit,
-    fit_address_space,
-    require_headroom,
-)
 from aaco_pipelines.cli import (
     alerts,
     bisect,
@@ -40,9 +34,15 @@ from aaco_pipelines.cli import (
 )
 from aaco_pipelines.config import AacoPaths, old_home_notice
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
-from aaco_pipelines.extras import missing_extra
-from aaco_pipelines.redaction import redact
-from aaco_pipelines.stopping import exit_code, stop_on_signals
+from aaco_pipelines.foundation.address_space import (
+    address_space_limit,
+    describe_limit,
+    fit_address_space,
+    require_headroom,
+)
+from aaco_pipelines.foundation.extras import missing_extra
+from aaco_pipelines.foundation.redaction import redact
+from aaco_pipelines.foundation.stopping import exit_code, stop_on_signals
 
 DESCRIPTION = """The `aaco` command line: measure, ingest, report, gate and inspect from a terminal or a CI job.
 

@@ -1,4 +1,4 @@
-"""`aaco alert`: the alerts confirmed changes opened (governance.alerts), and what people say of
+"""`aaco alert`: the alerts confirmed changes opened (governance.alerts.lifecycle), and what people say of
 them: list, show, ack, invalid (noise), fixed."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ACTION_HELP = {
 def cmd_alert_list(args, paths: AacoPaths) -> int:
     import json
 
-    from aaco_pipelines.governance.alerts import list_alerts
+    from aaco_pipelines.governance.alerts.lifecycle import list_alerts
     from aaco_pipelines.report.alerts_text import alert_line
     from aaco_pipelines.report.data import open_lake
 
@@ -31,7 +31,7 @@ def cmd_alert_list(args, paths: AacoPaths) -> int:
 
 
 def cmd_alert_show(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.alerts import alert_history, find_alert
+    from aaco_pipelines.governance.alerts.lifecycle import alert_history, find_alert
     from aaco_pipelines.report.alerts_text import alert_line
     from aaco_pipelines.report.data import open_lake
 
@@ -46,7 +46,7 @@ def cmd_alert_show(args, paths: AacoPaths) -> int:
 
 
 def cmd_alert_set(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.alerts import set_state
+    from aaco_pipelines.governance.alerts.lifecycle import set_state
     from aaco_pipelines.report.alerts_text import alert_line
     from aaco_pipelines.report.data import open_lake
 
@@ -61,7 +61,7 @@ def cmd_alert_set(args, paths: AacoPaths) -> int:
 def cmd_alert_deliver(args, paths: AacoPaths) -> int:
     """Deliver the notifications due now (what the Dagster sensor does on each tick)."""
     from aaco_pipelines.errors import AacoInputError
-    from aaco_pipelines.governance.notifications import URL_VARIABLE, Webhook, deliver_due
+    from aaco_pipelines.governance.alerts.notifications import URL_VARIABLE, Webhook, deliver_due
     from aaco_pipelines.report.data import open_lake
 
     webhook = Webhook.from_env()

@@ -48,7 +48,7 @@ def cmd_detector_arl(args, paths: AacoPaths) -> int:
     """ARL at each --shift: how long between false alarms (0) and until a shift is seen."""
     from functools import partial
 
-    from aaco_pipelines.governance import arl
+    from aaco_pipelines.governance.drift import arl
     from aaco_pipelines.report.verdict_text import arl_cell
 
     o = detector_options(args, required="h" if args.chart == "cusum" else "L")
@@ -79,7 +79,7 @@ def cmd_detector_design(args, paths: AacoPaths) -> int:
     """The limit (h or L) giving --target-arl in control, and what it buys at a 1 sd shift."""
     from functools import partial
 
-    from aaco_pipelines.governance import arl
+    from aaco_pipelines.governance.drift import arl
 
     o = detector_options(args)
     try:

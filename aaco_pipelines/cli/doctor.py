@@ -7,7 +7,7 @@ from aaco_pipelines.config import AacoPaths
 
 def cmd_doctor(args, paths: AacoPaths) -> int:
     """What this host can measure; always exits 0, since a doctor reports."""
-    from aaco_pipelines.doctor import format_checks, run_checks
+    from aaco_pipelines.cli.doctor_checks import format_checks, run_checks
 
     print(format_checks(run_checks(paths)))
     return 0

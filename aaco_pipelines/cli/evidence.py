@@ -1,6 +1,6 @@
 """`aaco verify` (every file of the sessions' bundles hashed against the manifests the TraceLake
 vouches for, one row per session), and the cheap check `aaco report`, `export` and `diff` make
-before they use a session's numbers (aaco_pipelines.manifest)."""
+before they use a session's numbers (aaco_pipelines.bundle.manifest)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from aaco_pipelines.errors import AacoInputError
 def checked_session(paths: AacoPaths, session: str) -> str:
     """The session's id ("latest" resolved), once its bundle is seen unchanged (size and
     mtime against its manifest): a changed one is refused, naming the file."""
-    from aaco_pipelines.manifest import require_unchanged
+    from aaco_pipelines.bundle.manifest import require_unchanged
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.tracelake.queries import resolve_session
 
@@ -25,7 +25,7 @@ def checked_session(paths: AacoPaths, session: str) -> str:
 
 def cmd_verify(args, paths: AacoPaths) -> int:
     """One row per session: ok, what changed, or not covered; exit 2 when any failed."""
-    from aaco_pipelines.manifest import check_bundles
+    from aaco_pipelines.bundle.manifest import check_bundles
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.tracelake.queries import resolve_session
 

@@ -22,8 +22,8 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     if args.structure:
         return cmd_structure(args, paths)
 
-    from aaco_pipelines.governance.gate import gate_verdict
-    from aaco_pipelines.manifest import require_unchanged
+    from aaco_pipelines.bundle.manifest import require_unchanged
+    from aaco_pipelines.governance.gate.decision import gate_verdict
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
     from aaco_pipelines.tracelake import queries
@@ -40,7 +40,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     require_unchanged(lake, [verdict.session_id, *verdict.baseline["session_ids"]])
     paired = args.paired or "auto"  # args.paired None: --paired not written
     if paired != "never":
-        from aaco_pipelines.governance.paired import judge_side_by_side, unsure
+        from aaco_pipelines.governance.gate.paired import judge_side_by_side, unsure
 
         reason = "asked for" if paired == "always" else unsure(verdict)
         if reason:
@@ -89,8 +89,8 @@ def cmd_structure(args, paths: AacoPaths) -> int:
     and gained, kernels per node, time per node with its CI)."""
     import json
 
-    from aaco_pipelines.analysis.structural_diff import structural_diff
-    from aaco_pipelines.manifest import require_unchanged
+    from aaco_pipelines.analysis.comparison.structural_diff import structural_diff
+    from aaco_pipelines.bundle.manifest import require_unchanged
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.structure_text import structure_headline, structure_tables
     from aaco_pipelines.tracelake.queries import resolve_session
@@ -176,7 +176,7 @@ def measured_model(lake, name: str) -> str:
 
 
 def cmd_baseline_create(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.baselines import create_baseline
+    from aaco_pipelines.governance.gate.baselines import create_baseline
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import baseline_text
 
@@ -207,7 +207,7 @@ def cmd_baseline_create(args, paths: AacoPaths) -> int:
 
 
 def cmd_baseline_list(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.baselines import list_baselines
+    from aaco_pipelines.governance.gate.baselines import list_baselines
     from aaco_pipelines.report.data import open_lake
 
     lake = open_lake(paths.tracelake)
@@ -235,7 +235,7 @@ def cmd_baseline_list(args, paths: AacoPaths) -> int:
 
 
 def cmd_baseline_show(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.baselines import get_baseline
+    from aaco_pipelines.governance.gate.baselines import get_baseline
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import baseline_text
 
@@ -244,7 +244,7 @@ def cmd_baseline_show(args, paths: AacoPaths) -> int:
 
 
 def cmd_baseline_pin(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.governance.baselines import pin_baseline
+    from aaco_pipelines.governance.gate.baselines import pin_baseline
     from aaco_pipelines.report.data import open_lake
 
     b = pin_baseline(open_lake(paths.tracelake), args.name)

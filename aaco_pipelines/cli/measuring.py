@@ -40,9 +40,9 @@ def run_summary(lake_path: Path, session_id: str) -> str:
     trusted first."""
     import json
 
-    from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
-    from aaco_pipelines.analysis.classification import close_call_text
-    from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
+    from aaco_pipelines.analysis.bottleneck.classification import close_call_text
+    from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
+    from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -103,14 +103,14 @@ def objectives_cell(objectives: list[dict]) -> str:
 def top_op_cell(top: dict | None) -> str:
     """The top node, its share, the ops tied with it, and "uncertain" when a bootstrap
     resample of the profiled iterations often ranks another first (analysis/ranking_stability)."""
-    from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
-    from aaco_pipelines.analysis.ranking_stability import (
+    from aaco_pipelines.analysis.attribution.ranking_stability import (
         MIN_ITERATIONS,
         STABLE,
         TICK_NS,
         TIE,
         tied_with_top,
     )
+    from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
 
     if top is None:
         return "-"
@@ -142,7 +142,7 @@ TIED_SHOWN = 3  # tied ops named in the summary's cell; the report lists them al
 
 def generation_summary(figures: dict[tuple[str, str], float]) -> list[tuple[str, str]]:
     """One line per scenario of a generation session: TTFT, TPOT, tokens/s, goodput."""
-    from aaco_pipelines.llm.workload import SCENARIOS
+    from aaco_pipelines.registry.workload import SCENARIOS
 
     lines = []
     for run in SCENARIOS:

@@ -30,7 +30,7 @@ def registry_history(lake_path: Path) -> tuple[dict[str, dict] | None, str | Non
     """({slug: history}, None) from the TraceLake; ({}, why) when there is no lake yet (no
     sessions: 0 versions is true); (None, why) when it cannot be read now (busy, damaged):
     the history is then unknown, never shown as none."""
-    from aaco_pipelines.redaction import redact
+    from aaco_pipelines.foundation.redaction import redact
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.locking import TraceLakeBusy, lock_timeout
     from aaco_pipelines.tracelake.store import TraceLake

@@ -124,7 +124,7 @@ def add_parser(sub) -> None:
 
 def cmd_sweep(args, paths: AacoPaths) -> int:
     """Measure every registry model as Dagster runs; exit 1 when a model failed."""
-    from aaco_pipelines.redaction import redact
+    from aaco_pipelines.foundation.redaction import redact
     from aaco_pipelines.sensors.sweep import dagster_home_for, sweep
 
     only, targets = comma_list(args.models), comma_list(args.targets)

@@ -31,7 +31,7 @@ from pathlib import Path
 import duckdb
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.stopping import raise_if_stopped, stop_requested
+from aaco_pipelines.foundation.stopping import raise_if_stopped, stop_requested
 
 TIMEOUT_VARIABLE = "AACO_TRACE_READ_TIMEOUT_S"
 BASE_BUDGET_S = 60.0

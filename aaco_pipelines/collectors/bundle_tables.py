@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.collectors.host_telemetry import host_telemetry_table, pass_labels
 from aaco_pipelines.collectors.llm_generation import generation_tables
 from aaco_pipelines.collectors.ort_profile import read_ort_profile

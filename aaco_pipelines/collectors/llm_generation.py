@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.llm.decoder_io import DecoderIO
 from aaco_pipelines.tracelake import engine

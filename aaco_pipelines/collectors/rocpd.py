@@ -28,7 +28,7 @@ from __future__ import annotations
 import sqlite3
 
 from aaco_pipelines.collectors.plan import Plan
-from aaco_pipelines.sql import sql_identifier, sql_literal
+from aaco_pipelines.foundation.sql import sql_identifier, sql_literal
 
 SOURCE = "rocpd"
 

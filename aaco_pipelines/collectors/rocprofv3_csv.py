@@ -62,7 +62,7 @@ import duckdb
 from aaco_pipelines.collectors import trace_paths
 from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.sql import sql_identifier, sql_literal, sql_path
+from aaco_pipelines.foundation.sql import sql_identifier, sql_literal, sql_path
 
 SOURCE = "rocprofv3_csv"
 

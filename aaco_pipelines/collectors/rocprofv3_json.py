@@ -34,7 +34,7 @@ from pathlib import Path
 import duckdb
 
 from aaco_pipelines.collectors.plan import Plan
-from aaco_pipelines.sql import sql_literal, sql_path
+from aaco_pipelines.foundation.sql import sql_literal, sql_path
 from aaco_pipelines.tracelake import engine
 
 SOURCE = "rocprofv3_json"

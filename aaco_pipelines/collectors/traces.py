@@ -53,8 +53,8 @@ from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.collectors.streamed_insert import streamed_insert
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.sql import sql_identifier, sql_literal
-from aaco_pipelines.stopping import raise_if_stopped
+from aaco_pipelines.foundation.sql import sql_identifier, sql_literal
+from aaco_pipelines.foundation.stopping import raise_if_stopped
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.schema import schema_ddl, sql_projection, trace_table
 

@@ -5,7 +5,7 @@ environment's interpreter (execution.runtime_worker), both alive for the whole m
 driven by side by side's own protocol (execution.side_by_side.alternate: A's block, then B's,
 then B's, then A's, each block long enough to hold several iterations, its first iteration not
 kept: the other worker's pool may still be spinning down). Whatever the host does hits both runtimes alike, and the
-result is a SideBySide that governance.paired judges like two model versions'.
+result is a SideBySide that governance.gate.paired judges like two model versions'.
 
 Both workers open the one request (the model, providers, optimization level, laboratory threads)
 and are fed the same inputs, made here once and handed over in an .npz file. On a laboratory

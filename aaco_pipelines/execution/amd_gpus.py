@@ -1,6 +1,6 @@
 """AMD GPUs by name: a gfx target from a KFD version number or an agent string, and this host's
 GPUs as the amdgpu driver's KFD topology lists them. One place for the datasheet matching
-(analysis.datasheets), the counter formulas (collectors.gpu_counters) and the runner's counter
+(analysis.envelope.datasheets), the counter formulas (execution.gpu_counters) and the runner's counter
 passes (execution.counter_passes)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A GPU counts events in blocks (SQ, TA, TD, TCP, TCC or GL2C, SPI, GRBM, CPC, ...), each with a
 few counter registers; rocprofv3 refuses a `--pmc` group that needs more registers of a block
 than it has ("The job fails if a counter group can't be collected in a single pass", rocprofv3
-command-line options, rocprofiler-sdk docs). So the counters `collectors.gpu_counters` asks for
+command-line options, rocprofiler-sdk docs). So the counters `execution.gpu_counters` asks for
 an architecture are split into passes, each a separate run of the workload under rocprofv3.
 
 Which block a counter uses: its name's prefix before the first underscore (`TCC_EA0_RDREQ_sum`
@@ -59,9 +59,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from aaco_pipelines.collectors.gpu_counters import counters_for
 from aaco_pipelines.execution import environment
 from aaco_pipelines.execution.amd_gpus import KFD_NODES, gfx_name, kfd_gpu_nodes
+from aaco_pipelines.execution.gpu_counters import counters_for
 
 COUNTER_PASS_FOLDER = "pmc_{}"  # under the trace folder, as rocprofv3 names its passes
 COUNTER_OUTPUT_FILE = "counters"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.bundle import write_json
+from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.counter_passes import COUNTER_PASS_PREFIX
 from aaco_pipelines.execution.environment import capture_environment
@@ -96,7 +96,7 @@ def run_passes(request: dict, out: Path, which: str = "all") -> dict:
     result: dict = {"providers_requested": request["resolved_providers"]}
     passes: dict[str, dict] = {}
     if request.get("generation"):
-        from aaco_pipelines.llm.passes import run_generation_passes
+        from aaco_pipelines.execution.generation_passes import run_generation_passes
 
         done, passes = run_generation_passes(ort, request, out, which, progress)
         result.update(done)

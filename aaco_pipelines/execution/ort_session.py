@@ -2,7 +2,7 @@
 optimization level, laboratory threads, profiling), the providers it asks for, and the session
 without the graph transformers the sidecar disables.
 
-Shared by the measuring process (forward passes), the LLM generation loop (llm.passes), the
+Shared by the measuring process (forward passes), the LLM generation loop (execution.generation_passes), the
 coverage check and `aaco ingest`'s optimized graph, so each opens its session the same way.
 """
 
@@ -13,9 +13,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from aaco_pipelines.atomic_file import write_atomically
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.providers import amd_gpu_visible, choose_providers
+from aaco_pipelines.foundation.atomic_file import write_atomically
 
 # The sidecar's graph_optimization_level, as ONNX Runtime names it.
 OPTIMIZATION_LEVELS = {

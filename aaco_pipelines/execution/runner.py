@@ -29,7 +29,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.bundle import SessionBundle, copy_folder, record_evidence, write_json
+from aaco_pipelines.bundle.session_bundle import (
+    SessionBundle,
+    copy_folder,
+    record_evidence,
+    write_json,
+)
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
 from aaco_pipelines.execution.counter_passes import (
@@ -45,11 +50,11 @@ from aaco_pipelines.execution.laboratory import LaboratorySettings, place_in_cgr
 from aaco_pipelines.execution.lifeline import Lifeline
 from aaco_pipelines.execution.profiled_count import MAX_SECONDS as MAX_PROFILED_SECONDS
 from aaco_pipelines.execution.providers import amd_gpu_visible
+from aaco_pipelines.execution.session_folders import session_folder_held
+from aaco_pipelines.foundation.redaction import redact_file
 from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
-from aaco_pipelines.graph.external_data import total_bytes
-from aaco_pipelines.redaction import redact_file
+from aaco_pipelines.registry.external_data import total_bytes
 from aaco_pipelines.registry.sidecar import InputSpec
-from aaco_pipelines.session_folders import session_folder_held
 
 Progress = Callable[[str], None]
 # Laboratory mode asks GPUs to hold this gfx clock (performance determinism); the clocks really

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.bundle import write_json
+from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
 from aaco_pipelines.execution.lifeline import watch_parent

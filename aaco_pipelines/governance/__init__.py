@@ -1,10 +1,11 @@
-"""Drift governance: is the current session of a model a regression, an improvement, or noise?
+"""Governance: is a session a regression, an improvement or noise, and who should hear of it?
 
-Each metric of a model is a series with one point per measured session, oldest first; the last
-point is the current session. A verdict needs both statistical evidence (robust z, EWMA, CUSUM)
-and a practically significant effect with a bootstrap CI that excludes zero, and it carries every
-parameter it used so a stored verdict can be reproduced.
+    drift/   each metric's series and verdict (robust z, EWMA, CUSUM, bootstrap), change points,
+             false discovery control across a night's sweep
+    gate/    the CI gate against a baseline: named baselines, the side-by-side re-measurement,
+             root cause, bisection of versions
+    alerts/  objectives (SLOs) judged, alerts with a lifecycle, webhook notifications
 
 Readers of the TraceLake: they may import the foundation, storage and the producers, never a
-stage or a surface.
+stage or a surface. Each sub-package's __init__ names its entry points.
 """

@@ -43,8 +43,8 @@ from aaco_pipelines.graph.cost_model import (
     output_infos,
     tensor_bytes,
 )
-from aaco_pipelines.graph.external_data import model_sha256
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs, load_model
+from aaco_pipelines.registry.external_data import model_sha256
 from aaco_pipelines.registry.sidecar import InputSpec
 from aaco_pipelines.tracelake.schema import GRAPH_EDGES, GRAPH_NODES, conform
 

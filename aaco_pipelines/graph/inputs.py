@@ -15,7 +15,7 @@ import onnx
 from onnx import helper
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.external_data import external_files
+from aaco_pipelines.registry.external_data import external_files
 from aaco_pipelines.registry.sidecar import InputSpec, sidecar_path_for
 
 Dims = tuple[int | str | None, ...]  # declared dims: a number, a dim_param name, or unknown

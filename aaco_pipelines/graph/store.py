@@ -20,7 +20,7 @@ from pathlib import Path
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import out_of_space
-from aaco_pipelines.graph.external_data import external_files, model_sha256
+from aaco_pipelines.registry.external_data import external_files, model_sha256
 from aaco_pipelines.registry.scan import RegisteredModel, file_sha256
 from aaco_pipelines.registry.sidecar import (
     InputSpec,

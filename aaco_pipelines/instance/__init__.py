@@ -23,9 +23,9 @@ import yaml
 
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.extras import needed
+from aaco_pipelines.foundation.extras import needed
+from aaco_pipelines.foundation.service_errors import cannot_connect
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
-from aaco_pipelines.service_errors import cannot_connect
 
 TEMPLATE = Path(__file__).with_name("dagster.yaml")
 DRIVER = "postgresql+psycopg2"

@@ -33,8 +33,8 @@ from dagster._core.launcher import CheckRunHealthResult, LaunchRunContext, Worke
 from dagster_celery.launcher import CeleryRunLauncher
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
+from aaco_pipelines.foundation.patience import patiently, service_patience_s
 from aaco_pipelines.instance.heartbeat import ALIVE_FOR_S, BEAT_S, alive_key
-from aaco_pipelines.patience import patiently, service_patience_s
 
 QUEUE_TAG = "dagster-celery/queue"
 PARTITION_TARGET_TAG = "dagster/partition/target"  # Dagster's tag for a multi-partition dimension

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import psutil
 
-from aaco_pipelines.atomic_file import write_atomically
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.foundation.atomic_file import write_atomically
 from aaco_pipelines.instance import local_services as services
 from aaco_pipelines.instance import prepare_dagster_home
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV

@@ -33,9 +33,9 @@ from dagster_postgres.utils import (
 from sqlalchemy import event
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.patience import patiently, service_patience_s
+from aaco_pipelines.foundation.service_errors import cannot_connect, unreachable
 from aaco_pipelines.instance.variables import POSTGRES_ENV
-from aaco_pipelines.patience import patiently, service_patience_s
-from aaco_pipelines.service_errors import cannot_connect, unreachable
 
 SERVICE = "the Dagster instance's database"
 CONNECTION_ERRORS = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)

@@ -22,8 +22,8 @@ import onnx
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs
-from aaco_pipelines.llm.workload import GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar, sidecar_path_for
+from aaco_pipelines.registry.workload import GenerationWorkload
 
 PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
 PRESENT = re.compile(r"^present\.(\d+)\.(key|value)$")

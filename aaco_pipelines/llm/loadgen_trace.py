@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.sql import sql_path
+from aaco_pipelines.foundation.sql import sql_path
 from aaco_pipelines.tracelake import engine
 
 TRACE_FILE = "mlperf_log_trace.json"  # LoadGen's name for it in the log folder

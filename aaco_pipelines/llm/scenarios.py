@@ -24,7 +24,7 @@ import numpy as np
 
 from aaco_pipelines.llm.engine import ColumnLog, Generator, StepLog, now_ns
 from aaco_pipelines.llm.loadgen_trace import TRACE_FILE, scheduled_arrivals
-from aaco_pipelines.llm.workload import GenerationWorkload
+from aaco_pipelines.registry.workload import GenerationWorkload
 
 # LoadGen's scenario for each of ours.
 LOADGEN_SCENARIOS = {"single_stream": "SingleStream", "server": "Server", "offline": "Offline"}

@@ -15,7 +15,7 @@ In the model's sidecar, or for many models at once in the registry's `aaco-objec
 A model's limits are the registry default's, then the registry file's entry for it, then its
 sidecar's, each overriding the one before; then the session's target's `per_target` limits. They
 are resolved when a run is requested and recorded in its bundle (request.json "objectives"), so
-each session is judged against the limits it was measured under (governance.objectives).
+each session is judged against the limits it was measured under (governance.alerts.objectives).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.external_data import hashed_model, model_sha256
+from aaco_pipelines.registry.external_data import hashed_model, model_sha256
 from aaco_pipelines.registry.sidecar import load_sidecar, sidecar_path_for
 
 _UNSAFE = re.compile(r"[^a-z0-9_]+")

@@ -35,14 +35,14 @@ from pathlib import Path
 import yaml
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.llm.workload import (
+from aaco_pipelines.registry.objectives import NO_OBJECTIVES, Objectives, parse_objectives
+from aaco_pipelines.registry.workload import (
     KV_LAYOUTS,
     SCENARIOS,
     Curves,
     GenerationWorkload,
     ServiceLevel,
 )
-from aaco_pipelines.registry.objectives import NO_OBJECTIVES, Objectives, parse_objectives
 
 SIDECAR_SUFFIXES = (".yaml", ".yml", ".json")
 KNOWN_KEYS = {

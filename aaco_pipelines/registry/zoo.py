@@ -34,8 +34,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.llm.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.registry.workload import Curves, GenerationWorkload
 
 ZOO_MODEL_NAMES: tuple[str, ...] = (
     "resnet_cnn",

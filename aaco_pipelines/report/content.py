@@ -2,7 +2,7 @@
 HTML renderers format, so the three formats never disagree.
 
 Meanings are not rewritten here: derived metrics are explained by the definitions in
-`analysis.metrics`' docstring and evidence signals by the classifier's own rule rationales.
+`analysis.metrics.derived`' docstring and evidence signals by the classifier's own rule rationales.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.analysis import metrics as metrics_module
-from aaco_pipelines.analysis.classification import SIGNAL_RULES
-from aaco_pipelines.analysis.ranking_stability import tied_with_top
-from aaco_pipelines.governance.series import series_change_points
-from aaco_pipelines.llm.workload import SCENARIOS
+from aaco_pipelines.analysis.attribution.ranking_stability import tied_with_top
+from aaco_pipelines.analysis.bottleneck.classification import SIGNAL_RULES
+from aaco_pipelines.analysis.metrics import derived as metrics_module
+from aaco_pipelines.governance.drift.series import series_change_points
+from aaco_pipelines.registry.workload import SCENARIOS
 from aaco_pipelines.report.data import ReportData, gather
 from aaco_pipelines.report.latency_intervals import latency_with_intervals
 from aaco_pipelines.report.structure_text import structure_headline
@@ -33,7 +33,7 @@ _DEFINITION = re.compile(r"^  (\w+)\s+(\S.*)$")
 
 
 def metric_meanings(doc: str | None = metrics_module.__doc__) -> dict[str, str]:
-    """Each derived metric's definition from the `analysis.metrics` docstring table (a name
+    """Each derived metric's definition from the `analysis.metrics.derived` docstring table (a name
     indented two spaces, its definition, continuation lines indented deeper)."""
     meanings: dict[str, str] = {}
     current = None
@@ -74,7 +74,7 @@ def report_content(data: ReportData) -> dict:
             "envelope_note": (data.bottleneck or {}).get("envelope_note"),
             "top_points": _floats(data.roofline_points.slice(0, TOP_OPS).to_pylist()),
         },
-        # why each GPU kernel takes its time (analysis/kernel_diagnosis.py); empty on a CPU
+        # why each GPU kernel takes its time (analysis/kernels/diagnosis.py); empty on a CPU
         "kernels": {
             "diagnoses": _floats(data.kernel_diagnoses.to_pylist()),
             "counter_roofline": _floats(data.counter_roofline.to_pylist()),

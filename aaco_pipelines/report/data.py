@@ -12,19 +12,19 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
-from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
-from aaco_pipelines.analysis.roofline import JudgedRoofline, lift_to_observed
-from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
+from aaco_pipelines.analysis.bottleneck.roofline import JudgedRoofline, lift_to_observed
+from aaco_pipelines.analysis.comparison.structural_diff import StructuralDiff, since_previous
+from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.sql import used_parameters
+from aaco_pipelines.foundation.sql import used_parameters
 from aaco_pipelines.tracelake.queries import objective_verdicts, other_sessions, resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_KERNELS = 15
 
 # Device kernels when the session has a device trace, else the host node executions (the
-# kernels of the CPU provider), as in analysis.attribution.session_kernels; per profiled
+# kernels of the CPU provider), as in analysis.attribution.nodes.session_kernels; per profiled
 # iteration, so the numbers compare with op_breakdown.
 TOP_KERNELS_SQL = """
 WITH chosen AS (
@@ -101,7 +101,7 @@ class ReportData:
     # each GPU kernel's occupancy, counted work and class; the counted roofline per node
     kernel_diagnoses: pa.Table  # most time first (empty on the CPU provider)
     counter_roofline: pa.Table
-    # the critical path (analysis/critical_path.py): the session's row, and per node, best
+    # the critical path (analysis/critical_path/session_path.py): the session's row, and per node, best
     # 2x gain first (empty for a session analysed before v17, or with no iterations)
     critical_path: dict | None
     critical_path_nodes: pa.Table

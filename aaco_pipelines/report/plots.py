@@ -20,17 +20,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.governance.changepoint import ChangePoint
-from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
-from aaco_pipelines.governance.robust_scale import RobustBaseline, standardize
-from aaco_pipelines.governance.series import series_change_points
-from aaco_pipelines.llm.workload import SCENARIOS
+from aaco_pipelines.governance.drift.changepoint import ChangePoint
+from aaco_pipelines.governance.drift.detectors import CusumParams, EwmaParams, cusum, ewma
+from aaco_pipelines.governance.drift.robust_scale import RobustBaseline, standardize
+from aaco_pipelines.governance.drift.series import series_change_points
+from aaco_pipelines.registry.workload import SCENARIOS
 from aaco_pipelines.report.plot_layout import fit_margins
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from aaco_pipelines.analysis.roofline import JudgedRoofline
+    from aaco_pipelines.analysis.bottleneck.roofline import JudgedRoofline
 
 SIZE = (7.0, 3.6)  # inches
 PASS_COLORS = {

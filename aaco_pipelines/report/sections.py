@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from aaco_pipelines.analysis.across_sessions import rivals, rivals_text
-from aaco_pipelines.analysis.classification import CLOSE_CALL, close_call_text
-from aaco_pipelines.analysis.measurement_quality import MeasurementQuality
-from aaco_pipelines.analysis.ranking_stability import (
+from aaco_pipelines.analysis.attribution.ranking_stability import (
     MIN_ITERATIONS,
     STABLE,
     TICK_NS,
     TIE,
 )
+from aaco_pipelines.analysis.bottleneck.classification import CLOSE_CALL, close_call_text
+from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
+from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.objectives_text import OBJECTIVE_COLUMNS, shown

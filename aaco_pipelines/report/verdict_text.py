@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from aaco_pipelines.governance.gate import metric_label
+from aaco_pipelines.governance.gate.decision import metric_label
 
 METRIC_ROWS = {  # gated metric -> (row name, scale, unit)
     "latency_p50_ns": ("p50 latency", 1e-6, "ms"),

@@ -17,7 +17,7 @@ and beside them `review_night` (nightly_review), `ingest_trace` (`aaco ingest`: 
 collected elsewhere, up to `load`) and `restore` (`aaco restore`: a lost TraceLake rebuilt from
 the bundles by the stages above, in the order history was made). `pipeline` calls the same functions in order for `aaco run`,
 `aaco ingest` and the benchmarks; the Dagster assets call them one each (hardware_envelope
-calls analysis.envelope_choice.measure_and_save, which a diagnosis also calls on demand).
+calls analysis.envelope.choice.measure_and_save, which a diagnosis also calls on demand).
 Stages may import everything below them (analysis, governance, producers, storage); nothing
 below imports a stage.
 """

@@ -3,7 +3,7 @@
 The versions come from the TraceLake: every model_sha256 the model's sessions on this target
 measured, in the order each was first measured, from the good session's to the bad session's;
 each is measured again from its first session's request and its bytes in the model store
-(governance.paired.session_request). The search (governance.bisection) measures side by side:
+(governance.gate.paired.session_request). The search (governance.gate.bisection) measures side by side:
 the bad version against the good one first, then each midpoint against the last known good one.
 The answer is stored (bisections) and, for an alert, attached to it as an event.
 
@@ -34,13 +34,13 @@ from aaco_pipelines.execution.side_by_side import (
     SideBySide,
     measure_side_by_side,
 )
-from aaco_pipelines.governance import alerts
-from aaco_pipelines.governance.bisection import (
+from aaco_pipelines.governance.alerts import lifecycle as alerts
+from aaco_pipelines.governance.gate.bisection import (
     Bisection,
     Comparison,
     bisect_versions,
 )
-from aaco_pipelines.governance.paired import (
+from aaco_pipelines.governance.gate.paired import (
     BATCHES,
     paired_comparison,
     session_request,

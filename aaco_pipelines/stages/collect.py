@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import pyarrow.compute as pc
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.collectors.bundle_tables import collect_session
-from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.execution.session_folders import session_folder_held
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.critical_path import critical_path
-from aaco_pipelines.bundle import SessionBundle
-from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.analysis.critical_path.session_path import critical_path
+from aaco_pipelines.bundle.session_bundle import SessionBundle
+from aaco_pipelines.execution.session_folders import session_folder_held
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -1,6 +1,6 @@
 """Diagnose (bottleneck_report): what limits a session, with the evidence.
 
-The envelope it is judged against (analysis.envelope_choice: this host's measured one, or for
+The envelope it is judged against (analysis.envelope.choice: this host's measured one, or for
 an ingested trace its GPU's, else none), every node on the roofline under its own data type's
 roof, the hardware envelope utilization, and the bottleneck (launch-, CPU-, memory-,
 compute-bound, throttled or balanced) by a Bayesian combination of the evidence.
@@ -14,31 +14,31 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.classification import (
+from aaco_pipelines.analysis.bottleneck.classification import (
     BottleneckReport,
     Recommendation,
     classify_bottleneck,
 )
-from aaco_pipelines.analysis.critical_path import fix_first, node_gains
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
-from aaco_pipelines.analysis.envelope_choice import EnvelopeChoice, session_envelope
-from aaco_pipelines.analysis.evidence import (
+from aaco_pipelines.analysis.bottleneck.evidence import (
     evidence_means,
     session_evidence,
     session_utilization,
 )
-from aaco_pipelines.analysis.kernel_diagnosis import (
-    KernelDiagnoses,
-    diagnose_kernels,
-    recommendations,
-)
-from aaco_pipelines.analysis.roofline import (
+from aaco_pipelines.analysis.bottleneck.roofline import (
     EnvelopeUtilization,
     JudgedRoofline,
     dominant_dtype,
     judge_roofline,
     node_dtypes,
     roofline_utilization,
+)
+from aaco_pipelines.analysis.critical_path.session_path import fix_first, node_gains
+from aaco_pipelines.analysis.envelope.choice import EnvelopeChoice, session_envelope
+from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.kernels.diagnosis import (
+    KernelDiagnoses,
+    diagnose_kernels,
+    recommendations,
 )
 from aaco_pipelines.tracelake.journal import JUDGED_AGAINST, LakeJournal
 from aaco_pipelines.tracelake.queries import roofline_nodes, roofline_points, top_roofline_points

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from aaco_pipelines.bundle import (
+from aaco_pipelines.bundle.session_bundle import (
     SessionBundle,
     copy_folder,
     copy_with_digest,
@@ -39,11 +39,11 @@ from aaco_pipelines.collectors.traces import detect_device_trace, trace_files
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError, Interrupted, out_of_space
 from aaco_pipelines.execution.runner import new_session_id
+from aaco_pipelines.execution.session_folders import clean_leftovers, session_folder_held
+from aaco_pipelines.foundation.stopping import stop_requested
 from aaco_pipelines.registry.identity import claim_series
 from aaco_pipelines.registry.scan import model_slug, registered_model
-from aaco_pipelines.session_folders import clean_leftovers, session_folder_held
 from aaco_pipelines.stages.load import load_session
-from aaco_pipelines.stopping import stop_requested
 from aaco_pipelines.tracelake.schema import ITERATIONS, KERNEL_EVENTS, SESSIONS, TELEMETRY, conform
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -384,7 +384,7 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
         "model_name": name or (version.name if version else slug),
         "model_slug": slug,
         "model_sha256": version.sha256 if version else None,
-        "target": "external",  # analysis.envelope_choice.EXTERNAL_TARGET: judged against its GPU
+        "target": "external",  # analysis.envelope.choice.EXTERNAL_TARGET: judged against its GPU
         "started_at": now,
         "finished_at": now,
         "trace_source": trace_format,
@@ -398,7 +398,7 @@ def _session_json(session_id, slug, name, trace, trace_format, version) -> dict:
 def _gpu_agents(con, session_id: str) -> list[dict]:
     """The trace's GPU agents as its agent info names them (gfx target, product, CUs, clock)
     and the kernel time each ran: the GPU the session is judged against is among them
-    (analysis.envelope_choice.session_gpu), never this host."""
+    (analysis.envelope.choice.session_gpu), never this host."""
     rows = con.execute(
         "WITH busy AS (SELECT device_id, sum(duration_ns) AS kernel_ns FROM kernel_events "
         "  WHERE session_id = $sid AND category = 'Kernel' GROUP BY device_id) "

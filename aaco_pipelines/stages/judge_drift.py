@@ -2,7 +2,7 @@
 
 One point per session of the model and target, with model version and runtime change markers;
 the newest session judged regression, improvement, no change or insufficient history, with
-effect size and interval (governance.series). Its verdicts and the session's completion commit
+effect size and interval (governance.drift.series). Its verdicts and the session's completion commit
 together: from then on readers see the session. A confirmed regression of a gated metric also
 gets the CI gate's verdict: what changed, the ranked suspects and a recommendation. The
 session's objectives (SLOs, recorded in its request) are judged in the same transaction.
@@ -14,14 +14,14 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from aaco_pipelines.analysis.structural_diff import StructuralDiff, since_previous
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.analysis.comparison.structural_diff import StructuralDiff, since_previous
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.alerts import sync_alerts
-from aaco_pipelines.governance.gate import gate_verdict
-from aaco_pipelines.governance.objectives import judge_objectives
-from aaco_pipelines.governance.series import GATED_METRICS, drift_rows
-from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.execution.session_folders import session_folder_held
+from aaco_pipelines.governance.alerts.lifecycle import sync_alerts
+from aaco_pipelines.governance.alerts.objectives import judge_objectives
+from aaco_pipelines.governance.drift.series import GATED_METRICS, drift_rows
+from aaco_pipelines.governance.gate.decision import gate_verdict
 from aaco_pipelines.tracelake.store import TraceLake
 
 
@@ -31,7 +31,7 @@ class DriftJudgement:
     verdicts: list[dict]  # one drift_verdicts row per metric
     gate: dict | None  # the gate's verdict, when a gated metric regressed and there is history
     # what changed in the compiled graph since the model's previous session on this target
-    # (analysis.structural_diff): None for its first session
+    # (analysis.comparison.structural_diff): None for its first session
     structure: StructuralDiff | None = None
     objectives: list[dict] = dataclasses.field(default_factory=list)  # objective_verdicts rows
     alerts: list[dict] = dataclasses.field(default_factory=list)  # alert events it caused
@@ -73,7 +73,7 @@ class DriftJudgement:
 
 def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> DriftJudgement:
     """Judge the session against its model's history on its target; stored, and the session
-    made complete. `alerts`: open, update or fix its alerts now (governance.alerts); a sweep's
+    made complete. `alerts`: open, update or fix its alerts now (governance.alerts.lifecycle); a sweep's
     run leaves them to the sweep's review, after its false discovery control."""
     session_id = bundle.session_id
     with session_folder_held(bundle.path, session_id):
@@ -103,7 +103,7 @@ def _with_alerts(lake: TraceLake, judgement: DriftJudgement) -> DriftJudgement:
 
 
 def session_objectives(lake: TraceLake, bundle: SessionBundle):
-    """The session's objectives judged (governance.objectives): the limits its request
+    """The session's objectives judged (governance.alerts.objectives): the limits its request
     recorded, its worker's peak memory and its generation SLO."""
     request = bundle.request
     observed = bundle.read_json("observed.json") if bundle.file("observed.json").is_file() else {}

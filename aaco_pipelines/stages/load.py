@@ -17,15 +17,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aaco_pipelines.analysis.measurement_quality import (
+from aaco_pipelines.analysis.metrics.measurement_quality import (
     MeasurementQuality,
     measurement_quality,
 )
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.manifest import manifest_digest
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.manifest import manifest_digest
-from aaco_pipelines.session_folders import session_folder_held
+from aaco_pipelines.execution.session_folders import session_folder_held
 from aaco_pipelines.tracelake.journal import LOADED_COMPLETE, LakeJournal
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import MODELS, TABLES, conform, stored, stored_tables

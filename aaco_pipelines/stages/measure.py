@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.collectors.bundle_tables import measured_latency_figures
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -24,11 +24,11 @@ from aaco_pipelines.execution.runner import (
     new_session_id,
     run_benchmark,
 )
+from aaco_pipelines.execution.session_folders import clean_leftovers
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.registry.identity import check_series_owner
 from aaco_pipelines.registry.objectives import merged, registry_objectives
 from aaco_pipelines.registry.sidecar import ModelSidecar
-from aaco_pipelines.session_folders import clean_leftovers
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.execution.session_folders import quarantine_on_failure
 from aaco_pipelines.registry.scan import RegisteredModel
-from aaco_pipelines.session_folders import quarantine_on_failure
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.collect import collect
 from aaco_pipelines.stages.critical_path import find_critical_path

@@ -48,18 +48,18 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
-from aaco_pipelines.analysis.envelope_choice import (
+from aaco_pipelines.analysis.envelope.choice import (
     EXTERNAL_TARGET,
     latest_envelope,
     session_envelope,
     stored_envelope,
 )
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.fdr import control_sweep
-from aaco_pipelines.session_folders import failed_folders, is_held, published_bundles
+from aaco_pipelines.execution.session_folders import failed_folders, is_held, published_bundles
+from aaco_pipelines.governance.drift.fdr import control_sweep
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.critical_path import find_critical_path
 from aaco_pipelines.stages.diagnose import explain

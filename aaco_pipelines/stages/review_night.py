@@ -3,7 +3,7 @@ discovery rate controlled.
 
 Each model's run judges its own series; a night judges hundreds at once, and at a per-series
 level a few of them are noise every night. After the last run of a night, its drift verdicts go
-through Benjamini-Hochberg (q = 0.05, `governance.fdr.control_sweep`): a regression whose
+through Benjamini-Hochberg (q = 0.05, `governance.drift.fdr.control_sweep`): a regression whose
 adjusted p-value is above q becomes no_change ("fdr_controlled") in the TraceLake, and the
 night fails only on the regressions that remain.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from aaco_pipelines.governance.fdr import CHANGES, control_sweep
-from aaco_pipelines.governance.series import GATED_METRICS
+from aaco_pipelines.governance.drift.fdr import CHANGES, control_sweep
+from aaco_pipelines.governance.drift.series import GATED_METRICS
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import duckdb
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.redaction import redact
-from aaco_pipelines.service_errors import cannot_connect, postgres_failure
-from aaco_pipelines.sql import sql_literal
+from aaco_pipelines.foundation.redaction import redact
+from aaco_pipelines.foundation.service_errors import cannot_connect, postgres_failure
+from aaco_pipelines.foundation.sql import sql_literal
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
 

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import duckdb
 
-from aaco_pipelines.address_space import address_space_limit
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.address_space import address_space_limit
 
 SHARE_OF_ADDRESS_SPACE = 0.25
 MIN_MEMORY_LIMIT = 64 << 20

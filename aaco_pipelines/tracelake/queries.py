@@ -226,7 +226,7 @@ def objective_verdicts(lake: TraceLake, session_id: str) -> list[dict]:
 
 
 # The sessions of alerts people marked invalid (noise), per metric, on the judged session's
-# model and target: governance.series leaves them out of the metric's baseline.
+# model and target: governance.drift.series leaves them out of the metric's baseline.
 NOISE_SESSIONS_SQL = """
 SELECT a.metric, list(DISTINCT e.from_session) AS sessions
 FROM alerts a JOIN alert_events e USING (alert_id)

@@ -100,7 +100,7 @@ SESSIONS = pa.schema(
         ("scenario", _str),  # the headline scenario of a generation session (single_stream...)
         # v14: the sha256 of the bundle's manifest.json, set when the session is loaded (never
         # in the bundle's own tables/sessions.parquet, which the manifest covers); null for a
-        # session loaded before manifests (aaco_pipelines.manifest)
+        # session loaded before manifests (aaco_pipelines.bundle.manifest)
         ("manifest_sha256", _str),
     ]
 )
@@ -149,13 +149,13 @@ KERNEL_EVENTS = pa.schema(
         ("scratch_bytes", _i64),
         ("vgpr_count", _i64),  # architectural VGPRs, as the profiler reports them
         # v15: accumulation VGPRs (AGPRs) as the profiler reports them; null where the format
-        # has no such column (analysis.occupancy reads both)
+        # has no such column (analysis.kernels.occupancy reads both)
         ("accum_vgpr_count", _i64),
         ("sgpr_count", _i64),
         # v18: the threads of ONNX Runtime's intra-op pool a profiled node was offered (1 + the
         # sub-threads of its thread_scheduling_stats); null where the profile says none (one
         # thread) and on device traces. What-ifs on pooled nodes carry a caveat
-        # (analysis.critical_path).
+        # (analysis.critical_path.session_path).
         ("pool_threads", _i32),
     ]
 )
@@ -308,7 +308,10 @@ NODE_ATTRIBUTION = pa.schema(
 OP_BREAKDOWN = pa.schema(
     [
         ("session_id", _str),
-        ("level", _str),  # node | op_type | fused (a fusion group: analysis/fusion_groups.py)
+        (
+            "level",
+            _str,
+        ),  # node | op_type | fused (a fusion group: analysis/attribution/fusion_groups.py)
         # ONNX node name, op type, or a fusion group's anchor node; "(unmatched) <runtime node>"
         ("name", _str),
         ("op_type", _str),
@@ -321,7 +324,7 @@ OP_BREAKDOWN = pa.schema(
         ("flops", _i64),
         ("bytes_moved", _i64),
         ("mean_share", _f64),  # v11: of all attributed kernel time, over every iteration
-        # v12: how sure its rank is (analysis/ranking_stability.py): its share of bootstrap
+        # v12: how sure its rank is (analysis/attribution/ranking_stability.py): its share of bootstrap
         # resamples of the profiled iterations that rank it first / among the first three;
         # null for fusion groups, phases, and fewer than 5 profiled iterations
         ("p_top", _f64),
@@ -384,7 +387,7 @@ ROOFLINE_POINTS = pa.schema(
     ]
 )
 
-# v11: whether a session's latencies can be trusted (analysis/measurement_quality.py)
+# v11: whether a session's latencies can be trusted (analysis/metrics/measurement_quality.py)
 MEASUREMENT_QUALITY = pa.schema(
     [
         ("session_id", _str),
@@ -444,7 +447,7 @@ DRIFT_VERDICTS = pa.schema(
     ]
 )
 
-# v19: each objective (SLO) of the session judged (governance/objectives.py), in the limit's
+# v19: each objective (SLO) of the session judged (governance/alerts/objectives.py), in the limit's
 # unit (ms, per_s, MB): breached only when the interval lies beyond the limit.
 OBJECTIVE_VERDICTS = pa.schema(
     [
@@ -467,7 +470,7 @@ OBJECTIVE_VERDICTS = pa.schema(
     ]
 )
 
-# v20: alerts (governance/alerts.py): one per (model, target, metric, kind), its state cycling
+# v20: alerts (governance/alerts/lifecycle.py): one per (model, target, metric, kind), its state cycling
 # new -> acknowledged / invalid / fixed -> reopened; every change of it is an event.
 ALERTS = pa.schema(
     [
@@ -506,11 +509,11 @@ ALERT_EVENTS = pa.schema(
         # the session behind it (null for a person's change); not `session_id`: an audit log
         # outlives the session rows that deleting a session removes
         ("from_session", _str),
-        ("notify", _bool),  # whether a notification is due (governance/notifications.py)
+        ("notify", _bool),  # whether a notification is due (governance/alerts/notifications.py)
     ]
 )
 
-# v20: each notification of an alert event to the webhook (governance/notifications.py):
+# v20: each notification of an alert event to the webhook (governance/alerts/notifications.py):
 # delivered at least once, never twice; a dead letter after its last attempt failed. The
 # endpoint is kept as scheme://host only: a Slack webhook's path is its secret.
 ALERT_DELIVERIES = pa.schema(
@@ -528,7 +531,7 @@ ALERT_DELIVERIES = pa.schema(
     ]
 )
 
-# v20: which model version made a model slower (stages/bisect.py, governance/bisection.py);
+# v20: which model version made a model slower (stages/bisect.py, governance/gate/bisection.py);
 # v21: or which runtime environment.
 BISECTIONS = pa.schema(
     [
@@ -580,7 +583,7 @@ BASELINES = pa.schema(
     ]
 )
 
-# v16: where each device kernel ran (analysis.attribution.kernel_places): the attribution's
+# v16: where each device kernel ran (analysis.attribution.nodes.kernel_places): the attribution's
 # kernel -> runtime node assignment, summed per pair, so the kernel diagnosis need not attribute
 # ten million kernels a second time.
 KERNEL_PLACES = pa.schema(
@@ -593,7 +596,7 @@ KERNEL_PLACES = pa.schema(
         ("iterations", _i64),  # profiled iterations it ran in
     ]
 )
-# v16: why each GPU kernel takes its time (analysis/kernel_diagnosis.py): its occupancy (every
+# v16: why each GPU kernel takes its time (analysis/kernels/diagnosis.py): its occupancy (every
 # trace), what the hardware counted (sessions with counters), its roof and its class.
 KERNEL_DIAGNOSES = pa.schema(
     [
@@ -622,7 +625,7 @@ KERNEL_DIAGNOSES = pa.schema(
         ("roof_bytes_per_s", _f64),  # the envelope's memory bandwidth
         ("compute_utilization", _f64),  # flops_per_s / roof_flops_per_s
         ("bandwidth_utilization", _f64),  # bytes_per_s / roof_bytes_per_s
-        ("kernel_class", _str),  # analysis.kernel_diagnosis.CLASSES
+        ("kernel_class", _str),  # analysis.kernels.diagnosis.CLASSES
         ("finding", _str),  # one sentence: where, how much, why
     ]
 )
@@ -672,7 +675,7 @@ KERNEL_SYMBOLS = pa.schema(
     ]
 )
 
-# v17: the critical path of each profiled iteration (analysis/critical_path.py): one row per
+# v17: the critical path of each profiled iteration (analysis/critical_path/session_path.py): one row per
 # session, and one per (runtime node, original ONNX node it executes); times are medians over
 # the profiled iterations, in ns per iteration.
 CRITICAL_PATHS = pa.schema(

@@ -3,7 +3,7 @@
 For every model of the real-architecture corpus (tests/data/real_models) and every ONNX Runtime
 graph-optimization configuration a user can ask for (basic, extended, all; all without the
 NCHWc layout transformer), run the model with ONNX Runtime's profiler on the CPU provider, map
-the runtime graph ONNX Runtime saved back to the original graph (analysis.coverage), and print
+the runtime graph ONNX Runtime saved back to the original graph (analysis.attribution.coverage), and print
 the share of node time that lands on an original node; with -v, the share of each attribution
 method and the nodes attributed weakly (inserted helpers) or not at all.
 
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from aaco_pipelines.analysis.coverage import (
+from aaco_pipelines.analysis.attribution.coverage import (
     OPTIMIZATION_CONFIGS,
     attribution_coverage,
     profile_model,

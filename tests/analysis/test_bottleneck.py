@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from aaco_pipelines.analysis.envelope_choice import current_envelope
+from aaco_pipelines.analysis.envelope.choice import current_envelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.zoo import build_zoo
@@ -118,7 +118,7 @@ def test_a_close_call_is_stored_and_named_where_the_class_is_shown(zoo, monkeypa
     """A class that wins with the signals moved by their run-to-run spread is stored beside the
     winner and named in the report and `aaco run`'s summary. The spread is widened here (to 90 %)
     so that a real session has a close call whatever its signals read on this host."""
-    from aaco_pipelines.analysis import classification
+    from aaco_pipelines.analysis.bottleneck import classification
 
     paths, models = zoo
     monkeypatch.setattr(classification, "CLOSE_CALL", 0.9)
@@ -145,7 +145,7 @@ def test_the_summary_names_the_ops_tied_with_the_top_op_from_the_lake(zoo):
     """`aaco run`'s top op cell reads the stored ranking: the ops tied with the top one
     (ranking_stability.tied_with_top over op_breakdown's nodes) are named beside it, up to
     three and a count of the rest. launch_bound's 240 elementwise nodes are near-equal."""
-    from aaco_pipelines.analysis.ranking_stability import tied_with_top
+    from aaco_pipelines.analysis.attribution.ranking_stability import tied_with_top
 
     paths, models = zoo
     bundle = measure_model(models["launch_bound"], paths, analyze=True)

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from aaco_pipelines.analysis.classification import (
+from aaco_pipelines.analysis.bottleneck.classification import (
     ACTIONS,
     CLASSES,
     CLOSE_CALL,

@@ -19,13 +19,15 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from aaco_pipelines.analysis import counter_metrics
-from aaco_pipelines.analysis.counter_metrics import (
+from aaco_pipelines.analysis.kernels import counter_metrics
+from aaco_pipelines.analysis.kernels.counter_metrics import (
     kernel_hardware_metrics,
     kernel_hardware_summary,
 )
-from aaco_pipelines.collectors import gpu_counters
-from aaco_pipelines.collectors.gpu_counters import (
+from aaco_pipelines.collectors.traces import load_trace
+from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution import gpu_counters
+from aaco_pipelines.execution.gpu_counters import (
     FAMILIES,
     SUM_SUFFIX,
     all_counters,
@@ -33,8 +35,6 @@ from aaco_pipelines.collectors.gpu_counters import (
     formulas_for,
     no_formulas_reason,
 )
-from aaco_pipelines.collectors.traces import load_trace
-from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import DATA, SHARED

@@ -16,8 +16,8 @@ import pyarrow as pa
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aaco_pipelines.analysis import host_dag
-from aaco_pipelines.analysis.critical_path import what_if, what_if_nodes
+from aaco_pipelines.analysis.critical_path import host_dag
+from aaco_pipelines.analysis.critical_path.session_path import what_if, what_if_nodes
 from aaco_pipelines.execution.side_by_side import measure_side_by_side
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
@@ -248,7 +248,7 @@ def test_a_what_if_of_nodes_run_on_the_intra_op_pool_says_so(tmp_path):
 
 
 def _request(paths, lake, session_id: str) -> dict:
-    from aaco_pipelines.bundle import SessionBundle
+    from aaco_pipelines.bundle.session_bundle import SessionBundle
     from aaco_pipelines.tracelake.queries import session_bundle_path
 
     return SessionBundle(session_bundle_path(lake, session_id)).request

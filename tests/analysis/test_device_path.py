@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis.attribution import session_kernels
-from aaco_pipelines.analysis.device_path import (
+from aaco_pipelines.analysis.attribution.nodes import session_kernels
+from aaco_pipelines.analysis.critical_path.device_path import (
     PER_ITERATION,
     PER_NODE,
     device_critical_path,

@@ -12,13 +12,21 @@ import time
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis import envelope_choice
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, measure_envelope
-from aaco_pipelines.analysis.host_peak import TheoreticalPeak, physical_cores, theoretical_cpu_peak
-from aaco_pipelines.analysis.roofline import (
+from aaco_pipelines.analysis.bottleneck.roofline import (
     ROOFLINE_COLUMNS,
     envelope_utilization,
     roofline_table,
+)
+from aaco_pipelines.analysis.envelope import choice as envelope_choice
+from aaco_pipelines.analysis.envelope.host_peak import (
+    TheoreticalPeak,
+    physical_cores,
+    theoretical_cpu_peak,
+)
+from aaco_pipelines.analysis.envelope.measure import (
+    HardwareEnvelope,
+    ResourcePeak,
+    measure_envelope,
 )
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
@@ -170,7 +178,7 @@ def _fake_sweep(monkeypatch, medians: dict[int, float], cache_bytes: int | None)
     import dataclasses
     import time
 
-    from aaco_pipelines.analysis import envelope
+    from aaco_pipelines.analysis.envelope import measure as envelope
 
     def fake_measure(ort, runtime, kernel, size, repeats):
         rate = medians[size]
@@ -200,7 +208,7 @@ def test_cache_resident_sizes_neither_set_the_bandwidth_peak_nor_end_the_sweep(m
 
 
 def test_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis import envelope
+    from aaco_pipelines.analysis.envelope import measure as envelope
 
     for index, level, size in (("index0", "1", "48K"), ("index2", "2", "1280K"),
                                ("index3", "3", "49152K")):  # fmt: skip
@@ -293,7 +301,7 @@ def test_the_measured_envelope_knows_the_hosts_theoretical_peak(cpu_envelope):
 
 def test_the_measured_envelope_has_a_ceiling_per_cache_level_sysfs_lists(cpu_envelope):
     """Structure only: on a busy host a cache may measure no faster than DRAM."""
-    from aaco_pipelines.analysis.envelope import cpu_cache_levels
+    from aaco_pipelines.analysis.envelope.measure import cpu_cache_levels
 
     levels = cpu_cache_levels()
     threads = len(os.sched_getaffinity(0))
@@ -373,7 +381,7 @@ def test_a_cache_ceiling_below_dram_or_a_larger_cache_is_raised_to_it(envelope):
 
 
 def test_measurement_records_which_ceiling_a_slow_cache_fell_below():
-    from aaco_pipelines.analysis.envelope import _cache_peaks
+    from aaco_pipelines.analysis.envelope.measure import _cache_peaks
 
     def sweep(*medians):
         return [{"size": i, "median": m, "low": m, "high": m} for i, m in enumerate(medians)]
@@ -398,7 +406,7 @@ def _fake_caches(root, caches):
 
 
 def test_cache_levels_and_their_working_sets_from_sysfs(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis import envelope
+    from aaco_pipelines.analysis.envelope import measure as envelope
 
     _fake_caches(
         tmp_path,
@@ -431,7 +439,7 @@ def test_cache_levels_and_their_working_sets_from_sysfs(tmp_path, monkeypatch):
 
 
 def test_cache_sweeps_measure_each_level_once_past_their_deadline(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis import envelope
+    from aaco_pipelines.analysis.envelope import measure as envelope
 
     _fake_caches(tmp_path, [(2, "Unified", "1M", "0"), (3, "Unified", "32M", "0-1")])
     monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis.envelope_choice import save_envelope
-from aaco_pipelines.analysis.fusion_groups import FUSED_SQL, fusion_groups
+from aaco_pipelines.analysis.attribution.fusion_groups import FUSED_SQL, fusion_groups
+from aaco_pipelines.analysis.envelope.choice import save_envelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model

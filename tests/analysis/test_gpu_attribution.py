@@ -11,20 +11,20 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.analysis.gpu_attribution import (
+from aaco_pipelines.analysis.attribution.gpu_kernels import (
     attribute_gpu_kernels,
     clock_alignment_of,
     estimate_clock_offset,
 )
-from aaco_pipelines.collectors import trace_simulator
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
-from aaco_pipelines.collectors.trace_simulator import (
+from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection
+from benchmarks import trace_simulator
+from benchmarks.trace_simulator import (
     SimulationSettings,
     attribution_accuracy,
     simulate_at_scale,
     simulate_rocprof_traces,
 )
-from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection
 from tests import models
 from tests.helpers import DATA, SHARED, ort_profile
 

@@ -14,9 +14,10 @@ import pyarrow as pa
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from aaco_pipelines.analysis import envelope as envelope_module
-from aaco_pipelines.analysis import envelope_choice
-from aaco_pipelines.analysis.datasheets import (
+from aaco_pipelines.analysis.bottleneck.roofline import dtype_roofline
+from aaco_pipelines.analysis.envelope import choice as envelope_choice
+from aaco_pipelines.analysis.envelope import measure as envelope_module
+from aaco_pipelines.analysis.envelope.datasheets import (
     DATASHEETS,
     GpuAgent,
     agent_arch,
@@ -26,8 +27,11 @@ from aaco_pipelines.analysis.datasheets import (
     match_datasheet,
     node_dtype,
 )
-from aaco_pipelines.analysis.envelope import HardwareEnvelope, ResourcePeak, datasheet_envelope
-from aaco_pipelines.analysis.roofline import dtype_roofline
+from aaco_pipelines.analysis.envelope.measure import (
+    HardwareEnvelope,
+    ResourcePeak,
+    datasheet_envelope,
+)
 from aaco_pipelines.cli import main
 from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.html import render_html
@@ -317,7 +321,7 @@ def test_an_fp16_gemm_node_is_judged_against_the_fp16_peak(aaco_paths, tmp_path,
     under the gfx1201's fp16 roof. Under the fp32 roof its intensity (n/3 = 85 FLOP/B) would be
     past the ridge (75) and call it compute-bound; under the fp16 one (ridge 299) it is not."""
     from aaco_pipelines.collectors.ort_profile import read_ort_profile
-    from aaco_pipelines.collectors.trace_simulator import simulate_rocprof_traces
+    from benchmarks.trace_simulator import simulate_rocprof_traces
 
     model = models.save(fp16_gemm_model(), tmp_path / "fp16_gemm.onnx")
     options = ort.SessionOptions()

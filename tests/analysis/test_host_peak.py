@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aaco_pipelines.analysis.host_peak import (
+from aaco_pipelines.analysis.envelope.host_peak import (
     TheoreticalPeak,
     physical_cores,
     theoretical_cpu_peak,

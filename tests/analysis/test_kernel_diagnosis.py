@@ -9,12 +9,12 @@ import shutil
 
 import pytest
 
-from aaco_pipelines.analysis.attribution import kernel_places
-from aaco_pipelines.analysis.datasheets import GpuAgent
-from aaco_pipelines.analysis.envelope import datasheet_envelope
-from aaco_pipelines.analysis.kernel_diagnosis import diagnose_kernels
-from aaco_pipelines.collectors.gpu_counters import formulas_for
+from aaco_pipelines.analysis.attribution.nodes import kernel_places
+from aaco_pipelines.analysis.envelope.datasheets import GpuAgent
+from aaco_pipelines.analysis.envelope.measure import datasheet_envelope
+from aaco_pipelines.analysis.kernels.diagnosis import diagnose_kernels
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.gpu_counters import formulas_for
 from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.stages.pipeline import ingest_and_analyze

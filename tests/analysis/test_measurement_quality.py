@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from aaco_pipelines.analysis.measurement_quality import MeasurementQuality, judge
-from aaco_pipelines.governance.baselines import create_baseline
+from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality, judge
+from aaco_pipelines.governance.gate.baselines import create_baseline
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake

@@ -8,7 +8,7 @@ import shutil
 import duckdb
 import pytest
 
-from aaco_pipelines.analysis.occupancy import RULES, describe, kernel_occupancy
+from aaco_pipelines.analysis.kernels.occupancy import RULES, describe, kernel_occupancy
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION, schema_ddl
 from aaco_pipelines.tracelake.store import TraceLake

@@ -11,12 +11,12 @@ import json
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis.attribution import can_fuse
-from aaco_pipelines.analysis.coverage import (
+from aaco_pipelines.analysis.attribution.coverage import (
     OPTIMIZATION_CONFIGS,
     attribution_coverage,
     profile_model,
 )
+from aaco_pipelines.analysis.attribution.nodes import can_fuse
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.stages.pipeline import measure_model

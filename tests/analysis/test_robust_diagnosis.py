@@ -9,12 +9,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis import ranking_stability as rs
-from aaco_pipelines.analysis.attribution import time_breakdown
-from aaco_pipelines.analysis.classification import classify_bottleneck
-from aaco_pipelines.analysis.evidence import FROM_METRICS, evidence_means, kernel_evidence
-from aaco_pipelines.analysis.metrics import table_metrics
-from aaco_pipelines.analysis.ranking_stability import STABLE, ranking_stability
+from aaco_pipelines.analysis.attribution import ranking_stability as rs
+from aaco_pipelines.analysis.attribution.nodes import time_breakdown
+from aaco_pipelines.analysis.attribution.ranking_stability import STABLE, ranking_stability
+from aaco_pipelines.analysis.bottleneck.classification import classify_bottleneck
+from aaco_pipelines.analysis.bottleneck.evidence import (
+    FROM_METRICS,
+    evidence_means,
+    kernel_evidence,
+)
+from aaco_pipelines.analysis.metrics.derived import table_metrics
 from aaco_pipelines.cli.measuring import top_op_cell
 from aaco_pipelines.report.sections import ranking_text
 from tests.helpers import KERNELS_SCHEMA, engine_query, exact_mapping, no_graph_nodes
@@ -231,7 +235,7 @@ def test_a_top_op_or_class_other_sessions_of_the_version_did_not_give_is_said(aa
     otherwise (its op_breakdown and bottleneck report as a run that flipped would store them):
     the others' report and `aaco run` name that node and class as rivals across sessions,
     nearest in time first; a version whose sessions agree says nothing of it."""
-    from aaco_pipelines.analysis.envelope_choice import save_envelope
+    from aaco_pipelines.analysis.envelope.choice import save_envelope
     from aaco_pipelines.cli.measuring import run_summary
     from aaco_pipelines.registry.scan import registered_model
     from aaco_pipelines.report.content import render_json
@@ -297,7 +301,7 @@ def test_a_top_op_or_class_other_sessions_of_the_version_did_not_give_is_said(aa
 def test_a_rival_already_named_as_tied_is_not_named_again():
     """`aaco run` named layer0/fc both as tied with the top op and as other sessions' top op:
     the tie already says their order is luck."""
-    from aaco_pipelines.analysis.across_sessions import rivals
+    from aaco_pipelines.analysis.comparison.across_sessions import rivals
 
     others = ["layer0/fc", "layer2/fc", "qk", None, "qk"]
     assert rivals("layer2/fc", others) == {"qk": 2, "layer0/fc": 1}

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.envelope import HardwareEnvelope
-from aaco_pipelines.analysis.envelope_choice import save_envelope
-from aaco_pipelines.analysis.roofline import judge_roofline, roofline_utilization
+from aaco_pipelines.analysis.bottleneck.roofline import judge_roofline, roofline_utilization
+from aaco_pipelines.analysis.envelope.choice import save_envelope
+from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model

@@ -15,10 +15,10 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from aaco_pipelines.analysis.structural_diff import scope, structural_diff
+from aaco_pipelines.analysis.comparison.structural_diff import scope, structural_diff
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.root_cause import explain_change
+from aaco_pipelines.governance.gate.root_cause import explain_change
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.stages.attribute import attribute

@@ -25,7 +25,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.analysis.envelope_choice import session_envelope
+from aaco_pipelines.analysis.envelope.choice import session_envelope
 from aaco_pipelines.collectors.kernel_families import kernel_family
 from aaco_pipelines.collectors.traces import collect_trace, detect_format
 from aaco_pipelines.errors import AacoInputError

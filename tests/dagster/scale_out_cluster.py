@@ -15,8 +15,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from aaco_pipelines.analysis.envelope import measure_envelope
-from aaco_pipelines.analysis.envelope_choice import save_envelope
+from aaco_pipelines.analysis.envelope.choice import save_envelope
+from aaco_pipelines.analysis.envelope.measure import measure_envelope
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import REPO, add_model

@@ -21,7 +21,7 @@ from aaco_pipelines.assets.partitions import (
     targets_partitions,
 )
 from aaco_pipelines.cli import main
-from aaco_pipelines.governance.alerts import list_alerts
+from aaco_pipelines.governance.alerts.lifecycle import list_alerts
 from aaco_pipelines.instance import event_log_settings
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.resources import (
@@ -99,7 +99,7 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
             drift = run.asset_materializations_for_node("performance_drift")[0].metadata
             assert drift["alerts"].value == "left to the sweep's review"  # not before FDR
             # about alerts, not this host: a session it let run slow counts (a suspect one
-            # would move no alert, governance.alerts)
+            # would move no alert, governance.alerts.lifecycle)
             trust_every_measurement(paths.tracelake)
             review = dg.materialize(NIGHT_ASSETS, partition_key=name, instance=instance,
                                     resources={"tracelake": resources["tracelake"]},

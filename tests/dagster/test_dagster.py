@@ -21,10 +21,10 @@ from aaco_pipelines.assets import (
 )
 from aaco_pipelines.assets.partitions import NIGHT_TAG
 from aaco_pipelines.instance import event_log_settings
-from aaco_pipelines.llm.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.objectives import parse_objectives
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import InputSpec, ModelSidecar
+from aaco_pipelines.registry.workload import Curves, GenerationWorkload
 from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.resources import (
     BenchmarkRunnerResource,

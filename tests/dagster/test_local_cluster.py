@@ -13,7 +13,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from aaco_pipelines.analysis.envelope_choice import save_envelope
+from aaco_pipelines.analysis.envelope.choice import save_envelope
 from aaco_pipelines.cli import main
 from aaco_pipelines.instance import local_cluster
 from aaco_pipelines.instance.local_services import free_port, postgres_bin

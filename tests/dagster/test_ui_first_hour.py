@@ -17,7 +17,7 @@ import yaml
 from dagster._core.launcher import LaunchRunContext
 from dagster_celery.launcher import CeleryRunLauncher
 
-from aaco_pipelines.analysis.classification import judge
+from aaco_pipelines.analysis.bottleneck.classification import judge
 from aaco_pipelines.assets import (
     MODEL_ASSETS,
     model_target_key,

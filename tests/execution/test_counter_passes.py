@@ -22,7 +22,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.collectors.gpu_counters import counters_for
 from aaco_pipelines.collectors.traces import collect_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution import counter_passes, environment, runner
@@ -34,6 +33,7 @@ from aaco_pipelines.execution.counter_passes import (
     split_into_passes,
     trace_output_format,
 )
+from aaco_pipelines.execution.gpu_counters import counters_for
 from aaco_pipelines.execution.runner import worker_plan
 from aaco_pipelines.registry.sidecar import parse_sidecar
 from aaco_pipelines.tracelake.store import TraceLake

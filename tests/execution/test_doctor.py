@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.doctor import MISSING, OK, run_checks
+from aaco_pipelines.cli.doctor_checks import MISSING, OK, run_checks
 from aaco_pipelines.execution.providers import amd_gpu_visible
 
 NAMES = [

@@ -13,8 +13,8 @@ import pytest
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance import alerts
-from aaco_pipelines.governance.alerts import (
+from aaco_pipelines.governance.alerts import lifecycle as alerts
+from aaco_pipelines.governance.alerts.lifecycle import (
     INVALID_WINDOW,
     Observation,
     _apply,

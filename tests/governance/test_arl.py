@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.governance.arl import (
+from aaco_pipelines.governance.drift.arl import (
     cusum_arl,
     design_cusum,
     design_ewma,
     ewma_arl,
     simulate_arl,
 )
-from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum
+from aaco_pipelines.governance.drift.detectors import CusumParams, EwmaParams, cusum
 
 SHIFTS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)
 

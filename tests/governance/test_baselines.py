@@ -8,7 +8,7 @@ import datetime as dt
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.baselines import (
+from aaco_pipelines.governance.gate.baselines import (
     compare_to_baseline,
     create_baseline,
     get_baseline,

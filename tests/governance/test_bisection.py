@@ -10,8 +10,8 @@ import pytest
 
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.alerts import alert_history, list_alerts
-from aaco_pipelines.governance.bisection import Comparison, bisect_versions, midpoint_pct
+from aaco_pipelines.governance.alerts.lifecycle import alert_history, list_alerts
+from aaco_pipelines.governance.gate.bisection import Comparison, bisect_versions, midpoint_pct
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.bisect import bisect_model
 from aaco_pipelines.stages.pipeline import measure_model

@@ -13,12 +13,12 @@ import json
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.changepoint import (
+from aaco_pipelines.governance.drift.changepoint import (
     ChangePoint,
     detect_change_points,
     q_statistics,
 )
-from aaco_pipelines.governance.changepoint_score import covering, f_measure, true_positives
+from aaco_pipelines.governance.drift.changepoint_score import covering, f_measure, true_positives
 from tests.helpers import SHARED
 
 DATA = SHARED / "samples" / "changepoint"

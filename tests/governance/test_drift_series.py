@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.series import judge_series, metric_policy
+from aaco_pipelines.governance.drift.series import judge_series, metric_policy
 from tests.helpers import REPO, store_sessions
 
 
@@ -151,7 +151,7 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
 
     import pyarrow as pa
 
-    from aaco_pipelines.governance.series import drift_rows, series_change_points
+    from aaco_pipelines.governance.drift.series import drift_rows, series_change_points
     from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -186,7 +186,7 @@ def test_a_models_series_are_per_target(tmp_path):
     """The same model on the CPU and on a GPU: two histories, never one mixed series."""
     import datetime as dt
 
-    from aaco_pipelines.governance.series import model_series
+    from aaco_pipelines.governance.drift.series import model_series
     from aaco_pipelines.tracelake.store import TraceLake
 
     lake = TraceLake(tmp_path / "lake.duckdb")

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from scipy.stats import false_discovery_control
 
-from aaco_pipelines.governance.fdr import benjamini_hochberg, sweep_rows, sweep_verdicts
-from aaco_pipelines.governance.verdict import drift_verdict
+from aaco_pipelines.governance.drift.fdr import benjamini_hochberg, sweep_rows, sweep_verdicts
+from aaco_pipelines.governance.drift.verdict import drift_verdict
 from aaco_pipelines.tracelake.schema import DRIFT_VERDICTS
 
 

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.baselines import create_baseline
-from aaco_pipelines.governance.gate import RECOMMENDATIONS, gate_verdict, severity
-from aaco_pipelines.governance.root_cause import explain_change
+from aaco_pipelines.governance.gate.baselines import create_baseline
+from aaco_pipelines.governance.gate.decision import RECOMMENDATIONS, gate_verdict, severity
+from aaco_pipelines.governance.gate.root_cause import explain_change
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.stages.pipeline import measure_model

@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.detectors import CusumParams, EwmaParams, cusum, ewma
-from aaco_pipelines.governance.noise import series_shape
-from aaco_pipelines.governance.robust_scale import qn_scale, robust_baseline, standardize
-from aaco_pipelines.governance.verdict import VerdictPolicy, drift_verdict, predictive_p_value
+from aaco_pipelines.governance.drift.detectors import CusumParams, EwmaParams, cusum, ewma
+from aaco_pipelines.governance.drift.noise import series_shape
+from aaco_pipelines.governance.drift.robust_scale import qn_scale, robust_baseline, standardize
+from aaco_pipelines.governance.drift.verdict import VerdictPolicy, drift_verdict, predictive_p_value
 
 
 def quiet_history(n: int = 5, level: float = 10.0, noise: float = 0.01, seed: int = 1):
@@ -43,7 +43,7 @@ def test_qn_is_statsmodels_qn_with_the_small_sample_correction(n):
     """The same estimator as statsmodels' (kept here for speed and the correction it lacks)."""
     from statsmodels.robust.scale import qn_scale as statsmodels_qn
 
-    from aaco_pipelines.governance.robust_scale import QN_SMALL_N
+    from aaco_pipelines.governance.drift.robust_scale import QN_SMALL_N
 
     x = np.random.default_rng(n).lognormal(size=n)
     correction = QN_SMALL_N.get(n, n / (n + 1.4) if n % 2 else n / (n + 3.8))

@@ -17,8 +17,8 @@ import dagster as dg
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.alerts import Observation, _apply, _store
-from aaco_pipelines.governance.notifications import (
+from aaco_pipelines.governance.alerts.lifecycle import Observation, _apply, _store
+from aaco_pipelines.governance.alerts.notifications import (
     FIRST_BACKOFF,
     MAX_ATTEMPTS,
     Webhook,
@@ -81,7 +81,7 @@ def endpoint():
 
 def _lake_with_an_opened_regression(tmp_path) -> TraceLake:
     """A TraceLake whose tiny MLP regressed on p50 and p99 in one session: two alerts opened
-    by governance.alerts, as a session's sync leaves them."""
+    by governance.alerts.lifecycle, as a session's sync leaves them."""
     lake = TraceLake(tmp_path / "lake.duckdb")
     session = {"session_id": "s1", "model_slug": "mlp", "target": "cpu", "started_at": T0}
     found = [

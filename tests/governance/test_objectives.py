@@ -14,7 +14,7 @@ import yaml
 from aaco_pipelines.cli import main
 from aaco_pipelines.cli.measuring import run_summary
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.objectives import judge_objectives
+from aaco_pipelines.governance.alerts.objectives import judge_objectives
 from aaco_pipelines.registry.objectives import REGISTRY_OBJECTIVES_FILE
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar, parse_sidecar

@@ -13,8 +13,8 @@ import pytest
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.side_by_side import SideBySide
-from aaco_pipelines.governance.gate import gate_verdict
-from aaco_pipelines.governance.paired import judge_side_by_side, paired_comparison, unsure
+from aaco_pipelines.governance.gate.decision import gate_verdict
+from aaco_pipelines.governance.gate.paired import judge_side_by_side, paired_comparison, unsure
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import busy_loops, copy_home, replay_session
@@ -122,7 +122,7 @@ def test_rounds_that_do_not_settle_it_are_measured_again(swap, monkeypatch):
     """Synthetic rounds of a version 10 % slower: a first batch whose host noise spans the
     threshold (the interval reaches from under 0 to over 3 %) is not decided on; the same number
     of rounds is measured again, and all of them decide. A batch that settles it stops there."""
-    from aaco_pipelines.governance import paired as paired_module
+    from aaco_pipelines.governance.gate.decision import paired as paired_module
 
     paths, lake, (t0, _, _, slower) = swap
     stored = gate_verdict(lake, slower, baseline=t0, resamples=200)
@@ -155,7 +155,7 @@ def test_rounds_that_do_not_settle_it_are_measured_again(swap, monkeypatch):
 def test_a_regression_whose_interval_reaches_under_the_threshold_is_not_settled():
     """A regression by the rule (its interval clear of 0, its effect over 3 %) whose interval
     still reaches under the threshold is measured again; a 2x one is not."""
-    from aaco_pipelines.governance.paired import settled
+    from aaco_pipelines.governance.gate.paired import settled
 
     def compared(pairs: list[float]):
         """Two processes' rounds, each pair's two rounds at ratio `pairs[i]`."""
@@ -190,7 +190,7 @@ def test_a_regression_one_process_alone_finds_is_not_decided_on():
     process to process for one unchanged model on a quiet host). A first process finding +6 %
     with a tight interval is not a regression until a second one finds it too: one that finds
     +0.5 % leaves it unconfirmed, and the verdict says to measure again."""
-    from aaco_pipelines.governance.paired import settled
+    from aaco_pipelines.governance.gate.paired import settled
 
     def rounds(ratio: float, count: int = 8) -> SideBySide:
         a = [np.full(40, 1e5) for _ in range(count)]

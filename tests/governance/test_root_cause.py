@@ -11,7 +11,7 @@ import pytest
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.root_cause import PRIORS, RootCauseParams, explain_change
+from aaco_pipelines.governance.gate.root_cause import PRIORS, RootCauseParams, explain_change
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.pipeline import measure_model

@@ -27,8 +27,8 @@ from aaco_pipelines.errors import AacoInputError, WorkerFailure
 from aaco_pipelines.execution.across_runtimes import measure_across_runtimes
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.runtime_envs import find_runtime
-from aaco_pipelines.governance.alerts import alert_history, list_alerts
-from aaco_pipelines.governance.paired import session_request
+from aaco_pipelines.governance.alerts.lifecycle import alert_history, list_alerts
+from aaco_pipelines.governance.gate.paired import session_request
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.bisect import bisection_line
 from aaco_pipelines.stages.pipeline import measure_model

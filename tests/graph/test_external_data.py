@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.external_data import external_files, model_sha256
 from aaco_pipelines.graph.inputs import load_model
+from aaco_pipelines.registry.external_data import external_files, model_sha256
 from aaco_pipelines.registry.scan import file_sha256, registered_model
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake

@@ -21,10 +21,10 @@ from scipy import stats
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.llm.decoder_io import detect_decoder_io
-from aaco_pipelines.llm.workload import Curves, GenerationWorkload, ServiceLevel
 from aaco_pipelines.registry.objectives import parse_objectives
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
+from aaco_pipelines.registry.workload import Curves, GenerationWorkload, ServiceLevel
 from aaco_pipelines.registry.zoo import llama_decoder
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.queries import generation_quality
@@ -478,7 +478,7 @@ def test_a_slower_decoder_turns_the_tpot_verdict_to_regression(tmp_path):
 def _diff_explains_the_ttft_change(paths: AacoPaths, baseline: list[str], current: str) -> None:
     """aaco diff: the TTFT change is queueing + prefill kernel + host time, and a decoder with
     eight times the layers is slower in its prefill kernels, not in its queue (single stream)."""
-    from aaco_pipelines.governance.gate import gate_verdict
+    from aaco_pipelines.governance.gate.decision import gate_verdict
     from aaco_pipelines.report.verdict_text import diff_text
 
     verdict = gate_verdict(TraceLake(paths.tracelake), current, baseline=baseline)

@@ -13,9 +13,9 @@ import onnx
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.doctor import WARNING, check_registry
+from aaco_pipelines.cli.doctor_checks import WARNING, check_registry
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.graph.external_data import external_files, hashed_model, model_sha256
+from aaco_pipelines.registry.external_data import external_files, hashed_model, model_sha256
 from aaco_pipelines.registry.scan import find_model, read_registry, scan_registry
 from aaco_pipelines.resources import ModelRegistryResource
 from aaco_pipelines.sensors import model_registry_sensor

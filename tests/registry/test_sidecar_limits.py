@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.cli import main
 from aaco_pipelines.collectors.llm_generation import loadgen_metrics
 from aaco_pipelines.llm.decoder_io import detect_decoder_io

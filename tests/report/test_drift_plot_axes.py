@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from aaco_pipelines.governance.detectors import EwmaParams, ewma
+from aaco_pipelines.governance.drift.detectors import EwmaParams, ewma
 from aaco_pipelines.report import plots
 from tests.helpers import assert_plot_texts_inside
 

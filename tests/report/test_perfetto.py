@@ -8,13 +8,13 @@ from collections import Counter, defaultdict
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.collectors.trace_simulator import simulate_at_scale
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.report import perfetto, perfetto_proto
 from aaco_pipelines.report.perfetto import PHASES, clock_origins, export_perfetto, write_perfetto
 from aaco_pipelines.report.perfetto_proto import write_perfetto_proto
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
+from benchmarks.trace_simulator import simulate_at_scale
 from tests.helpers import SHARED
 
 RPD = SHARED / "samples" / "profilers" / "rocmProfileData_vllm_fp8_mytrace.rpd.gz"

@@ -12,12 +12,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.envelope_choice import save_envelope
-from aaco_pipelines.analysis.metrics import UNITS
+from aaco_pipelines.analysis.envelope.choice import save_envelope
+from aaco_pipelines.analysis.metrics.derived import UNITS
 from aaco_pipelines.cli import main
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.changepoint import change_points_of
+from aaco_pipelines.governance.drift.changepoint import change_points_of
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.report import plots
 from aaco_pipelines.report.content import metric_meanings, render_json

@@ -15,8 +15,8 @@ import threading
 
 import pytest
 
-from aaco_pipelines import bundle as bundle_module
-from aaco_pipelines.bundle import EVIDENCE, copy_with_digest, file_digest
+from aaco_pipelines.bundle import session_bundle as bundle_module
+from aaco_pipelines.bundle.session_bundle import EVIDENCE, copy_with_digest, file_digest
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session

@@ -19,10 +19,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from aaco_pipelines.cli.doctor_checks import check_interrupted, check_tracelake
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.doctor import check_interrupted, check_tracelake
+from aaco_pipelines.execution.session_folders import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.registry.sidecar import ModelSidecar
-from aaco_pipelines.session_folders import clean_leftovers, find_leftovers, lake_states
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import add_model, fill

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from aaco_pipelines.bundle import write_json
+from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.session_folders import clean_leftovers, quarantine
+from aaco_pipelines.execution.session_folders import clean_leftovers, quarantine
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from tests.helpers import SHARED, fill, home_paths
 

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.bundle import EVIDENCE, file_digest
+from aaco_pipelines.bundle.manifest import MANIFEST, check_bundles, read_manifest
+from aaco_pipelines.bundle.session_bundle import EVIDENCE, file_digest
 from aaco_pipelines.cli import main
-from aaco_pipelines.doctor import PROBLEM, check_evidence
+from aaco_pipelines.cli.doctor_checks import PROBLEM, check_evidence
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.manifest import MANIFEST, check_bundles, read_manifest
 from aaco_pipelines.stages.load import load_session
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION, VIEWS
 from aaco_pipelines.tracelake.store import TraceLake

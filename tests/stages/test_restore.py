@@ -13,11 +13,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.analysis.envelope_choice import save_envelope
+from aaco_pipelines.analysis.envelope.choice import save_envelope
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import Interrupted
+from aaco_pipelines.execution.session_folders import clean_leftovers
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.session_folders import clean_leftovers
 from aaco_pipelines.stages import restore
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.stages.review_night import review_night

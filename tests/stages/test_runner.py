@@ -166,7 +166,7 @@ def test_a_busy_requested_laboratory_core_is_kept_said_and_judged(aaco_paths):
     says so before measuring, and its measurement is judged suspect for it, not silently noisy."""
     import os
 
-    from aaco_pipelines.analysis.measurement_quality import QUALITY_SQL
+    from aaco_pipelines.analysis.metrics.measurement_quality import QUALITY_SQL
     from aaco_pipelines.stages.pipeline import measure_model
     from aaco_pipelines.tracelake.queries import measurement_quality_row
     from aaco_pipelines.tracelake.store import TraceLake

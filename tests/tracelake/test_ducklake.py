@@ -23,10 +23,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.execution.session_folders import clean_leftovers
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.session_folders import clean_leftovers
 from aaco_pipelines.stages.load import load_session
 from aaco_pipelines.stages.pipeline import analyze_session, measure_model
 from aaco_pipelines.tracelake import ducklake
@@ -41,7 +41,7 @@ pytest.importorskip("duckdb_extension_ducklake", reason="the DuckLake environmen
 INGEST = """
 import sys
 from pathlib import Path
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.tracelake.store import TraceLake
 from aaco_pipelines.stages.load import load_session
 load_session(TraceLake(Path(sys.argv[1])), SessionBundle(Path(sys.argv[2])), complete=True)

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.doctor import PROBLEM, check_tracelake
+from aaco_pipelines.cli.doctor_checks import PROBLEM, check_tracelake
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import fill, store_sessions

@@ -10,7 +10,7 @@ import duckdb
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.bundle import SessionBundle
+from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.stages.collect import collect
 from aaco_pipelines.stages.ingest_trace import ingest_trace
