@@ -10,8 +10,9 @@ from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import session_links
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
+from aaco_pipelines.report.breakdown_plots import op_breakdown
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
-from aaco_pipelines.report.plots import markdown_image, op_breakdown
+from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.report.units import by_unit, duration
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.attribute import Attribution, attribute

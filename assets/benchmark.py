@@ -12,7 +12,7 @@ from aaco_pipelines.stages.measure import MeasuredSession, check_target, measure
 
 @dg.asset(
     partitions_def=model_target_partitions,
-    group_name="ingest",
+    group_name="measurement",
     kinds={"onnxruntime"},
     pool=device_pool(),  # one benchmark per device at a time
     description="Runs the model in an isolated worker process: warm-up, measured iterations with "

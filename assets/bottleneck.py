@@ -8,8 +8,9 @@ from aaco_pipelines.assets.envelope import envelope_metadata, hardware_envelope
 from aaco_pipelines.assets.partitions import model_target_partitions
 from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
+from aaco_pipelines.report.breakdown_plots import roofline_chart
 from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
-from aaco_pipelines.report.plots import markdown_image, roofline_chart
+from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
     ModelRegistryResource,

@@ -17,13 +17,14 @@ from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.alerts.lifecycle import list_alerts
 from aaco_pipelines.governance.drift.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
+from aaco_pipelines.report.drift_plots import drift_row_plot
 from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
-from aaco_pipelines.report.plots import drift_row_plot, markdown_image
-from aaco_pipelines.report.session_files import write_session_files
+from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.report.structure_text import structure_headline, structure_tables
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.judge_drift import judge_drift
+from aaco_pipelines.stages.publish import publish
 
 
 @dg.asset(
@@ -66,7 +67,7 @@ def performance_drift(
     judged = judge_drift(tracelake.lake, bundle, alerts=not in_sweep)
     model, target = bundle.session["model_slug"], bundle.request.get("target")
     home = registry.paths.home
-    files = write_session_files(tracelake.lake, judged.session_id, home)
+    files = publish(tracelake.lake, judged.session_id, home)
     p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
     yield dg.Output(
         {"session_id": judged.session_id, "verdicts": judged.by_metric},

@@ -3,7 +3,8 @@
 import dagster as dg
 
 from aaco_pipelines.analysis.envelope.choice import measure_and_save
-from aaco_pipelines.analysis.envelope.measure import ADD, HardwareEnvelope
+from aaco_pipelines.analysis.envelope.kernels import ADD
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.report.markdown_tables import markdown_table, num
 from aaco_pipelines.resources import BenchmarkRunnerResource, TraceLakeResource

@@ -10,7 +10,7 @@ from aaco_pipelines.stages.prepare import prepare_model_version
 
 @dg.asset(
     partitions_def=model_target_partitions,
-    group_name="ingest",
+    group_name="measurement",
     kinds={"onnx"},
     description="Freezes the registered model at its content hash and extracts its graph: nodes, "
     "edges, inferred shapes, and per-node FLOPs and bytes moved from the cost model.",

@@ -12,7 +12,8 @@ from aaco_pipelines.assets.session_page import as_text, session_links
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.registry.workload import SCENARIOS
-from aaco_pipelines.report.plots import generation_curves, markdown_image, token_latencies
+from aaco_pipelines.report.generation_plots import generation_curves, token_latencies
+from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.load import LoadedSession, load
 from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
@@ -66,7 +67,7 @@ GENERATION_FIGURES = (
 
 @dg.asset(
     partitions_def=model_target_partitions,
-    group_name="ingest",
+    group_name="measurement",
     kinds={"duckdb"},
     pool=TRACELAKE_WRITER_POOL,  # one TraceLake writer at a time
     check_specs=CHECKS,

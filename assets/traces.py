@@ -13,7 +13,7 @@ from aaco_pipelines.stages.collect import collect
 
 @dg.asset(
     partitions_def=model_target_partitions,
-    group_name="ingest",
+    group_name="measurement",
     kinds={"parquet"},
     description="Parses the session's ONNX Runtime profile, latencies and host telemetry into "
     "Arrow tables of the TraceLake schema, written as Parquet into the bundle's tables/ folder.",

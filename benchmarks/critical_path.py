@@ -5,7 +5,7 @@ AACO_DUCKDB_MEMORY_MB 1024, the default).
 For each size: simulates an N-kernel rocprofv3 run (kernel trace + HIP API trace, the trace
 simulator's synthetic CNN/transformer pattern repeated, two queues), ingests it as `aaco ingest
 <folder>` does (`ingest_trace`) into a fresh AACO_HOME, then, in a fresh process, times
-`analysis.critical_path.device_path.device_critical_path` and one what-if (`predict_device_spans`: the most
+`analysis.critical_path.device_path.device_critical_path` and one what-if (`device_whatif.predict_device_spans`: the most
 critical kernel twice as fast) over the TraceLake, with that process's peak resident memory
 (VmHWM), once per memory limit. Targets: < 30 s for both at 10M kernels on 2 cores, and peak
 memory bounded in trace size: the work is DuckDB window functions over the stored tables, which
@@ -29,10 +29,8 @@ import pyarrow as pa
 from gpu_traces import bench_paths, peak_rss_bytes, print_rows
 from trace_simulator import simulate_at_scale
 
-from aaco_pipelines.analysis.critical_path.device_path import (
-    device_critical_path,
-    predict_device_spans,
-)
+from aaco_pipelines.analysis.critical_path.device_path import device_critical_path
+from aaco_pipelines.analysis.critical_path.device_whatif import predict_device_spans
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake.store import TraceLake
 

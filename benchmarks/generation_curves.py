@@ -21,7 +21,7 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import scan_registry
 from aaco_pipelines.registry.workload import Curves
 from aaco_pipelines.registry.zoo import llama_decoder, zoo_sidecar
-from aaco_pipelines.report.plots import generation_curves, token_latencies
+from aaco_pipelines.report.generation_plots import generation_curves, token_latencies
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 

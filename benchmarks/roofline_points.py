@@ -36,7 +36,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from run import bare_sweep, fresh_paths
 
-    from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+    from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
     from aaco_pipelines.tracelake.store import TraceLake
 
     totals = {"node, DRAM only": [0, 0], "fused, cache ceilings": [0, 0], "stored": [0, 0]}

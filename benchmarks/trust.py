@@ -200,7 +200,7 @@ def diagnosis_trust(root: Path, runs: int) -> dict:
 
     from aaco_pipelines.analysis.attribution.ranking_stability import tied_with_top
     from aaco_pipelines.analysis.comparison.across_sessions import rivals
-    from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+    from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 

@@ -17,7 +17,7 @@ Each model and its twin are measured once (their profiles give each node's speed
 calibrated profiles the what-if re-times), then side by side (execution.side_by_side: one
 process, interleaved blocks, `--rounds` rounds, so whatever else the host does hits both
 alike). The change the what-if predicts from the original's profile
-(analysis.critical_path.session_path.what_if_nodes) is compared with the measured one, both as shares of the
+(analysis.critical_path.session_whatif.what_if_nodes) is compared with the measured one, both as shares of the
 original's latency, with the measured change's 95 % interval over the rounds.
 
     PYTHONPATH=. .venv/bin/python benchmarks/whatif_accuracy.py [--models mlp,bert_encoder]
@@ -42,7 +42,8 @@ import onnx
 from onnx import helper, numpy_helper
 from scipy import stats
 
-from aaco_pipelines.analysis.critical_path.session_path import session_dag, what_if_nodes
+from aaco_pipelines.analysis.critical_path.session_path import session_dag
+from aaco_pipelines.analysis.critical_path.session_whatif import what_if_nodes
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.side_by_side import measure_side_by_side

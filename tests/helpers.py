@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope, ResourcePeak
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
@@ -243,7 +243,7 @@ def engine_query(**registered: pa.Table):
 
 def exact_mapping(nodes, op_type: str = "Op") -> pa.Table:
     """A node mapping in which every runtime node is the original node of its name."""
-    from aaco_pipelines.analysis.attribution.nodes import NODE_MAPPING
+    from aaco_pipelines.analysis.attribution.mapping import NODE_MAPPING
 
     rows = [
         {"runtime_node": n, "runtime_op_type": op_type, "onnx_node": n, "onnx_op_type": op_type,

@@ -13,11 +13,11 @@ from aaco_pipelines.config import AacoPaths
 # The stages of one `aaco run`, in order, as the worker and the pipeline announce them; the
 # last one only the command itself reaches (StageProgress.done).
 RUN_STAGES = ("creating session", "warmup pass", "measured pass", "profiled pass", "collecting",
-              "analysing", "done")  # fmt: skip
+              "analysing", "publishing", "done")  # fmt: skip
 
 
 # The stages of one `aaco ingest`.
-INGEST_STAGES = ("copying", "loading", "analysing", "done")
+INGEST_STAGES = ("copying", "loading", "analysing", "publishing", "done")
 
 BAR_WIDTH = 20
 

@@ -89,7 +89,7 @@ def cmd_structure(args, paths: AacoPaths) -> int:
     and gained, kernels per node, time per node with its CI)."""
     import json
 
-    from aaco_pipelines.analysis.comparison.structural_diff import structural_diff
+    from aaco_pipelines.analysis.comparison.stored_structure import structure_between
     from aaco_pipelines.bundle.manifest import require_unchanged
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.structure_text import structure_headline, structure_tables
@@ -103,7 +103,7 @@ def cmd_structure(args, paths: AacoPaths) -> int:
         )
     lake = open_lake(paths.tracelake)
     a, b = (resolve_session(lake, s) if s == "latest" else s for s in args.structure)
-    diff = structural_diff(lake, a, b)  # an unknown id: one line from there
+    diff = structure_between(lake, a, b)  # an unknown id: one line from there
     require_unchanged(lake, [a, b])  # aligned on their stored numbers: refused if they changed
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))

@@ -225,6 +225,7 @@ def cmd_run(args, paths: AacoPaths) -> int:
     )
     say = progress_printer()
     bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
+    files = published(args, paths, bundle.session_id, say)
     say.done()
     print(f"session {bundle.session_id} -> {lake_where(paths)}")
     print(run_summary(paths.tracelake, bundle.session_id))
@@ -234,6 +235,8 @@ def cmd_run(args, paths: AacoPaths) -> int:
         f"{observed['memory_limit_bytes'] >> 20} MiB limit "
         f"({bundle.request['limits']['memory_limit_rule'].split(':')[0]})"
     )
+    for line in files:
+        print(line)
     return 0
 
 
@@ -257,10 +260,40 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     bundle, summary = ingest_and_analyze(
         Path(args.path), paths, model=model, name=args.name, on_progress=say
     )
+    files = published(args, paths, bundle.session_id, say)
     say.done()
     print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {lake_where(paths)}")
     print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
+    for line in files:
+        print(line)
     return 0
+
+
+def published(args, paths: AacoPaths, session_id: str, say) -> list[str]:
+    """The publish stage, as a Dagster run ends with it: the session's report and trace files,
+    as lines to print. The session is stored by now: a failure here is a warning."""
+    if not args.publish:
+        return []
+    from aaco_pipelines.stages.publish import publish
+    from aaco_pipelines.tracelake.store import TraceLake
+
+    say("publishing: the report and the trace")
+    try:
+        files = publish(TraceLake(paths.tracelake), session_id, paths.home)
+    except Exception as exc:  # noqa: BLE001 - said; the measurement is kept; a stop passes
+        return [f"  {'report':13} not written ({type(exc).__name__}: {exc})"]
+    trace = files.trace if files.trace_written else files.trace_note(session_id)
+    return [f"  {'report':13} {files.report}", f"  {'trace':13} {trace}"]
+
+
+def add_publish_option(parser) -> None:
+    parser.add_argument(
+        "--publish",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="write the session's HTML report and Perfetto trace under AACO_HOME/reports, as a "
+        "Dagster run does (default); --no-publish skips them (aaco report writes one later)",
+    )
 
 
 def add_parser(sub) -> None:
@@ -295,6 +328,7 @@ def add_parser(sub) -> None:
         help="also collect hardware counters, in passes under rocprofv3 --pmc (AMD GPU hosts; "
         "said why not elsewhere); default: the sidecar's `counters`",
     )
+    add_publish_option(run)
     run.set_defaults(func=cmd_run)
 
     ingest = sub.add_parser("ingest", help="ingest a trace collected elsewhere as a session")
@@ -303,4 +337,5 @@ def add_parser(sub) -> None:
     )
     ingest.add_argument("--model", help="the ONNX model that was traced (adds its graph)")
     ingest.add_argument("--name", help="model name for the session (default: model or trace name)")
+    add_publish_option(ingest)
     ingest.set_defaults(func=cmd_ingest)

@@ -1,5 +1,5 @@
 """`aaco whatif`: the predicted end-to-end latency of a session with some nodes made faster (or
-slower), by re-timing its critical-path DAG (analysis.critical_path.session_path), not by subtracting shares."""
+slower), by re-timing its critical-path DAG (analysis.critical_path.session_whatif), not by subtracting shares."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from aaco_pipelines.errors import AacoInputError
 
 
 def cmd_whatif(args, paths: AacoPaths) -> int:
-    from aaco_pipelines.analysis.critical_path.session_path import what_if
+    from aaco_pipelines.analysis.critical_path.session_whatif import what_if
     from aaco_pipelines.bundle.session_bundle import SessionBundle
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.tracelake.queries import session_bundle_path

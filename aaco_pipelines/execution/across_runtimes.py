@@ -1,7 +1,7 @@
 """One model measured side by side under two ONNX Runtimes: two workers, alternating blocks.
 
 Two runtimes cannot share a process, so each runs in a worker of its own under its own
-environment's interpreter (execution.runtime_worker), both alive for the whole measurement:
+environment's interpreter (execution.runtime_process), both alive for the whole measurement:
 driven by side by side's own protocol (execution.side_by_side.alternate: A's block, then B's,
 then B's, then A's, each block long enough to hold several iterations, its first iteration not
 kept: the other worker's pool may still be spinning down). Whatever the host does hits both runtimes alike, and the

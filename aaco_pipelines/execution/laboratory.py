@@ -28,7 +28,7 @@ _CGROUP_PARENT = "aaco"
 # How long the cores are watched before choosing: 20 jiffies a core at 100 Hz, cheap beside a run.
 BUSY_WINDOW_S = 0.2
 # A laboratory core whose time other processes take beyond this share is busy: the limit of a
-# contended host (analysis.envelope.measure.CONTENDED_SHARE), applied to the cores the worker owns.
+# contended host (analysis.envelope.record.CONTENDED_SHARE), applied to the cores the worker owns.
 BUSY_CORE_SHARE = 0.2
 # The lowest core is left free unless another is busier by more than this: a jiffy or two of
 # noise must not move the worker from session to session.

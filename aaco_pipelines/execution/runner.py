@@ -52,7 +52,7 @@ from aaco_pipelines.execution.profiled_count import MAX_SECONDS as MAX_PROFILED_
 from aaco_pipelines.execution.providers import amd_gpu_visible
 from aaco_pipelines.execution.session_folders import session_folder_held
 from aaco_pipelines.foundation.redaction import redact_file
-from aaco_pipelines.graph.cost_model import TensorInfo, tensor_bytes
+from aaco_pipelines.graph.cost.core import TensorInfo, tensor_bytes
 from aaco_pipelines.registry.external_data import total_bytes
 from aaco_pipelines.registry.sidecar import InputSpec
 

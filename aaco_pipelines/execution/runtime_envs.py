@@ -17,7 +17,7 @@ from pathlib import Path
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import runtime_fingerprint
 
-WORKER = Path(__file__).with_name("runtime_worker.py")
+WORKER = Path(__file__).with_name("runtime_process.py")
 PROBE_TIMEOUT_S = 120.0
 INSTALL_HINT = "python -m venv ENV && ENV/bin/pip install onnxruntime==VERSION numpy"
 

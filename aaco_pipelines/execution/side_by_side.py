@@ -35,7 +35,7 @@ from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_
 from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.measuring_process import progress
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
-from aaco_pipelines.execution.runtime_worker import timed_block
+from aaco_pipelines.execution.runtime_process import timed_block
 from aaco_pipelines.graph.inputs import make_inputs
 from aaco_pipelines.registry.sidecar import input_specs_from_json
 

@@ -36,13 +36,8 @@ import pyarrow.parquet as pq
 from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from aaco_pipelines.graph.cost_model import (
-    TensorInfo,
-    node_cost,
-    numel,
-    output_infos,
-    tensor_bytes,
-)
+from aaco_pipelines.graph.cost.core import TensorInfo, numel, tensor_bytes
+from aaco_pipelines.graph.cost.model import node_cost, output_infos
 from aaco_pipelines.graph.inputs import declared_dims, dtype_name, graph_inputs, load_model
 from aaco_pipelines.registry.external_data import model_sha256
 from aaco_pipelines.registry.sidecar import InputSpec

@@ -21,7 +21,7 @@ from aaco_pipelines.analysis.bottleneck.classification import SIGNAL_RULES
 from aaco_pipelines.analysis.metrics import derived as metrics_module
 from aaco_pipelines.governance.drift.series import series_change_points
 from aaco_pipelines.registry.workload import SCENARIOS
-from aaco_pipelines.report.data import ReportData, gather
+from aaco_pipelines.report.data import ReportData, read_report_data
 from aaco_pipelines.report.latency_intervals import latency_with_intervals
 from aaco_pipelines.report.structure_text import structure_headline
 from aaco_pipelines.tracelake.store import TraceLake
@@ -51,7 +51,7 @@ def metric_meanings(doc: str | None = metrics_module.__doc__) -> dict[str, str]:
 
 def render_json(lake: TraceLake | str, session_id: str) -> dict:
     """The report of one session (or "latest") as JSON-ready data."""
-    return report_content(gather(lake, session_id))
+    return report_content(read_report_data(lake, session_id))
 
 
 def report_content(data: ReportData) -> dict:

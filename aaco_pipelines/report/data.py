@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aaco_pipelines.analysis.bottleneck.roofline import JudgedRoofline, lift_to_observed
-from aaco_pipelines.analysis.comparison.structural_diff import StructuralDiff, since_previous
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.comparison.stored_structure import stored_since_previous
+from aaco_pipelines.analysis.comparison.structure_records import StructuralDiff
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.foundation.sql import used_parameters
@@ -24,7 +25,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 TOP_KERNELS = 15
 
 # Device kernels when the session has a device trace, else the host node executions (the
-# kernels of the CPU provider), as in analysis.attribution.nodes.session_kernels; per profiled
+# kernels of the CPU provider), as in analysis.attribution.session.session_kernels; per profiled
 # iteration, so the numbers compare with op_breakdown.
 TOP_KERNELS_SQL = """
 WITH chosen AS (
@@ -122,7 +123,7 @@ def open_lake(lake: TraceLake | str) -> TraceLake:
     return lake
 
 
-def gather(lake: TraceLake | str, session_id: str) -> ReportData:
+def read_report_data(lake: TraceLake | str, session_id: str) -> ReportData:
     """The session's report data; `session_id` may be "latest"."""
     lake = open_lake(lake)
     sid = resolve_session(lake, session_id)
@@ -199,7 +200,7 @@ def gather(lake: TraceLake | str, session_id: str) -> ReportData:
             ),
             None,
         ),
-        structure=since_previous(lake, sid),
+        structure=stored_since_previous(lake, sid),
         critical_path_nodes=rows(
             "SELECT * EXCLUDE (session_id) FROM critical_path_nodes WHERE session_id = $sid "
             "ORDER BY gain_2x_ns DESC NULLS LAST, critical_ns DESC, kernel_ns DESC LIMIT $n",

@@ -9,10 +9,15 @@ import json
 import numpy as np
 import pyarrow.compute as pc
 
-from aaco_pipelines.report import plots
+from aaco_pipelines.report.breakdown_plots import op_breakdown, roofline_chart
 from aaco_pipelines.report.content import DRIFT_PLOT_METRICS, report_content
-from aaco_pipelines.report.data import ReportData, gather
-from aaco_pipelines.report.sections import Section, Table, drift_plot_id, report_sections
+from aaco_pipelines.report.data import ReportData, read_report_data
+from aaco_pipelines.report.drift_plots import drift_row_plot
+from aaco_pipelines.report.generation_plots import generation_curves, token_latencies
+from aaco_pipelines.report.plot_canvas import data_uri
+from aaco_pipelines.report.run_plots import iteration_latency, latency_histogram, telemetry
+from aaco_pipelines.report.section_model import Section, Table, drift_plot_id
+from aaco_pipelines.report.sections import report_sections
 from aaco_pipelines.tracelake.store import TraceLake
 
 CSS = """
@@ -30,7 +35,7 @@ nav a { margin-right: 1em; } img { max-width: 100%; height: auto; }
 
 def render_html(lake: TraceLake | str, session_id: str) -> str:
     """The report of one session (or "latest") as a single HTML document."""
-    data = gather(lake, session_id)
+    data = read_report_data(lake, session_id)
     content = report_content(data)
     return html_document(content, session_plots(data))
 
@@ -42,43 +47,43 @@ def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
     found = {
         "latency-histogram": (
             "Distribution of measured latency",
-            plots.latency_histogram(
+            latency_histogram(
                 measured["latency_ns"].to_numpy().astype(np.float64),
                 session["latency_p50_ns"],
                 session["latency_p99_ns"],
             ),
         ),
-        "iteration-latency": ("Latency per iteration", plots.iteration_latency(iterations)),
+        "iteration-latency": ("Latency per iteration", iteration_latency(iterations)),
     }
     nodes = data.op_breakdown.filter(pc.equal(data.op_breakdown["level"], "node"))
     if nodes.num_rows:
-        found["op-breakdown"] = ("Share of kernel time per ONNX node", plots.op_breakdown(nodes))
+        found["op-breakdown"] = ("Share of kernel time per ONNX node", op_breakdown(nodes))
     if data.roofs and data.roofline_points.num_rows:
         envelope = data.envelope
         found["roofline"] = (
             f"Ops on the roofline of the {envelope['source']} envelope"
             + (" (not measured: published peaks)" if envelope["source"] == "datasheet" else ""),
-            plots.roofline_chart(data.roofline_points, data.roofs),
+            roofline_chart(data.roofline_points, data.roofs),
         )
     if data.telemetry.num_rows:
         found["telemetry"] = (
             "Telemetry, passes shaded",
-            plots.telemetry(data.telemetry, data.passes),
+            telemetry(data.telemetry, data.passes),
         )
     if data.generation_metrics.num_rows:
         found["generation-curves"] = (
             "Latency against throughput (batch size) and TTFT against prompt length",
-            plots.generation_curves(data.generation_metrics),
+            generation_curves(data.generation_metrics),
         )
         found["token-latencies"] = (
             "TTFT and TPOT distributions per scenario",
-            plots.token_latencies(data.requests),
+            token_latencies(data.requests),
         )
     for row in data.drift:
         if row["metric"] in DRIFT_PLOT_METRICS:
             found[drift_plot_id(row["metric"])] = (
                 f"Drift history of {row['metric']}",
-                plots.drift_row_plot(row),
+                drift_row_plot(row),
             )
     return found
 
@@ -110,7 +115,7 @@ def _section(section: Section, images: dict[str, tuple[str, bytes]]) -> str:
         if plot_id in images:
             caption, svg = images[plot_id]
             parts.append(
-                f'<figure id="plot-{plot_id}"><img src="{plots.data_uri(svg)}" '
+                f'<figure id="plot-{plot_id}"><img src="{data_uri(svg)}" '
                 f'alt="{_e(caption)}"><figcaption>{_e(caption)}</figcaption></figure>'
             )
     parts += [html_table(table) for table in section.tables]

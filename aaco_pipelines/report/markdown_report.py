@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.markdown_tables import markdown_table
-from aaco_pipelines.report.sections import Section, report_sections
+from aaco_pipelines.report.section_model import Section
+from aaco_pipelines.report.sections import report_sections
 from aaco_pipelines.tracelake.store import TraceLake
 
 

@@ -1,24 +1,12 @@
-"""A session's HTML report and Perfetto trace as files, written as its Dagster run ends, where
-its asset pages point: AACO_HOME/reports/<session_id>.html and <session_id>.perfetto.json.
-
-The Dagster UI opens a plot's Markdown in a dialog, one plot at a time, and cannot open a local
-file: its metadata shows the path, which the user opens in a browser (the report: every plot,
-every table in full) or in ui.perfetto.dev (the trace). Both are what `aaco report` and `aaco
-export` write, in one reading of the lake: about 1.3 s of a run on a busy 2-core host.
-
-A GPU session of millions of kernels would make that a minute and gigabytes with every run: the
-trace is written only up to AUTO_TRACE_MAX_EVENTS events (a stale one removed); above, the
-page says which `aaco export` writes it.
+"""Where a session's HTML report and Perfetto trace are kept as files:
+AACO_HOME/reports/<session_id>.html and <session_id>.perfetto.json, written by the publish stage
+(stages/publish.py) as its Dagster run, `aaco run` or `aaco ingest` ends.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from aaco_pipelines.tracelake.store import TraceLake
 
 REPORTS = "reports"  # under AACO_HOME
 AUTO_TRACE_MAX_EVENTS = 200_000  # about 50 MB of trace JSON, a second or two to write
@@ -46,32 +34,3 @@ def session_files(home: Path, session_id: str) -> SessionFiles:
         raise ValueError(f"session id {session_id!r} cannot name a file")
     folder = Path(home) / REPORTS
     return SessionFiles(folder / f"{session_id}.html", folder / f"{session_id}.perfetto.json")
-
-
-def write_session_files(lake: TraceLake, session_id: str, home: Path) -> SessionFiles:
-    """Render the session's report and export its trace, each appearing whole or not at all.
-    The renderers are imported here: every Dagster process imports the paths, one step writes."""
-    from aaco_pipelines.report.html import render_html
-    from aaco_pipelines.report.output_file import replacing
-    from aaco_pipelines.report.perfetto import write_perfetto
-
-    files = session_files(home, session_id)
-    files.report.parent.mkdir(parents=True, exist_ok=True)
-    with lake.reading():
-        page = render_html(lake, session_id)
-        with replacing(files.report) as handle:
-            handle.write(page)
-        events = timeline_events(lake, session_id)
-        small = events <= AUTO_TRACE_MAX_EVENTS
-        if small:
-            write_perfetto(lake, session_id, files.trace)
-        else:
-            files.trace.unlink(missing_ok=True)  # an earlier run's would belie this one
-    return SessionFiles(files.report, files.trace, events, small)
-
-
-def timeline_events(lake: TraceLake, session_id: str) -> int:
-    """The session's events a trace would hold (iterations, nodes, kernels)."""
-    return lake.query("SELECT count(*) AS n FROM kernel_events WHERE session_id = ?", [session_id])[
-        "n"
-    ][0].as_py()

@@ -11,7 +11,10 @@ In order, for one session:
     critical_path (critical_path)       each iteration's critical path, slack, 2x gain per node
     diagnose      (bottleneck_report)   the envelope it is judged against, roofline, bottleneck
     judge_drift   (performance_drift)   each metric's history and the verdict; the session is
-                                        complete (visible to readers) when it commits
+                                        complete (visible to readers) when it commits; its
+                                        structural diff, computed once and kept
+    publish       (performance_drift)   the session's HTML report and Perfetto trace as files,
+                                        as `aaco run` and `aaco ingest` end too
 
 and beside them `review_night` (nightly_review), `ingest_trace` (`aaco ingest`: a trace
 collected elsewhere, up to `load`) and `restore` (`aaco restore`: a lost TraceLake rebuilt from

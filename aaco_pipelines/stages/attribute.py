@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.analysis.attribution.nodes import attribute_session
+from aaco_pipelines.analysis.attribution.session import attribute_session
 from aaco_pipelines.analysis.metrics.derived import session_metrics
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.execution.session_folders import session_folder_held

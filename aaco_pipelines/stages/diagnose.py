@@ -34,7 +34,7 @@ from aaco_pipelines.analysis.bottleneck.roofline import (
 )
 from aaco_pipelines.analysis.critical_path.session_path import fix_first, node_gains
 from aaco_pipelines.analysis.envelope.choice import EnvelopeChoice, session_envelope
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.analysis.kernels.diagnosis import (
     KernelDiagnoses,
     diagnose_kernels,
@@ -61,9 +61,11 @@ def diagnose(
     lake: TraceLake, session_id: str, metrics: dict[str, float], target: str = "cpu"
 ) -> Diagnosis:
     """Choose the envelope, place the ops on its roofline and classify; stored."""
-    with lake.reading():  # the reads after explain's write share one open of the lake
+    with (
+        lake.reading()
+    ):  # the reads after judge_against_envelope's write share one open of the lake
         choice = session_envelope(lake, session_id, target)
-        report, utilization, roofs, kernels = explain(
+        report, utilization, roofs, kernels = judge_against_envelope(
             lake, session_id, metrics, choice.envelope_id, choice.envelope, note=choice.note
         )
         top = top_roofline_points(lake, session_id).to_pylist()
@@ -77,7 +79,7 @@ def diagnose(
 
 
 @reads_together
-def explain(
+def judge_against_envelope(
     lake: TraceLake,
     session_id: str,
     metrics: dict[str, float],

@@ -14,13 +14,14 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from aaco_pipelines.analysis.comparison.structural_diff import StructuralDiff, since_previous
+from aaco_pipelines.analysis.comparison.stored_structure import since_previous, structure_row
+from aaco_pipelines.analysis.comparison.structure_records import StructuralDiff
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.session_folders import session_folder_held
 from aaco_pipelines.governance.alerts.lifecycle import sync_alerts
 from aaco_pipelines.governance.alerts.objectives import judge_objectives
-from aaco_pipelines.governance.drift.series import GATED_METRICS, drift_rows
+from aaco_pipelines.governance.drift.series import GATED_METRICS, drift_verdict_rows
 from aaco_pipelines.governance.gate.decision import gate_verdict
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -77,19 +78,31 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> 
     run leaves them to the sweep's review, after its false discovery control."""
     session_id = bundle.session_id
     with session_folder_held(bundle.path, session_id):
-        rows = drift_rows(lake, bundle.session["model_slug"], session_id)
+        rows = drift_verdict_rows(lake, bundle.session["model_slug"], session_id)
         objectives = session_objectives(lake, bundle)
         lake.replace_session_rows(
             session_id, {"drift_verdicts": rows, "objective_verdicts": objectives}, complete=True
         )
     judgement = DriftJudgement(session_id, rows.to_pylist(), gate=None)
     judgement = dataclasses.replace(judgement, objectives=objectives.to_pylist())
-    judgement = dataclasses.replace(judgement, structure=since_previous(lake, session_id))
+    judgement = dataclasses.replace(judgement, structure=_structure(lake, session_id))
     if judgement.regressions:
         judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
     if alerts:
         judgement = _with_alerts(lake, judgement)
     return judgement
+
+
+def _structure(lake: TraceLake, session_id: str) -> StructuralDiff | None:
+    """What the compiled graph ran differently from the model's previous session, computed
+    once and kept (analysis.comparison.stored_structure): the report, the asset pages and
+    `aaco diff --structure` read it back. The session is complete by now (the diff reads
+    complete sessions); a run that dies before this leaves no row, and readers diff again."""
+    structure = since_previous(lake, session_id)
+    lake.replace_session_rows(
+        session_id, {"structural_diffs": structure_row(session_id, structure)}
+    )
+    return structure
 
 
 def _with_alerts(lake: TraceLake, judgement: DriftJudgement) -> DriftJudgement:

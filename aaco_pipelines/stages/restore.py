@@ -54,7 +54,7 @@ from aaco_pipelines.analysis.envelope.choice import (
     session_envelope,
     stored_envelope,
 )
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -62,7 +62,7 @@ from aaco_pipelines.execution.session_folders import failed_folders, is_held, pu
 from aaco_pipelines.governance.drift.fdr import control_sweep
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.critical_path import find_critical_path
-from aaco_pipelines.stages.diagnose import explain
+from aaco_pipelines.stages.diagnose import judge_against_envelope
 from aaco_pipelines.stages.judge_drift import judge_drift
 from aaco_pipelines.stages.load import load, load_session
 from aaco_pipelines.tracelake import ducklake
@@ -281,7 +281,9 @@ def _load_and_analyse(
         attribution = attribute(lake, bundle)
         find_critical_path(lake, bundle)
         envelope_id, envelope, note = judged_against(lake, session_id, journal)
-        explain(lake, session_id, attribution.metrics, envelope_id, envelope, note=note)
+        judge_against_envelope(
+            lake, session_id, attribution.metrics, envelope_id, envelope, note=note
+        )
         judge_drift(lake, bundle, alerts=False)  # the journal's alerts are the record
 
 

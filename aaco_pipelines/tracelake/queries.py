@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -213,6 +214,19 @@ def measurement_quality_row(lake: TraceLake, session_id: str) -> dict | None:
     rows = lake.query(
         "SELECT * FROM measurement_quality WHERE session_id = ?", [session_id]
     ).to_pylist()
+    return rows[0] if rows else None
+
+
+def stored_structure_row(lake: TraceLake, session_id: str) -> dict | None:
+    """The session's kept structural diff row (analysis.comparison.stored_structure); None for a
+    session judged before v22, and in a lake not migrated to it yet (a read never migrates)."""
+    try:
+        rows = lake.query(
+            "SELECT previous_session_id, diff_json FROM structural_diffs WHERE session_id = ?",
+            [session_id],
+        ).to_pylist()
+    except duckdb.CatalogException:  # no such table: a lake older than v22, read as it is
+        return None
     return rows[0] if rows else None
 
 

@@ -145,6 +145,7 @@ MIGRATIONS: dict[int, list[str]] = {
         f"ALTER TABLE IF EXISTS bisections ADD COLUMN IF NOT EXISTS {column} VARCHAR"
         for column in ("dimension", "last_good_runtime", "first_bad_runtime")
     ],
+    22: [],  # structural_diffs: created as a missing table
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pyarrow as pa
 import pytest
 
-from aaco_pipelines.analysis.attribution.nodes import can_fuse, map_runtime_nodes, original_nodes
+from aaco_pipelines.analysis.attribution.mapping import can_fuse, map_runtime_nodes, original_nodes
 from aaco_pipelines.analysis.metrics.derived import (
     KernelStream,
     busy_time_per_iteration,
@@ -262,7 +262,7 @@ def test_one_preempted_iteration_reorders_no_share_or_ranking():
     mean-based share, kept beside, shows what the mean would have said (it comes first). The
     bootstrap over the iterations rarely draws the preempted one into a median: the top node
     stays first in nearly every resample."""
-    from aaco_pipelines.analysis.attribution.nodes import time_breakdown
+    from aaco_pipelines.analysis.attribution.session import time_breakdown
 
     times = {"a": 100, "b": 80, "c": 60}
     rows = [

@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.analysis.critical_path import host_dag
-from aaco_pipelines.analysis.critical_path.session_path import what_if, what_if_nodes
+from aaco_pipelines.analysis.critical_path.session_whatif import what_if, what_if_nodes
 from aaco_pipelines.execution.side_by_side import measure_side_by_side
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar

@@ -11,11 +11,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from aaco_pipelines.analysis.attribution.nodes import session_kernels
+from aaco_pipelines.analysis.attribution.session import session_kernels
 from aaco_pipelines.analysis.critical_path.device_path import (
     PER_ITERATION,
     PER_NODE,
     device_critical_path,
+)
+from aaco_pipelines.analysis.critical_path.device_whatif import (
     predict_device_spans,
     predict_device_spans_many,
 )

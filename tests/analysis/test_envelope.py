@@ -23,11 +23,8 @@ from aaco_pipelines.analysis.envelope.host_peak import (
     physical_cores,
     theoretical_cpu_peak,
 )
-from aaco_pipelines.analysis.envelope.measure import (
-    HardwareEnvelope,
-    ResourcePeak,
-    measure_envelope,
-)
+from aaco_pipelines.analysis.envelope.measure import measure_envelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -178,19 +175,22 @@ def _fake_sweep(monkeypatch, medians: dict[int, float], cache_bytes: int | None)
     import dataclasses
     import time
 
-    from aaco_pipelines.analysis.envelope import measure as envelope
+    from aaco_pipelines.analysis.envelope import sweep as envelope_sweep
+    from aaco_pipelines.analysis.envelope.kernels import ADD
+    from aaco_pipelines.analysis.envelope.record import sweep_peak
+    from aaco_pipelines.analysis.envelope.session import Runtime
 
     def fake_measure(ort, runtime, kernel, size, repeats):
         rate = medians[size]
         entry = {"size": size, "median": rate, "low": rate, "high": rate}
         return {**entry, "seconds_per_run": 0.0, "setup_s": 0.0}, ["CPUExecutionProvider"]
 
-    monkeypatch.setattr(envelope, "_measure_size", fake_measure)
-    monkeypatch.setattr(envelope, "last_level_cache_bytes", lambda device: cache_bytes)
-    kernel = dataclasses.replace(envelope.ADD, sizes=tuple(medians), feed_bytes=lambda n: 100 * n)
-    runtime = envelope.Runtime(("CPUExecutionProvider",), None)
-    sweep, _ = envelope._sweep(None, runtime, kernel, 1, time.perf_counter() + 60)
-    return sweep, envelope._peak("memory_bandwidth", "B/s", sweep)
+    monkeypatch.setattr(envelope_sweep, "_measure_size", fake_measure)
+    monkeypatch.setattr(envelope_sweep, "last_level_cache_bytes", lambda device: cache_bytes)
+    kernel = dataclasses.replace(ADD, sizes=tuple(medians), feed_bytes=lambda n: 100 * n)
+    runtime = Runtime(("CPUExecutionProvider",), None)
+    sweep, _ = envelope_sweep.sweep_sizes(None, runtime, kernel, 1, time.perf_counter() + 60)
+    return sweep, sweep_peak("memory_bandwidth", "B/s", sweep)
 
 
 def test_cache_resident_sizes_neither_set_the_bandwidth_peak_nor_end_the_sweep(monkeypatch):
@@ -208,18 +208,18 @@ def test_cache_resident_sizes_neither_set_the_bandwidth_peak_nor_end_the_sweep(m
 
 
 def test_last_level_cache_is_the_highest_level_in_sysfs(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis.envelope import measure as envelope
+    from aaco_pipelines.analysis.envelope import caches
 
     for index, level, size in (("index0", "1", "48K"), ("index2", "2", "1280K"),
                                ("index3", "3", "49152K")):  # fmt: skip
         (tmp_path / index).mkdir()
         (tmp_path / index / "level").write_text(f"{level}\n")
         (tmp_path / index / "size").write_text(f"{size}\n")
-    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
-    assert envelope.last_level_cache_bytes("cpu") == 48 << 20
-    assert envelope.last_level_cache_bytes("cuda") == envelope.GPU_LAST_LEVEL_CACHE_BYTES
-    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path / "absent")
-    assert envelope.last_level_cache_bytes("cpu") is None
+    monkeypatch.setattr(caches, "_CPU_CACHES", tmp_path)
+    assert caches.last_level_cache_bytes("cpu") == 48 << 20
+    assert caches.last_level_cache_bytes("cuda") == caches.GPU_LAST_LEVEL_CACHE_BYTES
+    monkeypatch.setattr(caches, "_CPU_CACHES", tmp_path / "absent")
+    assert caches.last_level_cache_bytes("cpu") is None
 
 
 def test_an_envelope_measured_beside_busy_processes_says_so(cpu_envelope):
@@ -301,7 +301,7 @@ def test_the_measured_envelope_knows_the_hosts_theoretical_peak(cpu_envelope):
 
 def test_the_measured_envelope_has_a_ceiling_per_cache_level_sysfs_lists(cpu_envelope):
     """Structure only: on a busy host a cache may measure no faster than DRAM."""
-    from aaco_pipelines.analysis.envelope.measure import cpu_cache_levels
+    from aaco_pipelines.analysis.envelope.caches import cpu_cache_levels
 
     levels = cpu_cache_levels()
     threads = len(os.sched_getaffinity(0))
@@ -381,17 +381,17 @@ def test_a_cache_ceiling_below_dram_or_a_larger_cache_is_raised_to_it(envelope):
 
 
 def test_measurement_records_which_ceiling_a_slow_cache_fell_below():
-    from aaco_pipelines.analysis.envelope.measure import _cache_peaks
+    from aaco_pipelines.analysis.envelope.sweep import cache_peaks
 
     def sweep(*medians):
         return [{"size": i, "median": m, "low": m, "high": m} for i, m in enumerate(medians)]
 
     dram = _peak("memory_bandwidth", 10.0, "B/s")
-    peaks = _cache_peaks({"L2": sweep(15.0, 60.0), "L3": sweep(8.0, 20.0)}, dram)
+    peaks = cache_peaks({"L2": sweep(15.0, 60.0), "L3": sweep(8.0, 20.0)}, dram)
     assert list(peaks) == ["L2", "L3"] and peaks["L3"].peak == 20.0
     assert [e["clamped_to"] for e in peaks["L3"].sweep] == ["DRAM", None]
     assert [e["clamped_to"] for e in peaks["L2"].sweep] == ["L3", None]  # 15 < L3's 20
-    peaks = _cache_peaks({"L2": sweep(15.0), "L3": sweep(5.0)}, dram)
+    peaks = cache_peaks({"L2": sweep(15.0), "L3": sweep(5.0)}, dram)
     assert peaks["L3"].sweep[0]["clamped_to"] == "DRAM"
     assert peaks["L2"].sweep[0]["clamped_to"] is None  # above DRAM, and L3 was below it
 
@@ -406,7 +406,8 @@ def _fake_caches(root, caches):
 
 
 def test_cache_levels_and_their_working_sets_from_sysfs(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis.envelope import measure as envelope
+    from aaco_pipelines.analysis.envelope import caches
+    from aaco_pipelines.analysis.envelope.sweep import _cache_sizes
 
     _fake_caches(
         tmp_path,
@@ -418,31 +419,33 @@ def test_cache_levels_and_their_working_sets_from_sysfs(tmp_path, monkeypatch):
             (4, "Unified", "bogus", "0-15"),  # unreadable: skipped
         ],
     )
-    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
-    levels = envelope.cpu_cache_levels()
+    monkeypatch.setattr(caches, "_CPU_CACHES", tmp_path)
+    levels = caches.cpu_cache_levels()
     assert levels == [
-        envelope.CacheLevel("L2", 1280 << 10, 2),
-        envelope.CacheLevel("L3", 30 << 20, 16),
+        caches.CacheLevel("L2", 1280 << 10, 2),
+        caches.CacheLevel("L3", 30 << 20, 16),
     ]
     l2, l3 = levels
     assert l2.capacity_bytes(1) == 1280 << 10 and l2.capacity_bytes(8) == 4 * (1280 << 10)
     assert l3.capacity_bytes(8) == 30 << 20 and l3.capacity_bytes(32) == 2 * (30 << 20)
-    sizes = envelope._cache_sizes(l2.capacity_bytes(8), 0)
+    sizes = _cache_sizes(l2.capacity_bytes(8), 0)
     assert [12 * n for n in sizes] == [2621376, 1310592]  # half and a quarter, whole lines
     assert all(n % 16 == 0 for n in sizes)
     # A quarter of the L3 would fit the L2s: only the half is measured.
-    assert len(envelope._cache_sizes(16 * MiB, 5 * MiB)) == 1
+    assert len(_cache_sizes(16 * MiB, 5 * MiB)) == 1
     # Neither fits above the smaller level: midway between.
-    assert 12 * envelope._cache_sizes(8 * MiB, 5 * MiB)[0] == pytest.approx(6.5 * MiB, abs=192)
-    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path / "absent")
-    assert envelope.cpu_cache_levels() == []
+    assert 12 * _cache_sizes(8 * MiB, 5 * MiB)[0] == pytest.approx(6.5 * MiB, abs=192)
+    monkeypatch.setattr(caches, "_CPU_CACHES", tmp_path / "absent")
+    assert caches.cpu_cache_levels() == []
 
 
 def test_cache_sweeps_measure_each_level_once_past_their_deadline(tmp_path, monkeypatch):
-    from aaco_pipelines.analysis.envelope import measure as envelope
+    from aaco_pipelines.analysis.envelope import caches
+    from aaco_pipelines.analysis.envelope import sweep as envelope_sweep
+    from aaco_pipelines.analysis.envelope.session import Runtime
 
     _fake_caches(tmp_path, [(2, "Unified", "1M", "0"), (3, "Unified", "32M", "0-1")])
-    monkeypatch.setattr(envelope, "_CPU_CACHES", tmp_path)
+    monkeypatch.setattr(caches, "_CPU_CACHES", tmp_path)
     measured = []
 
     def fake_measure(ort, runtime, kernel, size, repeats):
@@ -450,9 +453,9 @@ def test_cache_sweeps_measure_each_level_once_past_their_deadline(tmp_path, monk
         entry = {"size": size, "median": 1.0, "low": 1.0, "high": 1.0}
         return {**entry, "seconds_per_run": 1e-5, "setup_s": 0.01}, ["CPUExecutionProvider"]
 
-    monkeypatch.setattr(envelope, "_measure_size", fake_measure)
-    runtime = envelope.Runtime(("CPUExecutionProvider",), 2)
-    sweeps = envelope._cache_sweeps(None, runtime, 2, 3, time.perf_counter() + 60)
+    monkeypatch.setattr(envelope_sweep, "_measure_size", fake_measure)
+    runtime = Runtime(("CPUExecutionProvider",), 2)
+    sweeps = envelope_sweep.sweep_caches(None, runtime, 2, 3, time.perf_counter() + 60)
     assert {k: [e["working_set_bytes"] for e in v] for k, v in sweeps.items()} == {
         "L2": [12 * (MiB // 12 // 16 * 16), 12 * (MiB // 24 // 16 * 16)],  # of 2 x 1 MiB
         "L3": [12 * (16 * MiB // 12 // 16 * 16), 12 * (8 * MiB // 12 // 16 * 16)],
@@ -460,7 +463,7 @@ def test_cache_sweeps_measure_each_level_once_past_their_deadline(tmp_path, monk
     assert [e["capacity_bytes"] for e in sweeps["L2"]] == [2 * MiB] * 2
     assert [e["capacity_bytes"] for e in sweeps["L3"]] == [32 * MiB] * 2
     measured.clear()
-    sweeps = envelope._cache_sweeps(None, runtime, 2, 3, time.perf_counter() - 1)
+    sweeps = envelope_sweep.sweep_caches(None, runtime, 2, 3, time.perf_counter() - 1)
     assert [len(v) for v in sweeps.values()] == [1, 1] and len(measured) == 2
 
 

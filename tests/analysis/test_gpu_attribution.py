@@ -11,10 +11,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from aaco_pipelines.analysis.attribution.clock_alignment import estimate_clock_offset
 from aaco_pipelines.analysis.attribution.gpu_kernels import (
     attribute_gpu_kernels,
     clock_alignment_of,
-    estimate_clock_offset,
 )
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection

@@ -27,7 +27,7 @@ from aaco_pipelines.analysis.envelope.datasheets import (
     match_datasheet,
     node_dtype,
 )
-from aaco_pipelines.analysis.envelope.measure import (
+from aaco_pipelines.analysis.envelope.record import (
     HardwareEnvelope,
     ResourcePeak,
     datasheet_envelope,
@@ -218,7 +218,9 @@ def test_aaco_ingest_of_an_mi350x_trace_uses_the_mi350x_datasheet(
     assert "bottleneck:" in printed.out
     # the stages of a long ingest, in order, on stderr
     stages = [line.split("s  ", 1)[1] for line in printed.err.splitlines() if "s  " in line]
-    assert [s.split()[0] for s in stages] == ["copying", "loading", *["analysing:"] * 4, "done"]
+    assert [s.split()[0] for s in stages] == [
+        "copying", "loading", *["analysing:"] * 4, "publishing:", "done"
+    ]  # fmt: skip
     assert [s.split(":")[1].split()[0] for s in stages[2:6]] == [
         "attribution", "critical", "bottleneck", "drift"
     ]  # fmt: skip

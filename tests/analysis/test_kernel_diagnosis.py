@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from aaco_pipelines.analysis.attribution.nodes import kernel_places
+from aaco_pipelines.analysis.attribution.session import kernel_places
 from aaco_pipelines.analysis.envelope.datasheets import GpuAgent
-from aaco_pipelines.analysis.envelope.measure import datasheet_envelope
+from aaco_pipelines.analysis.envelope.record import datasheet_envelope
 from aaco_pipelines.analysis.kernels.diagnosis import diagnose_kernels
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.execution.gpu_counters import formulas_for

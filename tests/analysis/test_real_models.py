@@ -16,7 +16,7 @@ from aaco_pipelines.analysis.attribution.coverage import (
     attribution_coverage,
     profile_model,
 )
-from aaco_pipelines.analysis.attribution.nodes import can_fuse
+from aaco_pipelines.analysis.attribution.mapping import can_fuse
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar
 from aaco_pipelines.stages.pipeline import measure_model

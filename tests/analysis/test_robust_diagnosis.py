@@ -10,8 +10,8 @@ import pyarrow.compute as pc
 import pytest
 
 from aaco_pipelines.analysis.attribution import ranking_stability as rs
-from aaco_pipelines.analysis.attribution.nodes import time_breakdown
 from aaco_pipelines.analysis.attribution.ranking_stability import STABLE, ranking_stability
+from aaco_pipelines.analysis.attribution.session import time_breakdown
 from aaco_pipelines.analysis.bottleneck.classification import classify_bottleneck
 from aaco_pipelines.analysis.bottleneck.evidence import (
     FROM_METRICS,
@@ -20,7 +20,7 @@ from aaco_pipelines.analysis.bottleneck.evidence import (
 )
 from aaco_pipelines.analysis.metrics.derived import table_metrics
 from aaco_pipelines.cli.measuring import top_op_cell
-from aaco_pipelines.report.sections import ranking_text
+from aaco_pipelines.report.finding_sections import ranking_text
 from tests.helpers import KERNELS_SCHEMA, engine_query, exact_mapping, no_graph_nodes
 
 ITERATIONS, NODES = 10, 20

@@ -8,7 +8,7 @@ import pytest
 
 from aaco_pipelines.analysis.bottleneck.roofline import judge_roofline, roofline_utilization
 from aaco_pipelines.analysis.envelope.choice import save_envelope
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.pipeline import measure_model

@@ -262,3 +262,56 @@ def test_a_session_shows_what_changed_since_the_previous_one_in_its_report_and_d
     tables = dict(structure_tables(judged.structure))
     rows = tables["critical path (aaco whatif re-times it)"]
     assert rows[1][0] == "critical path per iteration" and rows[1][1].endswith(" ms")
+
+
+def test_the_diff_is_computed_once_kept_and_read_back_by_report_and_cli(
+    tmp_path, monkeypatch, capsys
+):
+    """The drift stage keeps each session's diff (structural_diffs); the report and `aaco diff
+    --structure` of that pair read it back, attributing no kernels again; a session without a
+    kept row (judged before v22) is diffed when asked."""
+    import json
+
+    from aaco_pipelines.analysis.comparison import stored_structure
+    from aaco_pipelines.analysis.comparison.structure_records import structural_diff_from_dict
+    from aaco_pipelines.cli import main
+    from aaco_pipelines.report.content import render_json
+
+    paths = AacoPaths(home=tmp_path, registry=tmp_path / "registry", tracelake=tmp_path / "l.db")
+    paths.registry.mkdir()
+    block = models.transformer_block()
+    path = add_model(paths, "block", block, replace_sidecar(NO_GELU_FUSION))
+    first = measure_model(registered_model(path), paths, analyze=True).session_id
+    add_model(paths, "block", block, FAST_SIDECAR)
+    second = measure_model(registered_model(path), paths, analyze=True).session_id
+    lake = TraceLake(paths.tracelake)
+    rows = {r["session_id"]: r for r in lake.query("SELECT * FROM structural_diffs").to_pylist()}
+    assert rows[first]["previous_session_id"] is None and rows[first]["diff_json"] is None
+    kept = rows[second]
+    assert (kept["previous_session_id"], kept["fusions_gained"], kept["fusions_lost"]) == (
+        first,
+        1,
+        0,
+    )
+    computed = structural_diff(lake, first, second)
+    assert structural_diff_from_dict(json.loads(kept["diff_json"])) == computed
+
+    def no_recomputing(*args, **kwargs):
+        raise AssertionError("the kept diff was computed again")
+
+    monkeypatch.setattr(stored_structure, "structural_diff", no_recomputing)
+    assert render_json(lake, second)["structure"]["session_a"] == first
+    monkeypatch.setenv("AACO_HOME", str(tmp_path))
+    monkeypatch.setenv("AACO_REGISTRY", str(paths.registry))
+    monkeypatch.setenv("AACO_TRACELAKE", str(paths.tracelake))
+    assert main(["diff", "--structure", first, second, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fusions"][0]["label"] == "Gelu"
+
+    monkeypatch.undo()
+    with lake.transaction() as con:
+        con.execute("DELETE FROM structural_diffs WHERE session_id = ?", [second])
+    assert render_json(lake, second)["structure"]["session_a"] == first  # diffed again
+
+
+def replace_sidecar(disabled: tuple[str, ...]):
+    return dataclasses.replace(FAST_SIDECAR, disabled_optimizers=disabled)

@@ -19,6 +19,7 @@ import pytest
 from aaco_pipelines.cli import main
 from aaco_pipelines.cli.common import lake_where
 from aaco_pipelines.config import AacoPaths
+from aaco_pipelines.report.session_files import session_files
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.store import TraceLake
@@ -77,6 +78,22 @@ def test_the_progress_bar_is_full_and_says_done_only_when_the_run_is_over(first_
     assert [message for _, message in progress].count("done") == 1
     analysing = next(i for i, (_, m) in enumerate(progress) if m.startswith("analysing"))
     assert analysing < len(progress) - 1  # the analysis came before the bar filled up
+
+
+def test_run_publishes_the_report_and_trace_a_dagster_run_would(first_run):
+    """`aaco run` ends with the publish stage, as performance_drift does: the report and the
+    trace under AACO_HOME/reports, their paths printed; --no-publish skips them."""
+    [session] = (
+        TraceLake(first_run.paths.tracelake)
+        .query("SELECT session_id FROM sessions")["session_id"]
+        .to_pylist()
+    )
+    files = session_files(first_run.paths.home, session)
+    assert f"  report        {files.report}" in first_run.out.splitlines()
+    assert f"  trace         {files.trace}" in first_run.out.splitlines()
+    assert session in files.report.read_text()
+    assert json.loads(files.trace.read_text())  # a whole trace, not a partial one
+    assert "publishing" in first_run.err
 
 
 def test_run_records_the_target_this_host_measures_on(first_run):

@@ -27,7 +27,6 @@ from aaco_pipelines.assets import (
 from aaco_pipelines.cli import main
 from aaco_pipelines.instance import TEMPLATE, event_log_settings, prepare_dagster_home
 from aaco_pipelines.instance.launcher import DeviceQueueRunLauncher
-from aaco_pipelines.report import session_files as session_files_module
 from aaco_pipelines.report.session_files import session_files
 from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
@@ -36,6 +35,7 @@ from aaco_pipelines.resources import (
     TraceLakeResource,
 )
 from aaco_pipelines.sensors.jobs import run_tags
+from aaco_pipelines.stages import publish as publish_module
 from tests import models
 from tests.helpers import add_model
 from tests.ui_support import MODEL_ASSET_KEYS, PER_SESSION_KEYS
@@ -183,7 +183,7 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
     instance, aaco_paths, monkeypatch
 ):
     written = []
-    write = session_files_module.write_session_files
+    write = publish_module.publish
 
     def timed(*args):
         started = time.perf_counter()
@@ -191,7 +191,7 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
         written.append(time.perf_counter() - started)
         return files
 
-    monkeypatch.setattr("aaco_pipelines.assets.drift.write_session_files", timed, raising=False)
+    monkeypatch.setattr("aaco_pipelines.assets.drift.publish", timed, raising=False)
     add_model(aaco_paths, "tiny", models.tiny_mlp())
     instance.add_dynamic_partitions(models_partitions.name, ["tiny"])
     instance.add_dynamic_partitions(targets_partitions.name, ["cpu"])

@@ -151,7 +151,7 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
 
     import pyarrow as pa
 
-    from aaco_pipelines.governance.drift.series import drift_rows, series_change_points
+    from aaco_pipelines.governance.drift.series import drift_verdict_rows, series_change_points
     from aaco_pipelines.tracelake.schema import ITERATIONS, SESSIONS, conform
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -171,7 +171,7 @@ def test_each_verdict_row_carries_the_change_points_of_its_whole_series(aaco_pat
                for i in range(50)]  # fmt: skip
     lake.append_rows("iterations", conform(pa.Table.from_pylist(samples), ITERATIONS))
 
-    rows = {r["metric"]: r for r in drift_rows(lake, "m", "s13").to_pylist()}
+    rows = {r["metric"]: r for r in drift_verdict_rows(lake, "m", "s13").to_pylist()}
     series = json.loads(rows["latency_p50_ns"]["series_json"])
     points = series["change_points"]
     assert [p["session_id"] for p in points] == ["s07"]

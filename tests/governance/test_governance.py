@@ -10,7 +10,7 @@ import pytest
 
 from aaco_pipelines.governance.drift.detectors import CusumParams, EwmaParams, cusum, ewma
 from aaco_pipelines.governance.drift.noise import series_shape
-from aaco_pipelines.governance.drift.robust_scale import qn_scale, robust_baseline, standardize
+from aaco_pipelines.governance.drift.robust_scale import qn_scale, robust_reference, standardize
 from aaco_pipelines.governance.drift.verdict import VerdictPolicy, drift_verdict, predictive_p_value
 
 
@@ -22,7 +22,7 @@ def quiet_history(n: int = 5, level: float = 10.0, noise: float = 0.01, seed: in
 
 
 def test_baseline_median_mad_and_qn_ignore_an_outlier():
-    b = robust_baseline(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
+    b = robust_reference(np.array([1.0, 2.0, 3.0, 4.0, 100.0]))
     assert (b.median, b.mad, b.n) == (3.0, 1.0, 5)
     # Qn: h = 3, k = C(3, 2) = 3rd smallest of the 10 pairwise distances (1, 1, 1, ...) = 1,
     # times 2.2191 and the 5-point correction 0.844.
@@ -51,7 +51,7 @@ def test_qn_is_statsmodels_qn_with_the_small_sample_correction(n):
 
 
 def test_constant_series_uses_the_floor_so_a_jump_gets_a_finite_z():
-    b = robust_baseline(np.full(8, 10.0), floor_fraction=0.01)
+    b = robust_reference(np.full(8, 10.0), floor_fraction=0.01)
     assert b.mad == 0.0
     assert b.scale == pytest.approx(0.01 * 10.0)
     z = standardize(np.array([10.0, 11.0]), b)
@@ -60,9 +60,9 @@ def test_constant_series_uses_the_floor_so_a_jump_gets_a_finite_z():
 
 def test_baseline_rejects_empty_and_nan():
     with pytest.raises(ValueError):
-        robust_baseline(np.array([]))
+        robust_reference(np.array([]))
     with pytest.raises(ValueError):
-        robust_baseline(np.array([1.0, np.nan]))
+        robust_reference(np.array([1.0, np.nan]))
 
 
 # --- EWMA ------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_p_value_is_calibrated_in_control():
     # Normal histories of 20 points, no change: P(p < alpha) about alpha, never much above.
     rng = np.random.default_rng(3)
     series = rng.normal(100.0, 1.0, (2000, 21))
-    baselines = [robust_baseline(s[:-1], floor_fraction=1e-6) for s in series]
+    baselines = [robust_reference(s[:-1], floor_fraction=1e-6) for s in series]
     z = [float(standardize(s[-1:], b)[0]) for s, b in zip(series, baselines, strict=True)]
     p = np.array([predictive_p_value(zi, 20) for zi in z])
     assert 0.02 <= np.mean(p < 0.05) <= 0.06

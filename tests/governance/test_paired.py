@@ -122,7 +122,7 @@ def test_rounds_that_do_not_settle_it_are_measured_again(swap, monkeypatch):
     """Synthetic rounds of a version 10 % slower: a first batch whose host noise spans the
     threshold (the interval reaches from under 0 to over 3 %) is not decided on; the same number
     of rounds is measured again, and all of them decide. A batch that settles it stops there."""
-    from aaco_pipelines.governance.gate.decision import paired as paired_module
+    from aaco_pipelines.governance.gate import paired as paired_module
 
     paths, lake, (t0, _, _, slower) = swap
     stored = gate_verdict(lake, slower, baseline=t0, resamples=200)

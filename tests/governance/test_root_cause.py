@@ -11,7 +11,8 @@ import pytest
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.governance.gate.root_cause import PRIORS, RootCauseParams, explain_change
+from aaco_pipelines.governance.gate.root_cause import explain_change
+from aaco_pipelines.governance.gate.suspect import PRIORS, RootCauseParams
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.stages.attribute import attribute
 from aaco_pipelines.stages.pipeline import measure_model

@@ -17,15 +17,8 @@ import onnxruntime as ort
 import pytest
 from onnx import helper
 
-from aaco_pipelines.graph.cost_model import (
-    GELU,
-    QUANTIZE,
-    TensorInfo,
-    node_cost,
-    numel,
-    output_infos,
-    rule_for,
-)
+from aaco_pipelines.graph.cost.core import GELU, QUANTIZE, TensorInfo, numel
+from aaco_pipelines.graph.cost.model import node_cost, output_infos, rule_for
 from aaco_pipelines.graph.extract import all_nodes, extract_graph
 from aaco_pipelines.graph.inputs import dtype_name, load_model, make_inputs, resolve_input_specs
 from aaco_pipelines.registry.sidecar import load_sidecar

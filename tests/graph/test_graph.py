@@ -12,7 +12,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph import extract as extract_module
-from aaco_pipelines.graph.cost_model import TensorInfo, node_cost
+from aaco_pipelines.graph.cost.core import TensorInfo
+from aaco_pipelines.graph.cost.model import node_cost
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph
 from aaco_pipelines.graph.inputs import load_model, make_inputs, resolve_input_specs
 from aaco_pipelines.registry.scan import file_sha256

@@ -592,13 +592,15 @@ def test_aaco_run_prints_each_scenarios_ttft_tpot_and_goodput(analysed_llama_ses
 def test_the_report_has_a_generation_section_with_loadgens_figures_and_both_plots(
     analysed_llama_session, monkeypatch
 ):
-    from aaco_pipelines.report import plots
+    from aaco_pipelines.report import plot_canvas
     from aaco_pipelines.report.content import render_json
     from aaco_pipelines.report.html import render_html
 
     drawn = []
-    render = plots._svg
-    monkeypatch.setattr(plots, "_svg", lambda figure: drawn.append(figure) or render(figure))
+    render = plot_canvas.to_svg
+    monkeypatch.setattr(
+        plot_canvas, "to_svg", lambda figure: drawn.append(figure) or render(figure)
+    )
     lake, sid = analysed_llama_session
     generation = render_json(lake, sid)["generation"]
     assert generation["headline"] == "single_stream"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from aaco_pipelines.governance.drift.detectors import EwmaParams, ewma
-from aaco_pipelines.report import plots
+from aaco_pipelines.report import plot_canvas
+from aaco_pipelines.report.drift_plots import drift_row_plot
 from tests.helpers import assert_plot_texts_inside
 
 
@@ -17,8 +18,10 @@ from tests.helpers import assert_plot_texts_inside
 def drawn(monkeypatch) -> list:
     """The figures the plots draw, kept as they are saved."""
     figures = []
-    render = plots._svg
-    monkeypatch.setattr(plots, "_svg", lambda figure: figures.append(figure) or render(figure))
+    render = plot_canvas.to_svg
+    monkeypatch.setattr(
+        plot_canvas, "to_svg", lambda figure: figures.append(figure) or render(figure)
+    )
     return figures
 
 
@@ -44,7 +47,7 @@ def _shown_ticks(axis) -> list[str]:
 def test_one_session_is_one_whole_tick_in_ms_with_what_a_verdict_needs(drawn):
     """One session: the x axis spanned -0.04 to 0.04 and the y axis read raw nanoseconds
     (1.2e6) beside tables in ms, with nothing saying why there was no verdict."""
-    plots.drift_row_plot(_row([1_234_567.0]))
+    drift_row_plot(_row([1_234_567.0]))
     (figure,) = drawn
     top = figure.axes[0]
     assert top.get_xlim() == (-0.5, 0.5)
@@ -59,7 +62,7 @@ def test_one_session_is_one_whole_tick_in_ms_with_what_a_verdict_needs(drawn):
 def test_a_judged_series_is_numbered_from_one_and_its_baseline_drawn_in_ms(drawn):
     values = [1.0e6, 1.01e6, 0.99e6, 1.0e6, 1.1e6]
     baseline = {"median": 1.0e6, "mad": 5e3, "scale": 1e4, "floor": 1e4, "n": 4, "qn": 1e4}
-    plots.drift_row_plot(_row(values, baseline))
+    drift_row_plot(_row(values, baseline))
     (figure,) = drawn
     top, ewma_axis, _cusum = figure.axes
     assert _shown_ticks(figure.axes[-1]) == ["1", "2", "3", "4", "5"]
@@ -81,15 +84,15 @@ def test_a_session_over_the_trace_cap_gets_its_report_and_the_export_command(
     """A GPU session of millions of kernels would take a minute and gigabytes of trace with
     every run: over the cap the trace is not written (an earlier one removed) and the note
     names the command that writes it; the report is written either way."""
-    from aaco_pipelines.report import session_files as module
+    from aaco_pipelines.stages import publish as module
     from aaco_pipelines.tracelake.store import TraceLake
 
     paths, bundle = measured_mlp_home
     lake, sid = TraceLake(paths.tracelake), bundle.session_id
-    small = module.write_session_files(lake, sid, paths.home)
+    small = module.publish(lake, sid, paths.home)
     assert small.trace_written and small.trace.is_file() and small.report.is_file()
     assert 0 < small.events
     monkeypatch.setattr(module, "AUTO_TRACE_MAX_EVENTS", small.events - 1)
-    big = module.write_session_files(lake, sid, paths.home)
+    big = module.publish(lake, sid, paths.home)
     assert not big.trace_written and not big.trace.exists() and big.report.is_file()
     assert f"aaco export --session {sid} --format perfetto-proto" in big.trace_note(sid)

@@ -19,11 +19,14 @@ from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.drift.changepoint import change_points_of
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.report import plots
+from aaco_pipelines.report import plot_canvas
+from aaco_pipelines.report.breakdown_plots import op_breakdown, roofline
 from aaco_pipelines.report.content import metric_meanings, render_json
+from aaco_pipelines.report.drift_plots import drift_row_plot
 from aaco_pipelines.report.html import render_html
 from aaco_pipelines.report.latency_intervals import median_interval
 from aaco_pipelines.report.markdown_report import render_markdown
+from aaco_pipelines.report.run_plots import iteration_latency, latency_histogram, telemetry
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
@@ -189,8 +192,10 @@ def test_plots_render_synthetic_inputs_as_svg_with_every_text_inside(monkeypatch
     labels, notes and annotations) all lie inside the image and off the other axes: the margins
     come from plot_layout.fit_margins, not from matplotlib's constrained layout."""
     drawn = []
-    render = plots._svg
-    monkeypatch.setattr(plots, "_svg", lambda figure: drawn.append(figure) or render(figure))
+    render = plot_canvas.to_svg
+    monkeypatch.setattr(
+        plot_canvas, "to_svg", lambda figure: drawn.append(figure) or render(figure)
+    )
     rng = np.random.default_rng(0)
     latency = rng.normal(1e6, 5e4, 200)
     iterations = pa.table(
@@ -232,18 +237,18 @@ def test_plots_render_synthetic_inputs_as_svg_with_every_text_inside(monkeypatch
     baseline = {"median": 100.0, "mad": 0.4, "scale": 2.0, "floor": 2.0, "n": 24}
     markers = [[]] * 15 + [["runtime"]] + [[]] * 9
     images = [
-        plots.latency_histogram(latency, np.median(latency), np.percentile(latency, 99)),
-        plots.iteration_latency(iterations),
-        plots.op_breakdown(ops),
-        plots.roofline(points, 5e10, 1e10),
-        plots.roofline(  # a hierarchical roofline with a lifted roof
+        latency_histogram(latency, np.median(latency), np.percentile(latency, 99)),
+        iteration_latency(iterations),
+        op_breakdown(ops),
+        roofline(points, 5e10, 1e10),
+        roofline(  # a hierarchical roofline with a lifted roof
             points, 5e10, 1e10, ceilings=[("L2", 8e10), ("L3", 3e10)], lifted=["fp32 GEMM"]
         ),
-        plots.telemetry(samples, passes),
-        plots.drift_row_plot(_drift_row(shifted, markers, baseline)),
-        plots.drift_row_plot(_drift_row([100.0, None, 101.0])),  # no baseline yet, a gap
-        plots.latency_histogram(np.array([]), 0, 0),
-        plots.telemetry(samples.slice(0, 0)),
+        telemetry(samples, passes),
+        drift_row_plot(_drift_row(shifted, markers, baseline)),
+        drift_row_plot(_drift_row([100.0, None, 101.0])),  # no baseline yet, a gap
+        latency_histogram(np.array([]), 0, 0),
+        telemetry(samples.slice(0, 0)),
     ]
     for svg in images:
         _assert_svg(svg)
@@ -251,7 +256,7 @@ def test_plots_render_synthetic_inputs_as_svg_with_every_text_inside(monkeypatch
     for figure in drawn:
         assert_plot_texts_inside(figure)
     assert [p for p, _ in change_points_of(shifted)] == [15]
-    assert plots.markdown_image(images[0], "x").startswith("![x](data:image/svg+xml;base64,")
+    assert plot_canvas.markdown_image(images[0], "x").startswith("![x](data:image/svg+xml;base64,")
 
 
 def test_log_axes_label_decades_without_mathtext(monkeypatch):
@@ -273,8 +278,8 @@ def test_log_axes_label_decades_without_mathtext(monkeypatch):
             "bound": ["compute", "memory"],
         }
     )
-    _assert_svg(plots.roofline(points, 5e10, 1e10))
-    assert [plots._decade_label(v) for v in (1e9, 1e-2, 1.0, 3e9, 0.0)] == [
+    _assert_svg(roofline(points, 5e10, 1e10))
+    assert [plot_canvas.decade_label(v) for v in (1e9, 1e-2, 1.0, 3e9, 0.0)] == [
         "10\u2079",
         "10\u207b\u00b2",
         "10\u2070",
@@ -317,8 +322,10 @@ def test_the_rooflines_texts_stay_inside_the_image(monkeypatch):
     title with its note on ops without known cost, and the peak's label placed from the ridge
     point, ran past the right edge and were cut off."""
     drawn = []
-    render = plots._svg
-    monkeypatch.setattr(plots, "_svg", lambda figure: drawn.append(figure) or render(figure))
+    render = plot_canvas.to_svg
+    monkeypatch.setattr(
+        plot_canvas, "to_svg", lambda figure: drawn.append(figure) or render(figure)
+    )
     points = pa.table(
         {
             "onnx_node": ["/model/layers.0/self_attn/q_proj/MatMul", "add", "custom"],
@@ -328,7 +335,7 @@ def test_the_rooflines_texts_stay_inside_the_image(monkeypatch):
             "bound": ["compute", "memory", None],
         }
     )
-    _assert_svg(plots.roofline(points, 5.3e12, 1.2345e11, source="datasheet"))
+    _assert_svg(roofline(points, 5.3e12, 1.2345e11, source="datasheet"))
     [figure] = drawn
     [axis] = figure.axes
     assert "without known cost" in axis.get_title()

@@ -18,13 +18,13 @@ import onnx
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from aaco_pipelines.analysis.attribution.nodes import (
+from aaco_pipelines.analysis.attribution.mapping import (
     CONFIDENCE,
-    HOST_KERNELS_SQL,
     as_profiled,
     map_runtime_nodes,
     original_nodes,
 )
+from aaco_pipelines.analysis.attribution.session import HOST_KERNELS_SQL
 from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.execution.ort_session import create_session, session_options
 from aaco_pipelines.graph.extract import GraphExtract, extract_graph

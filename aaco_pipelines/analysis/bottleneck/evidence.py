@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from aaco_pipelines.analysis.bottleneck.roofline import EnvelopeUtilization, envelope_utilization
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 
 MEASURED_TELEMETRY_SQL = """
 SELECT device, metric, timestamp_ns, value FROM telemetry

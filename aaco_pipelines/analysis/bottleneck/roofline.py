@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.envelope.datasheets import FALLBACK_DTYPE, kernel_dtype, node_dtype
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 
 ROOFLINE_COLUMNS = pa.schema(
     [

@@ -37,7 +37,7 @@ GEMM+activation fusions; layout: NCHWc). Disabling one transformer by name
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from os.path import commonprefix
 
 import numpy as np
@@ -47,16 +47,22 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from aaco_pipelines.analysis.attribution.fusion_groups import fusion_groups
-from aaco_pipelines.analysis.attribution.nodes import PER_ITERATION_SQL, session_kernels
 from aaco_pipelines.analysis.attribution.ranking_stability import (
     MIN_ITERATIONS,
     RESAMPLES,
     per_iteration_times,
     resampled_medians,
 )
+from aaco_pipelines.analysis.attribution.session import PER_ITERATION_SQL, session_kernels
+from aaco_pipelines.analysis.comparison.structure_records import (
+    FusionChange,
+    FusionTotal,
+    KernelPresence,
+    NodeTime,
+    StructuralDiff,
+)
 from aaco_pipelines.analysis.metrics.derived import kernel_source
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.tracelake.queries import previous_session
 
 CONFIDENCE = 0.95
 # Least change of a node's kernels per iteration to report: half a kernel, as root cause's
@@ -104,121 +110,6 @@ per_group AS (
 SELECT m.onnx_node, m.group_name, p.fused_op, p.runtime_nodes, p.kernels_per_iteration
 FROM members m JOIN per_group p USING (group_name)
 """
-
-
-@dataclass(frozen=True)
-class NodeTime:
-    """One original node (or unmatched runtime node) on both sides, per profiled iteration."""
-
-    node: str
-    op_type: str | None
-    in_a: bool  # the node is in A's graph (False: only B's model version has it)
-    in_b: bool
-    a_ms: float  # median time per profiled iteration (0: did not run)
-    b_ms: float
-    delta_ms: float  # b - a
-    ci_low_ms: float | None  # CONFIDENCE bootstrap interval of delta_ms (None: too few iterations)
-    ci_high_ms: float | None
-    kernels_a: float  # kernels per profiled iteration
-    kernels_b: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class FusionChange:
-    """Original nodes ONNX Runtime ran as one on one side and otherwise on the other."""
-
-    change: str  # lost | gained | reshaped | retyped
-    fused_a: list[str]  # the fused runtime op types in A (empty: its members ran apart)
-    fused_b: list[str]
-    anchor: str  # the fused group's anchor node (fusion_groups: the member with most FLOPs)
-    where: str  # the members' common name scope (/encoder/layer.3/LayerNorm), else the anchor
-    members: list[str]  # the original nodes involved that both graphs have
-    groups_a: list[dict]  # A's fused groups: fused_op, anchor, members, runtime_nodes
-    groups_b: list[dict]
-    kernels_a: float  # kernels per profiled iteration of every runtime node involved
-    kernels_b: float
-    a_ms: float  # the members' median time per profiled iteration, together
-    b_ms: float
-    delta_ms: float
-    ci_low_ms: float | None
-    ci_high_ms: float | None
-
-    @property
-    def label(self) -> str:
-        """The fused op(s) it is about: 'LayerNormalization', 'Gemm -> FusedGemm'."""
-        a, b = "+".join(self.fused_a), "+".join(self.fused_b)
-        return {"lost": a, "gained": b}.get(self.change, f"{a} -> {b}")
-
-    def to_dict(self) -> dict:
-        return asdict(self) | {"label": self.label}
-
-
-@dataclass(frozen=True)
-class FusionTotal:
-    """Every fusion change of one kind and fused op together (LayerNormalization lost in 24
-    layers), with the summed time difference of their members and its CI."""
-
-    change: str
-    label: str
-    count: int
-    where: str  # the one with the largest time difference
-    a_ms: float  # their members' median time per profiled iteration, together
-    b_ms: float
-    delta_ms: float
-    ci_low_ms: float | None
-    ci_high_ms: float | None
-    kernels_a: float
-    kernels_b: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class KernelPresence:
-    """A kernel only one side ran, per profiled iteration of that side."""
-
-    kernel: str
-    change: str  # appeared (only B) | vanished (only A)
-    per_iteration: float
-    ms_per_iteration: float
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class StructuralDiff:
-    session_a: str
-    session_b: str
-    model_slug: str
-    model_sha256_a: str | None
-    model_sha256_b: str | None
-    iterations_a: int  # profiled iterations that ran kernels
-    iterations_b: int
-    confidence: float
-    resamples: int
-    fusions: list[FusionChange]  # by |delta_ms|, largest first
-    fusion_totals: list[FusionTotal]
-    kernel_count_changes: list[NodeTime]  # aligned nodes outside every fusion change
-    kernels: list[KernelPresence]  # appeared, then vanished, by time
-    nodes: list[NodeTime]  # every node that ran on either side, by |delta_ms|
-    only_in_a: list[str] = field(default_factory=list)  # original nodes B's graph lacks
-    only_in_b: list[str] = field(default_factory=list)
-    # each side's critical path (analysis.critical_path.session_path): {"a": row, "b": row}, a row None for a
-    # session analysed before critical paths; with the node a 2x speedup helps most
-    critical_paths: dict[str, dict | None] = field(default_factory=dict)
-
-    def count(self, change: str) -> int:
-        return sum(f.change == change for f in self.fusions)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["fusions"] = [f.to_dict() for f in self.fusions]
-        return data
 
 
 @dataclass(frozen=True)
@@ -302,19 +193,6 @@ def _critical_paths(lake, session_a: str, session_b: str) -> dict[str, dict | No
         for r in lake.query(CRITICAL_PATHS_SQL, {"a": session_a, "b": session_b}).to_pylist()
     }
     return {"a": rows.get(session_a), "b": rows.get(session_b)}
-
-
-def since_previous(lake, session_id: str) -> StructuralDiff | None:
-    """The structural diff against the model's previous analysed session on the same target
-    (what the drift stage, its asset and the report show); None for its first session, or
-    when the previous one cannot be compared (another model under the same name)."""
-    previous = previous_session(lake, session_id)
-    if previous is None:
-        return None
-    try:
-        return structural_diff(lake, previous, session_id)
-    except AacoInputError:
-        return None
 
 
 def _kernel_count_changed(node: NodeTime, fused: set[str]) -> bool:

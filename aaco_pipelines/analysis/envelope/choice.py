@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from aaco_pipelines.analysis.envelope.datasheets import GpuAgent, agent_arch
-from aaco_pipelines.analysis.envelope.measure import (
+from aaco_pipelines.analysis.envelope.measure import measure_envelope
+from aaco_pipelines.analysis.envelope.record import (
     CONTENDED_SHARE,
     HardwareEnvelope,
     datasheet_envelope,
-    measure_envelope,
 )
 from aaco_pipelines.execution.environment import capture_environment, runtime_fingerprint
 from aaco_pipelines.execution.providers import host_default_providers

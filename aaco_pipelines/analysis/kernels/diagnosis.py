@@ -41,7 +41,7 @@ import duckdb
 import pyarrow as pa
 
 from aaco_pipelines.analysis.bottleneck.classification import Recommendation
-from aaco_pipelines.analysis.envelope.measure import HardwareEnvelope, ResourcePeak
+from aaco_pipelines.analysis.envelope.record import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.kernels.counter_metrics import (
     kernel_hardware_metrics,
     kernel_hardware_summary,
@@ -169,7 +169,7 @@ def _peak_of(peak: ResourcePeak | None) -> float | None:
 
 def _kernel_places(lake: TraceLake, session_id: str) -> pa.Table:
     """(kernel_name, node_name, dispatches, ns, iterations): where each kernel ran, as the
-    attribution stage stored it (analysis.attribution.nodes.kernel_places)."""
+    attribution stage stored it (analysis.attribution.session.kernel_places)."""
     return lake.query(
         "SELECT kernel_name, node_name, dispatches, ns, iterations FROM kernel_places "
         "WHERE session_id = $sid",

@@ -30,7 +30,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
-from aaco_pipelines.analysis.envelope.measure import CONTENDED_SHARE
+from aaco_pipelines.analysis.envelope.record import CONTENDED_SHARE
 from aaco_pipelines.execution.laboratory import BUSY_CORE_SHARE
 
 MAX_P99_OVER_P50 = 3.0

@@ -9,7 +9,7 @@ Entry points:
 - `verdict.drift_verdict` the verdict for one series: regression, improvement or no change.
 - `detectors.ewma` and `detectors.cusum` the shift detectors, with their average run lengths
   from `arl.ewma_arl` and `arl.cusum_arl`.
-- `robust_scale.robust_baseline` median and Qn scale of a series' reference points.
+- `robust_scale.robust_reference` median and Qn scale of a series' reference points.
 - `session_bootstrap.bootstrap_effects` a session against reference sessions, hierarchically.
 - `noise.series_shape` whether a history is too noisy or bimodal for a verdict to mean much.
 - `changepoint.detect_change_points` where a series' level or distribution changed.

@@ -36,7 +36,7 @@ EPSILON = 1e-12  # last-resort scale when the median itself is 0
 
 
 @dataclass(frozen=True)
-class RobustBaseline:
+class RobustReference:
     median: float
     mad: float  # median absolute deviation, raw (reported; the scale uses Qn)
     scale: float  # the robust standard deviation actually used to standardize
@@ -53,7 +53,7 @@ class RobustBaseline:
         return asdict(self)
 
 
-def robust_baseline(values: np.ndarray, floor_fraction: float = 0.01) -> RobustBaseline:
+def robust_reference(values: np.ndarray, floor_fraction: float = 0.01) -> RobustReference:
     """Median, MAD, Qn and scale = max(Qn, floor_fraction * |median|, epsilon)."""
     x = _finite_1d(values)
     median = float(np.median(x))
@@ -61,7 +61,7 @@ def robust_baseline(values: np.ndarray, floor_fraction: float = 0.01) -> RobustB
     qn = qn_scale(x) if x.size <= QN_MAX_POINTS else MAD_TO_SD * mad
     floor = floor_fraction * abs(median)
     scale = max(qn, floor, EPSILON)
-    return RobustBaseline(median=median, mad=mad, scale=scale, floor=floor, n=int(x.size), qn=qn)
+    return RobustReference(median=median, mad=mad, scale=scale, floor=floor, n=int(x.size), qn=qn)
 
 
 def qn_scale(values: np.ndarray) -> float:
@@ -84,7 +84,7 @@ def _pairs(n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.triu_indices(n, k=1)
 
 
-def standardize(values: np.ndarray, baseline: RobustBaseline) -> np.ndarray:
+def standardize(values: np.ndarray, baseline: RobustReference) -> np.ndarray:
     """(x - median) / scale: in-control points come out with mean about 0 and sd about 1."""
     return (np.asarray(values, dtype=float) - baseline.median) / baseline.scale
 

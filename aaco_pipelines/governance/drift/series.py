@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from aaco_pipelines.governance.drift.changepoint import ChangePoint, change_points_of
-from aaco_pipelines.governance.drift.robust_scale import robust_baseline
+from aaco_pipelines.governance.drift.robust_scale import robust_reference
 from aaco_pipelines.governance.drift.verdict import (
     DriftVerdict,
     VerdictPolicy,
@@ -235,7 +235,7 @@ def _confirmed_p_value(
     history = values[:-r][-policy.history_window :]
     if history.size < policy.min_history:
         return verdict
-    baseline = robust_baseline(history, policy.floor_fraction)
+    baseline = robust_reference(history, policy.floor_fraction)
     z = (float(np.mean(values[-r:])) - baseline.median) / baseline.scale
     p = predictive_p_value(z, history.size, not baseline.floored, points=r)
     parameters = verdict.parameters | {
@@ -252,7 +252,7 @@ def _run_length(values: np.ndarray, verdict: DriftVerdict, policy: VerdictPolicy
     before = values[:-CONFIRM_SESSIONS][-policy.history_window :]
     if before.size < policy.min_history:
         return CONFIRM_SESSIONS
-    median = robust_baseline(before, policy.floor_fraction).median
+    median = robust_reference(before, policy.floor_fraction).median
     sign = np.sign(verdict.effect_pct)
     effect = sign * (values[:-CONFIRM_SESSIONS] - median) / abs(median) * 100.0
     limit = min(policy.history_window, values.size - CONFIRM_SESSIONS - policy.min_history)
@@ -273,7 +273,7 @@ def metric_policy(metric: str, policy: VerdictPolicy = DEFAULT_POLICY) -> Verdic
 
 
 @reads_together
-def drift_rows(
+def drift_verdict_rows(
     lake, model_slug: str, session_id: str, policy: VerdictPolicy = DEFAULT_POLICY
 ) -> pa.Table:
     """DRIFT_VERDICTS rows for the session: one per metric series."""
@@ -339,7 +339,7 @@ def current_samples(lake, session_id: str) -> dict[str, np.ndarray]:
 
 def series_change_points(series: dict) -> list[tuple[int, ChangePoint]]:
     """The change points of a stored series (a drift_verdicts row's series_json), each with
-    its position: as drift_rows found them, or found now for rows stored before it kept them."""
+    its position: as drift_verdict_rows found them, or found now for rows stored before it kept them."""
     if "change_points" not in series:
         return change_points_of(series["values"])
     position = {sid: i for i, sid in enumerate(series["session_ids"])}

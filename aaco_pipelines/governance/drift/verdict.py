@@ -19,7 +19,7 @@ import numpy as np
 
 from aaco_pipelines.governance.drift.detectors import CusumParams, EwmaParams, cusum, ewma
 from aaco_pipelines.governance.drift.noise import ShapeParams, series_shape
-from aaco_pipelines.governance.drift.robust_scale import robust_baseline, standardize
+from aaco_pipelines.governance.drift.robust_scale import robust_reference, standardize
 
 BOOTSTRAP_CHUNK_ELEMENTS = 4_000_000  # bounds the resample-index matrix to ~32 MB at a time
 P_VALUE_TEST = "two-sided predictive: z / sqrt(1/k + pi/2n); t, df 0.7n - 2, or normal if floored"
@@ -40,7 +40,7 @@ class DriftVerdict:
     # too_noisy | insufficient_history, and after series.py / fdr.py: awaiting_confirmation |
     # fdr_controlled
     decided_by: str
-    baseline: dict | None  # RobustBaseline.to_dict()
+    baseline: dict | None  # RobustReference.to_dict()
     parameters: dict  # the policy, the direction and the bootstrap inputs
     history_points: int
 
@@ -101,7 +101,7 @@ def drift_verdict(
     }
     if history.size < policy.min_history:
         return _insufficient(parameters, int(history.size))
-    baseline = robust_baseline(history, policy.floor_fraction)
+    baseline = robust_reference(history, policy.floor_fraction)
     if baseline.median == 0.0:
         raise ValueError("baseline median is 0: a percentage effect is undefined for this metric")
     z = standardize(np.append(history, current), baseline)

@@ -55,7 +55,8 @@ from aaco_pipelines.governance.gate.baselines import (
     pinned_baseline,
 )
 from aaco_pipelines.governance.gate.generation_effects import generation_effects
-from aaco_pipelines.governance.gate.root_cause import Suspect, explain_change
+from aaco_pipelines.governance.gate.root_cause import explain_change
+from aaco_pipelines.governance.gate.suspect import Suspect
 from aaco_pipelines.tracelake.queries import resolve_session
 from aaco_pipelines.tracelake.store import TraceLake
 

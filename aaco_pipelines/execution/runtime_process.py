@@ -2,7 +2,7 @@
 
 Two ONNX Runtimes cannot share a process, so comparing runtimes side by side takes two workers,
 one per environment, that the caller (execution.across_runtimes) drives in alternating blocks.
-Started as `ENV/bin/python -I runtime_worker.py PACKAGE_DIR`: isolated (no PYTHONPATH, no user
+Started as `ENV/bin/python -I runtime_process.py PACKAGE_DIR`: isolated (no PYTHONPATH, no user
 site, not the script's folder), so `onnxruntime` and `numpy` are that environment's own. Of this
 project it imports only the session opener (execution.ort_session, standard library only) from
 PACKAGE_DIR, a folder holding nothing but a link to this package, so the caller's environment
@@ -12,7 +12,7 @@ Standard input and output carry one JSON object per line:
   -> {"request": {...}, "inputs": "feeds.npz"}  <- {"ready": true, "providers": [...], ...}
   -> {"block": N}                                <- {"ns": [N latencies]}
 End of input ends the worker. A failure answers {"error": {"type", "problem", "path", "fix"}}.
-`runtime_worker.py --probe` prints what the environment holds and exits.
+`runtime_process.py --probe` prints what the environment holds and exits.
 """
 
 from __future__ import annotations
