@@ -105,8 +105,29 @@ def test_simulated_kernels_are_attributed_to_their_nodes(ort_profile_events, tmp
     # A fresh profile's windows place the offset within 10 us (a busy host's tiny_mlp landed
     # 6.9 us off in CI while every kernel still went to its node); the 3 us bound is judged on
     # the committed real profile, below.
-    assert abs(alignment.offset_ns - SimulationSettings().clock_offset_ns) <= 10_000
-    assert alignment.matched_fraction > 0.6
+    true_offset = SimulationSettings().clock_offset_ns
+    assert abs(alignment.offset_ns - true_offset) <= 10_000
+    # How many launches can land in a window depends on this host: tiny_mlp's nodes last a few
+    # us here, and the simulated launches are jittered by 2 us, so half of them fall outside at
+    # the true offset itself (0.52 on a fast host, where the search's offset 0.6 us off matched
+    # 0.45). Judged against that share, not a fixed one (0.6 failed on every run here).
+    launches = api_calls.filter(pc.match_substring(api_calls["api_name"], "Launch"))
+    nodes = nodes_of(ort_profile_events)
+    start = nodes["start_ns"].to_numpy()
+    achievable = inside_share(
+        launches["start_ns"].to_numpy() + true_offset,
+        start,
+        start + nodes["duration_ns"].to_numpy(),
+    )
+    assert alignment.matched_fraction >= 0.8 * achievable > 0
+
+
+def inside_share(launches: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> float:
+    """The share of launches inside some window (windows may overlap: their running end)."""
+    order = np.argsort(starts)
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    before = np.searchsorted(starts, launches, side="right") - 1
+    return float(np.mean((before >= 0) & (reach[np.maximum(before, 0)] >= launches)))
 
 
 @pytest.mark.parametrize("seed", range(5))
