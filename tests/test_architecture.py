@@ -299,7 +299,8 @@ def top_level_names(path: Path) -> set[str]:
 
 
 def stage_packages() -> list[Path]:
-    """The analysis and governance sub-packages: one per stage of reading the TraceLake."""
+    """Every sub-package of a package (analysis/attribution, governance/drift, graph/cost,
+    tracelake/tables...): the folders a newcomer opens to find where a change goes."""
     root = REPO / "aaco_pipelines"
     return sorted(p.parent for p in root.glob("*/*/__init__.py"))
 

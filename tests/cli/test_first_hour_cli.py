@@ -19,7 +19,7 @@ import pytest
 from aaco_pipelines.cli import main
 from aaco_pipelines.cli.common import lake_where
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.report.session_files import session_files
+from aaco_pipelines.report.session_files import REPORTS, session_files
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.tracelake import ducklake
 from aaco_pipelines.tracelake.store import TraceLake
@@ -94,6 +94,16 @@ def test_run_publishes_the_report_and_trace_a_dagster_run_would(first_run):
     assert session in files.report.read_text()
     assert json.loads(files.trace.read_text())  # a whole trace, not a partial one
     assert "publishing" in first_run.err
+
+
+def test_ingest_with_no_publish_writes_no_report(aaco_paths, monkeypatch, capsys):
+    """--no-publish skips the publish stage: no report folder, no publishing step or path."""
+    monkeypatch.setenv("AACO_HOME", str(aaco_paths.home))
+    trace = SHARED / "samples" / "profilers" / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
+    code, out, err = _run(capsys, "ingest", str(trace), "--no-publish")
+    assert code == 0, err
+    assert "publishing" not in err and "report" not in out
+    assert not (aaco_paths.home / REPORTS).exists()
 
 
 def test_run_records_the_target_this_host_measures_on(first_run):

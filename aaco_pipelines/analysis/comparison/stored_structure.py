@@ -40,10 +40,6 @@ def structure_row(session_id: str, diff: StructuralDiff | None) -> pa.Table:
     row = {
         "session_id": session_id,
         "previous_session_id": diff.session_a if diff else None,
-        "fusions_lost": diff.count("lost") if diff else None,
-        "fusions_gained": diff.count("gained") if diff else None,
-        "kernels_appeared": sum(k.change == "appeared" for k in diff.kernels) if diff else None,
-        "kernels_vanished": sum(k.change == "vanished" for k in diff.kernels) if diff else None,
         "diff_json": json.dumps(diff.to_dict(), default=str) if diff else None,
     }
     return pa.Table.from_pylist([row], schema=STRUCTURAL_DIFFS)

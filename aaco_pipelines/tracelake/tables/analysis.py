@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from aaco_pipelines.tracelake.tables.columns import F64, I32, I64, STR
+from aaco_pipelines.tracelake.tables.columns import F64, I64, STR
 
 # --- Analysis results (schema v2): one row set per session, replaced on re-analysis ---------
 
@@ -148,16 +148,12 @@ CRITICAL_PATH_NODES = pa.schema(
 
 # v22: each judged session's structural diff against the model's previous analysed session on
 # its target (analysis/comparison/stored_structure.py), computed once by the drift stage and read
-# back by the report, the asset pages, root cause and `aaco diff --structure`; every diff column
-# null for a model's first session on a target.
+# back by the report, the asset pages, root cause and `aaco diff --structure`; diff_json null for
+# a model's first session on a target.
 STRUCTURAL_DIFFS = pa.schema(
     [
         ("session_id", STR),
         ("previous_session_id", STR),
-        ("fusions_lost", I32),
-        ("fusions_gained", I32),
-        ("kernels_appeared", I32),  # kernels only this session ran
-        ("kernels_vanished", I32),
-        ("diff_json", STR),  # StructuralDiff.to_dict()
+        ("diff_json", STR),  # StructuralDiff.to_dict(): DuckDB's JSON functions query it
     ]
 )
