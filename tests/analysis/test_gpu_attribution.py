@@ -20,6 +20,7 @@ from aaco_pipelines.collectors.ort_profile import read_ort_profile
 from aaco_pipelines.tracelake.schema import API_CALLS, KERNEL_EVENTS, conform, sql_projection
 from benchmarks import trace_simulator
 from benchmarks.trace_simulator import (
+    SimulatedTruth,
     SimulationSettings,
     attribution_accuracy,
     simulate_at_scale,
@@ -90,17 +91,20 @@ def nodes_of(events: pa.Table) -> pa.Table:
     return events.filter(pc.equal(events["category"], "Node"))
 
 
-def test_simulated_kernels_are_attributed_to_their_nodes(ort_profile_events, tmp_path):
-    """A launch happens inside its node's window; the simulated clock noise is kept under a
-    quarter of the profile's median window. ONNX Runtime's profile has microsecond resolution,
-    and on a fast host every tiny_mlp node lasts 2 us: the default +-2 us of noise moved
-    launches into the neighbouring node's window (accuracy 0.93-0.95, 6 of 25 runs under 0.95),
-    a limit of the simulation, not of the attribution. Larger noise is judged on the committed
-    conv_block profile (test_clock_offset_survives_jitter_and_stray_launches)."""
-    window = float(np.median(nodes_of(ort_profile_events)["duration_ns"].to_numpy()))
+def simulated(events: pa.Table, out: Path) -> SimulatedTruth:
+    """rocprofv3 traces of a fresh profile, the simulated clock noise under a quarter of its
+    median node window. A launch happens inside its node's window; ONNX Runtime's profile has
+    microsecond resolution, and on a fast host every tiny_mlp node lasts 2 us: the default +-2 us
+    of noise moved launches into the neighbouring node's window (accuracy 0.93-0.95, 6 of 25
+    runs under 0.95), a limit of the simulation, not of the attribution. Larger noise is judged
+    on the committed conv_block profile (test_clock_offset_survives_jitter_and_stray_launches)."""
+    window = float(np.median(nodes_of(events)["duration_ns"].to_numpy()))
     jitter = min(SimulationSettings().jitter_ns, int(window // 4))
-    settings = SimulationSettings(jitter_ns=jitter)
-    truth = simulate_rocprof_traces(ort_profile_events, tmp_path, settings)
+    return simulate_rocprof_traces(events, out, SimulationSettings(jitter_ns=jitter))
+
+
+def test_simulated_kernels_are_attributed_to_their_nodes(ort_profile_events, tmp_path):
+    truth = simulated(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
     # Fused pairs launch one kernel for two windows: at least one kernel per two windows.
     assert kernels.num_rows == truth.kernels >= nodes_of(ort_profile_events).num_rows // 2
@@ -205,7 +209,7 @@ def test_a_known_approximate_offset_keeps_an_unprofiled_pass_from_misleading_it(
 
 def test_the_trace_collector_reads_simulated_traces(ort_profile_events, tmp_path):
     traces = pytest.importorskip("aaco_pipelines.collectors.traces")
-    truth = simulate_rocprof_traces(ort_profile_events, tmp_path / "sim")
+    truth = simulated(ort_profile_events, tmp_path / "sim")
     counts = traces.collect_trace(tmp_path / "sim", "s1", tmp_path / "tables")
     assert counts["kernel_events"] == truth.kernels
     kernels = pq.read_table(tmp_path / "tables/kernel_events.parquet")
@@ -215,7 +219,7 @@ def test_the_trace_collector_reads_simulated_traces(ort_profile_events, tmp_path
 
 
 def test_ort_parent_wins_and_unlaunched_kernels_are_kept(ort_profile_events, tmp_path):
-    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
+    truth = simulated(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
     # The first kernel carries its parent node (as ONNX Runtime's own GPU events do), the second
     # names a correlation id no API call has.
@@ -238,7 +242,7 @@ def test_ort_parent_wins_and_unlaunched_kernels_are_kept(ort_profile_events, tmp
 
 
 def test_no_api_trace_leaves_everything_unmatched(ort_profile_events, tmp_path):
-    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
+    truth = simulated(ort_profile_events, tmp_path)
     kernels, api_calls = read_traces(truth)
     assigned = attribute_gpu_kernels(kernels, api_calls.slice(0, 0), ort_profile_events)
     assert assigned.num_rows == kernels.num_rows
@@ -247,7 +251,7 @@ def test_no_api_trace_leaves_everything_unmatched(ort_profile_events, tmp_path):
 
 
 def test_csv_headers_are_rocprofv3s(ort_profile_events, tmp_path):
-    truth = simulate_rocprof_traces(ort_profile_events, tmp_path)
+    truth = simulated(ort_profile_events, tmp_path)
     real_header = SAMPLE_KERNEL_TRACE.read_text().splitlines()[0]
     assert truth.kernel_trace.read_text().splitlines()[0] == real_header
     assert truth.kernel_trace.name == "4242_kernel_trace.csv"
