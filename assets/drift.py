@@ -22,6 +22,7 @@ from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
 from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.report.structure_text import structure_headline, structure_tables
+from aaco_pipelines.report.verdict_text import paired_text
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.judge_drift import judge_drift
 from aaco_pipelines.stages.publish import publish
@@ -64,7 +65,7 @@ def performance_drift(
     tags = context.run.tags
     in_sweep = NIGHT_TAG in tags or tags.get("aaco/trigger") == "sweep"
     bundle = SessionBundle(Path(bottleneck_report["bundle_path"]))
-    judged = judge_drift(tracelake.lake, bundle, alerts=not in_sweep)
+    judged = judge_drift(tracelake.lake, bundle, alerts=not in_sweep, paths=registry.paths)
     model, target = bundle.session["model_slug"], bundle.request.get("target")
     home = registry.paths.home
     files = publish(tracelake.lake, judged.session_id, home)
@@ -174,7 +175,15 @@ def _gate_metadata(gate: dict | None) -> dict:
     if gate is None:
         return {}
     cause = gate["suspected_cause"] or {}
+    decided = paired_text(gate["paired"]) if gate.get("paired") else "the stored sessions"
     return {
+        # the gate's one side-by-side policy (governance.gate.paired.settle), as aaco diff's
+        "decided_on": "; ".join(
+            [
+                f"side by side: {decided}" if gate.get("paired") else decided,
+                *gate.get("side_by_side_notes", []),
+            ]
+        ),
         "suspected_cause": f"{cause.get('kind')}: {cause.get('name')} "
         f"({cause.get('before')} -> {cause.get('after')}), posterior {cause.get('posterior', 0):.2f}",
         "recommendation": gate["recommendation"],

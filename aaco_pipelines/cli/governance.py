@@ -24,6 +24,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
 
     from aaco_pipelines.bundle.manifest import require_unchanged
     from aaco_pipelines.governance.gate.decision import gate_verdict
+    from aaco_pipelines.governance.gate.paired import settle
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
     from aaco_pipelines.tracelake import queries
@@ -38,29 +39,17 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     )
     # Decided on these sessions' numbers: refused, before any is printed, if a bundle changed.
     require_unchanged(lake, [verdict.session_id, *verdict.baseline["session_ids"]])
-    paired = args.paired or "auto"  # args.paired None: --paired not written
-    if paired != "never":
-        from aaco_pipelines.governance.gate.paired import judge_side_by_side, unsure
-
-        reason = "asked for" if paired == "always" else unsure(verdict)
-        if reason:
-            print(
-                f"aaco: measuring {verdict.model_slug}'s baseline version and this session's "
-                f"side by side ({args.rounds} interleaved rounds): {reason}",
-                file=sys.stderr,
-            )
-            try:
-                verdict = judge_side_by_side(
-                    verdict, lake, paths, rounds=args.rounds, confidence=args.confidence
-                )
-            except AacoInputError as exc:
-                if args.paired:  # asked for: the error is the answer
-                    raise
-                print(
-                    f"aaco: cannot measure side by side ({exc.problem}): the stored sessions' "
-                    "verdict stands",
-                    file=sys.stderr,
-                )
+    # args.paired None: --paired not written, so a refusal to measure again is no error
+    verdict = settle(
+        verdict,
+        lake,
+        paths,
+        paired=args.paired or "auto",
+        asked=args.paired is not None,
+        rounds=args.rounds,
+        confidence=args.confidence,
+        say=lambda message: print(f"aaco: {message}", file=sys.stderr),
+    )
     objectives = queries.objective_verdicts(lake, verdict.session_id)
     if args.json:
         print(json.dumps({**verdict.to_dict(), "objectives": objectives}, indent=2, default=str))

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from aaco_pipelines.analysis.comparison.stored_structure import since_previous, structure_row
 from aaco_pipelines.analysis.comparison.structure_records import StructuralDiff
 from aaco_pipelines.bundle.session_bundle import SessionBundle
+from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.session_folders import session_folder_held
 from aaco_pipelines.governance.alerts.lifecycle import sync_alerts
 from aaco_pipelines.governance.alerts.objectives import judge_objectives
 from aaco_pipelines.governance.drift.series import GATED_METRICS, drift_verdict_rows
 from aaco_pipelines.governance.gate.decision import gate_verdict
+from aaco_pipelines.governance.gate.paired import settle
 from aaco_pipelines.tracelake.store import TraceLake
 
 
@@ -72,10 +74,14 @@ class DriftJudgement:
         return json.loads(row["series_json"])
 
 
-def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> DriftJudgement:
+def judge_drift(
+    lake: TraceLake, bundle: SessionBundle, alerts: bool = True, paths: AacoPaths | None = None
+) -> DriftJudgement:
     """Judge the session against its model's history on its target; stored, and the session
     made complete. `alerts`: open, update or fix its alerts now (governance.alerts.lifecycle); a sweep's
-    run leaves them to the sweep's review, after its false discovery control."""
+    run leaves them to the sweep's review, after its false discovery control. With `paths` (the
+    registry's: where the versions' snapshots are) a regression's gate verdict is settled side by
+    side where the stored sessions cannot settle it, as `aaco diff` does (paired.settle)."""
     session_id = bundle.session_id
     with session_folder_held(bundle.path, session_id):
         rows = drift_verdict_rows(lake, bundle.session["model_slug"], session_id)
@@ -87,7 +93,7 @@ def judge_drift(lake: TraceLake, bundle: SessionBundle, alerts: bool = True) -> 
     judgement = dataclasses.replace(judgement, objectives=objectives.to_pylist())
     judgement = dataclasses.replace(judgement, structure=_structure(lake, session_id))
     if judgement.regressions:
-        judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id))
+        judgement = dataclasses.replace(judgement, gate=_gate(lake, session_id, paths))
     if alerts:
         judgement = _with_alerts(lake, judgement)
     return judgement
@@ -131,10 +137,20 @@ def session_objectives(lake: TraceLake, bundle: SessionBundle):
     )
 
 
-def _gate(lake: TraceLake, session_id: str) -> dict | None:
+def _gate(lake: TraceLake, session_id: str, paths: AacoPaths | None) -> dict | None:
     """What changed, for a regression: the CI gate's verdict against the model's pinned
-    baseline or its previous sessions."""
+    baseline or its previous sessions, settled side by side where `paths` allow. The session is
+    stored by now: a side-by-side measurement that fails leaves the stored verdict, and says so."""
     try:
-        return gate_verdict(lake, session_id).to_dict()
+        verdict = gate_verdict(lake, session_id)
     except AacoInputError:
         return None  # no earlier session of this model and target to compare with
+    notes: list[str] = []
+    if paths is not None:
+        try:
+            verdict = settle(verdict, lake, paths, say=notes.append)
+        except Exception as exc:  # noqa: BLE001 - said with the verdict; a stop signal passes
+            notes.append(
+                f"side by side failed ({type(exc).__name__}: {exc}): the stored verdict stands"
+            )
+    return verdict.to_dict() | {"side_by_side_notes": notes}

@@ -436,6 +436,12 @@ def test_drift_turns_to_regression_for_a_slower_version_and_the_check_blocks(
     check = checks["no_performance_regression"]
     assert not check.passed
     assert check.metadata["suspected_cause"].value.startswith("model_version")  # the root cause
+    # settled side by side as aaco diff settles it (one policy: governance.gate.paired.settle):
+    # the two versions measured again together, the slower one still a regression
+    gate = check.metadata["gate"].value
+    assert gate["paired"]["decision"] == "regression", gate["side_by_side_notes"]
+    assert gate["paired"]["current_sha256"] != gate["paired"]["baseline_sha256"]
+    assert check.metadata["decided_on"].value.startswith("side by side: ")
     assert not success  # the blocking check fails the run
 
 

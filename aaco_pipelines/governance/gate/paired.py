@@ -88,6 +88,44 @@ def unsure(verdict: GateVerdict) -> str | None:
     return None
 
 
+PAIRED_MODES = ("never", "auto", "always")
+
+
+def settle(
+    verdict: GateVerdict,
+    lake: TraceLake,
+    paths: AacoPaths,
+    *,
+    paired: str = "auto",
+    asked: bool = False,
+    rounds: int = DEFAULT_ROUNDS,
+    confidence: float = 0.95,
+    say=None,
+) -> GateVerdict:
+    """The gate's one side-by-side policy, for `aaco diff` and the Dagster drift asset alike:
+    `never` keeps the stored sessions' verdict, `auto` measures side by side where they cannot
+    settle it (unsure), `always` every time. Where the versions cannot be measured again the
+    stored verdict stands and `say` hears why, unless side by side was `asked` for: then the
+    error is the answer."""
+    say = say or (lambda message: None)
+    if paired not in PAIRED_MODES:
+        raise AacoInputError(f"unknown side-by-side mode {paired!r}", fix="never, auto or always")
+    reason = None if paired == "never" else "asked for" if paired == "always" else unsure(verdict)
+    if reason is None:
+        return verdict
+    say(
+        f"measuring {verdict.model_slug}'s baseline version and this session's side by side "
+        f"({rounds} interleaved rounds): {reason}"
+    )
+    try:
+        return judge_side_by_side(verdict, lake, paths, rounds=rounds, confidence=confidence)
+    except AacoInputError as exc:
+        if asked:
+            raise
+        say(f"cannot measure side by side ({exc.problem}): the stored sessions' verdict stands")
+        return verdict
+
+
 def judge_side_by_side(
     verdict: GateVerdict,
     lake: TraceLake,
