@@ -3,14 +3,10 @@
 import dagster as dg
 
 from aaco_pipelines.analysis.bottleneck.classification import close_call_text
-from aaco_pipelines.analysis.bottleneck.roofline import JudgedRoofline
 from aaco_pipelines.assets.envelope import envelope_metadata, hardware_envelope
 from aaco_pipelines.assets.partitions import model_target_partitions
-from aaco_pipelines.assets.session_page import as_text, session_links
+from aaco_pipelines.assets.session_page import as_text, session_page
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.report.breakdown_plots import roofline_chart
-from aaco_pipelines.report.markdown_tables import markdown_table, ms, num, pct
-from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
     ModelRegistryResource,
@@ -44,21 +40,28 @@ def bottleneck_report(
         # so its page and the catalog show it (an observation left it "Never materialized")
         metadata = envelope_metadata(choice.envelope_id, choice.envelope)
         context.log_event(dg.AssetMaterialization(hardware_envelope.key, metadata=metadata))
-    context.add_output_metadata(_metadata(diagnosis, registry.paths.home))
+    context.add_output_metadata(_metadata(diagnosis, registry.paths.home, tracelake.lake))
     report = diagnosis.report
     return {**critical_path, "bottleneck": report.bottleneck, "confidence": report.confidence}
 
 
-def _metadata(diagnosis: Diagnosis, home) -> dict:
+def _metadata(diagnosis: Diagnosis, home, lake) -> dict:
+    """The report's bottleneck, roofline and kernel sections, and the figures they rest on."""
     choice, report, utilization = diagnosis.choice, diagnosis.report, diagnosis.utilization
-    envelope, points = choice.envelope, diagnosis.top_points
-    evidence = [item for item in report.to_dict()["evidence"] if item["value"] is not None]
+    envelope = choice.envelope
+    page = session_page(
+        home,
+        lake,
+        diagnosis.session_id,
+        sections=("bottleneck", "roofline", "kernels"),
+        plots=("roofline",) if envelope is not None else (),
+    )
+    if envelope is None:  # no roofline to draw: the page says why where the plot would be
+        page = {"session_id": diagnosis.session_id, "roofline_plot": choice.note, **page}
+    if "kernel_findings" not in page:
+        page["kernel_findings"] = "no GPU kernels (the CPU provider's ops are judged above)"
     metadata = {
-        "session_id": diagnosis.session_id,
-        "roofline_plot": dg.MetadataValue.md(_plots(diagnosis.roofline_points, diagnosis.roofs))
-        if envelope is not None
-        else dg.MetadataValue.md(choice.note),
-        **session_links(home, diagnosis.session_id),
+        **page,
         "bottleneck": report.bottleneck,
         "confidence": round(report.confidence, 4),
         # classes that win with the signals moved by their run-to-run spread (a close call)
@@ -67,48 +70,6 @@ def _metadata(diagnosis: Diagnosis, home) -> dict:
         if utilization
         else None,
         "dominant_resource": utilization.dominant_resource if utilization else None,
-        "posterior": dg.MetadataValue.md(
-            markdown_table(
-                [
-                    {"class": k, "p": v}
-                    for k, v in sorted(report.posterior.items(), key=lambda kv: -kv[1])
-                ],
-                [("class", "class", None), ("p", "posterior", num)],
-            )
-        ),
-        "evidence": dg.MetadataValue.md(
-            markdown_table(
-                evidence,
-                [
-                    ("signal", "signal", None),
-                    ("value", "value", num),  # a per-iteration median where there is a mean
-                    ("mean", "mean", num),
-                    ("bin", "bin", None),
-                    ("favours", "favours", None),
-                ],
-            )
-        ),
-        "recommendations": dg.MetadataValue.md(
-            "\n".join(f"{r.rank}. **{r.action}** — {r.why}" for r in report.recommendations)
-        ),
-        # six columns: FLOP/s, dtypes, roof, ceiling and lifts are in the HTML report
-        "roofline_top_ops": dg.MetadataValue.md(
-            markdown_table(
-                points,
-                [
-                    ("onnx_node", "node", None),
-                    ("op_type", "op", None),
-                    ("time_ns", "ms/iter", ms),
-                    ("arithmetic_intensity", "FLOP/B", num),
-                    ("bound", "bound", None),
-                    ("utilization", "of roof", pct),
-                ],
-            )
-        ),
-        # each GPU kernel's occupancy, counted work and class (analysis/kernels/diagnosis.py)
-        "kernel_findings": dg.MetadataValue.md(_kernel_table(diagnosis))
-        if diagnosis.kernels.kernels.num_rows
-        else "no GPU kernels (the CPU provider's ops are judged above)",
         "envelope_id": choice.envelope_id,
         # measured | datasheet (published peaks, not measured) | none
         "envelope_source": choice.source,
@@ -123,27 +84,3 @@ def _metadata(diagnosis: Diagnosis, home) -> dict:
         else None,
     }
     return as_text(metadata)
-
-
-def _kernel_table(diagnosis: Diagnosis, limit: int = 10) -> str:
-    """The kernels with the most time: where they ran, their class and why."""
-    rows = diagnosis.kernels.kernels.slice(0, limit).to_pylist()
-    return markdown_table(
-        rows,
-        [
-            ("kernel_name", "kernel", None),  # its node is in the recommendations
-            ("share", "share", pct),
-            ("kernel_class", "class", None),
-            ("occupancy_text", "occupancy", None),
-            ("compute_utilization", "of peak", pct),
-            ("bandwidth_utilization", "of bandwidth", pct),
-        ],
-    )
-
-
-def _plots(points, roofs: JudgedRoofline) -> str:
-    """The roofline under the roofs the points were judged by (lifted where an op beat one),
-    inline as an SVG data URI (well under 100 KB). The time per op is kernel_attribution's
-    plot: drawing it again here cost every run another 0.4 s."""
-    chart = roofline_chart(points, roofs)
-    return markdown_image(chart, f"roofline ({roofs.envelope.source} envelope)")

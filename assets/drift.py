@@ -11,17 +11,13 @@ import dagster as dg
 from dagster import get_dagster_logger
 
 from aaco_pipelines.assets.partitions import NIGHT_TAG, model_target_partitions
-from aaco_pipelines.assets.session_page import as_text, session_links
+from aaco_pipelines.assets.session_page import as_text, session_page
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.alerts.lifecycle import list_alerts
 from aaco_pipelines.governance.drift.series import CONFIRM_SESSIONS, DEFAULT_POLICY
 from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
-from aaco_pipelines.report.drift_plots import drift_row_plot
-from aaco_pipelines.report.markdown_tables import markdown_table
 from aaco_pipelines.report.objectives_text import objectives_table
-from aaco_pipelines.report.plot_canvas import markdown_image
-from aaco_pipelines.report.structure_text import structure_headline, structure_tables
 from aaco_pipelines.report.verdict_text import paired_text
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.judge_drift import judge_drift
@@ -67,28 +63,24 @@ def performance_drift(
     bundle = SessionBundle(Path(bottleneck_report["bundle_path"]))
     judged = judge_drift(tracelake.lake, bundle, alerts=not in_sweep, paths=registry.paths)
     model, target = bundle.session["model_slug"], bundle.request.get("target")
-    home = registry.paths.home
-    files = publish(tracelake.lake, judged.session_id, home)
+    home, lake = registry.paths.home, tracelake.lake
+    with lake.reading():  # the report's files and the page's sections: one open of the lake
+        files = publish(lake, judged.session_id, home)
+        page = session_page(
+            home, lake, judged.session_id, ("drift", "structure"), plots=("drift-latency_p50_ns",)
+        )
     p50_row = next(v for v in judged.verdicts if v["metric"] == "latency_p50_ns")
     yield dg.Output(
         {"session_id": judged.session_id, "verdicts": judged.by_metric},
         metadata=as_text(
             {
-                "session_id": judged.session_id,
-                "p50_drift_plot": dg.MetadataValue.md(
-                    markdown_image(drift_row_plot(p50_row), "p50 drift history")
-                ),
-                **session_links(home, judged.session_id),
+                **page,
                 **_unwritten_trace(files, judged.session_id),
+                **_no_structure(page),
                 "verdict_needs": verdict_needs(p50_row),
-                "verdicts": dg.MetadataValue.md(_verdict_table(judged.verdicts)),
-                "p50_last_points_ms": dg.MetadataValue.md(
-                    _last_points(judged.series("latency_p50_ns"))
-                ),
                 "history_points": judged.verdicts[0]["history_points"],
                 "alerts": dg.MetadataValue.md(_alerts_text(judged, in_sweep)),
-                "model_alerts": dg.MetadataValue.md(_model_alerts(tracelake.lake, model, target)),
-                **_structure_metadata(judged.structure),
+                "model_alerts": dg.MetadataValue.md(_model_alerts(lake, model, target)),
             }
         ),
     )
@@ -97,9 +89,8 @@ def performance_drift(
         check_name="no_performance_regression",
         passed=not regressions,
         metadata={
-            "regressions": dg.MetadataValue.md(
-                _verdict_table(regressions) if regressions else "none"
-            ),
+            "regressions": ", ".join(f"{v['metric']} {v['effect_pct']:+.2f}%" for v in regressions)
+            or "none",
             "verdicts": dg.MetadataValue.json(judged.gated),
             **_gate_metadata(judged.gate),
         },
@@ -149,26 +140,11 @@ def _unwritten_trace(files, session_id: str) -> dict:
     return {"perfetto_trace (ui.perfetto.dev)": files.trace_note(session_id)}
 
 
-def _structure_metadata(structure) -> dict:
-    """What changed in the compiled graph since the model's previous session (aaco diff
-    --structure): its headline and its fusion changes."""
-    if structure is None:
-        return {"structure_since_previous": "no previous session of this model and target"}
-    tables = dict(structure_tables(structure))
-    fusions = [row for title, row in tables.items() if title.startswith("fusion changes")]
-    return {
-        "structure_since_previous": structure_headline(structure).replace("\n", " "),
-        "fusion_changes": dg.MetadataValue.md(
-            _rows_table(fusions[0]) if fusions else "none since the previous session"
-        ),
-    }
-
-
-def _rows_table(rows: list[tuple[str, ...]]) -> str:
-    """A text table (its header first) as Markdown."""
-    header, *body = rows
-    columns = [(str(i), title, None) for i, title in enumerate(header)]
-    return markdown_table([{str(i): v for i, v in enumerate(row)} for row in body], columns)
+def _no_structure(page: dict) -> dict:
+    """The page says so where the model has no previous session on this target to compare."""
+    if "nodes_moved" in page:
+        return {}
+    return {"structure_since_previous": "no previous session of this model and target"}
 
 
 def _gate_metadata(gate: dict | None) -> dict:
@@ -200,46 +176,4 @@ def verdict_needs(row: dict) -> str:
         f"{needed} earlier sessions of this model on this target ({row['history_points']} so "
         f"far); a regression or improvement then stands once {CONFIRM_SESSIONS} sessions in a "
         "row show it (at once after a model or runtime change)"
-    )
-
-
-def _verdict_table(verdicts: list[dict]) -> str:
-    """Six columns: z and the parameters are in the HTML report."""
-    rows = [
-        {**v, "ci": f"{v['ci_low']:+.2f} – {v['ci_high']:+.2f}"}
-        if v.get("ci_low") is not None
-        else v
-        for v in verdicts
-    ]
-    return markdown_table(
-        rows,
-        [
-            ("metric", "metric", None),
-            ("verdict", "verdict", None),
-            ("effect_pct", "effect %", lambda v: f"{v:+.2f}"),
-            ("ci", "CI %", None),
-            ("decided_by", "decided by", None),
-            ("history_points", "history", None),
-        ],
-    )
-
-
-def _last_points(series: dict, count: int = 8) -> str:
-    rows = [
-        {
-            "session": sid,
-            "p50_ms": value / 1e6 if value is not None else None,
-            "changed": ", ".join(m),
-        }
-        for sid, value, m in zip(
-            series["session_ids"], series["values"], series["markers"], strict=True
-        )
-    ][-count:]
-    return markdown_table(
-        rows,
-        [
-            ("session", "session", None),
-            ("p50_ms", "p50 ms", lambda v: f"{v:.4f}"),
-            ("changed", "changed", None),
-        ],
     )

@@ -9,7 +9,7 @@ from aaco_pipelines.config import TRACELAKE_WRITER_POOL
 from aaco_pipelines.governance.alerts.lifecycle import list_alerts, sync_alerts
 from aaco_pipelines.governance.drift.fdr import CHANGES
 from aaco_pipelines.report.alerts_text import MAX_ALERT_ROWS, alert_events_table, alerts_table
-from aaco_pipelines.report.markdown_tables import markdown_table
+from aaco_pipelines.report.night_text import night_changes_table
 from aaco_pipelines.resources import TraceLakeResource
 from aaco_pipelines.stages.review_night import review_night
 
@@ -90,7 +90,7 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
             "series_judged": review.series_judged,
             "changes_before_fdr": sum(v["before"] in CHANGES for v in review.verdicts),
             "changes_after_fdr": sum(v["verdict"] in CHANGES for v in review.verdicts),
-            "changes": dg.MetadataValue.md(_changes_table(changes) if changes else "none"),
+            "changes": dg.MetadataValue.md(night_changes_table(changes) if changes else "none"),
             "alerts": dg.MetadataValue.md(
                 alert_events_table(alert_events) if alert_events else "none opened or changed"
             ),
@@ -103,21 +103,8 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
         check_name="no_regression_after_fdr",
         passed=not surviving,
         metadata={
-            "regressions": dg.MetadataValue.md(_changes_table(surviving) if surviving else "none")
+            "regressions": dg.MetadataValue.md(
+                night_changes_table(surviving) if surviving else "none"
+            )
         },
-    )
-
-
-def _changes_table(rows: list[dict]) -> str:
-    return markdown_table(
-        rows,
-        [
-            ("model_slug", "model", None),
-            ("metric", "metric", None),
-            ("before", "before FDR", None),
-            ("verdict", "after FDR", None),
-            ("effect_pct", "effect %", lambda v: f"{v:+.2f}"),
-            ("p_value", "p", lambda v: f"{v:.2g}"),
-            ("p_adjusted", "BH-adjusted p", lambda v: f"{v:.2g}"),
-        ],
     )

@@ -1,5 +1,6 @@
-"""What every per-session asset page shows the same way: its numbers as text, and where the
-session's HTML report and Perfetto trace are.
+"""What every per-session asset page shows the same way: the sections of the session's report
+its stage produced (report.report_excerpt), its numbers as text, and where the session's HTML
+report and Perfetto trace are.
 
 Dagster draws a line chart of every int and float metadata entry across an asset's
 materializations, by time and by partition key. For the assets partitioned by model x target
@@ -15,7 +16,24 @@ from pathlib import Path
 
 import dagster as dg
 
+from aaco_pipelines.report.report_excerpt import report_excerpt
 from aaco_pipelines.report.session_files import session_files
+from aaco_pipelines.tracelake.store import TraceLake
+
+
+def session_page(
+    home: str | Path,
+    lake: TraceLake,
+    session_id: str,
+    sections: tuple[str, ...],
+    plots: tuple[str, ...] = (),
+) -> dict:
+    """The page's head: the session, its plots, where its report and trace are, then the
+    report's `sections` (by key) as the report says them."""
+    excerpt = report_excerpt(lake, session_id, sections, plots)
+    shown = {label: dg.MetadataValue.md(text) for label, text in excerpt.items()}
+    drawn = {label: shown.pop(label) for label in list(shown) if label.endswith("_plot")}
+    return {"session_id": session_id, **drawn, **session_links(home, session_id), **shown}
 
 
 def as_text(metadata: dict) -> dict:

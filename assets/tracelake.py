@@ -8,15 +8,11 @@ from pathlib import Path
 import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_target_partitions
-from aaco_pipelines.assets.session_page import as_text, session_links
+from aaco_pipelines.assets.session_page import as_text, session_page
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL
-from aaco_pipelines.registry.workload import SCENARIOS
-from aaco_pipelines.report.generation_plots import generation_curves, token_latencies
-from aaco_pipelines.report.plot_canvas import markdown_image
 from aaco_pipelines.resources import ModelRegistryResource, TraceLakeResource
 from aaco_pipelines.stages.load import LoadedSession, load
-from aaco_pipelines.tracelake.queries import generation_figures, request_latencies
 from aaco_pipelines.tracelake.schema import SCHEMA_VERSION
 
 MIN_TELEMETRY_HZ = 10.0
@@ -53,16 +49,6 @@ CHECKS = [
         "further token, its KV cache grew one position a step, and every request is there.",
     ),
 ]
-# The figures of a generation session shown on the asset, per scenario: (metric, label, scale).
-# Few enough to fit the UI's dialog; the p99s, requests/s and goodput are in the HTML report.
-GENERATION_FIGURES = (
-    ("ttft_p50_ns", "TTFT p50 ms", 1e-6),
-    ("tpot_p50_ns", "TPOT p50 ms", 1e-6),
-    ("itl_p99_ns", "ITL p99 ms", 1e-6),
-    ("e2e_p50_ns", "e2e p50 ms", 1e-6),
-    ("output_tokens_per_s", "tokens/s", 1.0),
-    ("slo_attainment", "in SLO", 1.0),
-)
 
 
 @dg.asset(
@@ -81,16 +67,22 @@ def tracelake_session(
     registry: ModelRegistryResource,
 ):
     lake = tracelake.lake
-    with lake.reading():  # the load's checks and the figures share one open of the lake
+    with lake.reading():  # the load's checks and its page share one open of the lake
         loaded = load(lake, SessionBundle(Path(collected_traces["bundle_path"])))
-        generation = generation_metadata(lake, loaded.session_id)
+        # the latency with its intervals; a generation session's figures, curves and
+        # TTFT/TPOT distributions too
+        page = session_page(
+            registry.paths.home,
+            lake,
+            loaded.session_id,
+            sections=("summary", "generation"),
+            plots=("generation-curves", "token-latencies"),
+        )
     yield dg.Output(
         {"session_id": loaded.session_id, "bundle_path": collected_traces["bundle_path"]},
         metadata=as_text(
             {
-                "session_id": loaded.session_id,
-                **session_links(registry.paths.home, loaded.session_id),
-                **generation,
+                **page,
                 "tracelake": dg.MetadataValue.path(tracelake.database),
                 "schema_version": SCHEMA_VERSION,
                 **{f"rows_{name}": n for name, n in loaded.row_counts.items()},
@@ -101,40 +93,6 @@ def tracelake_session(
     yield from quality_checks(loaded.quality)
     yield measurement_check(loaded)
     yield generation_check(loaded)
-
-
-def generation_metadata(lake, session_id: str) -> dict:
-    """A generation session's figures per scenario (a Markdown table), its latency-throughput
-    and TTFT-prompt curves and its TTFT/TPOT distributions; nothing for a forward session."""
-    metrics = generation_figures(lake, session_id)
-    if metrics.num_rows == 0:
-        return {}
-    requests = request_latencies(lake, session_id)
-    figures = {
-        (r["run"], r["metric"]): r["value"]
-        for r in metrics.to_pylist()
-        if r["source"] == "aaco" and r["batch_size"] is None
-    }
-    runs = [run for run in SCENARIOS if any(key[0] == run for key in figures)]
-    header = "| scenario | " + " | ".join(label for _, label, _ in GENERATION_FIGURES) + " |"
-    rows = [header, "|" + " --- |" * (len(GENERATION_FIGURES) + 1)]
-    for run in runs:
-        cells = [
-            _cell(figures.get((run, metric)), scale) for metric, _, scale in GENERATION_FIGURES
-        ]
-        rows.append(f"| {run} | " + " | ".join(cells) + " |")
-    return {
-        "generation_figures": dg.MetadataValue.md("\n".join(rows)),
-        "generation_plots": dg.MetadataValue.md(
-            markdown_image(generation_curves(metrics), "latency-throughput and TTFT curves")
-            + "\n\n"
-            + markdown_image(token_latencies(requests), "TTFT and TPOT distributions")
-        ),
-    }
-
-
-def _cell(value: float | None, scale: float) -> str:
-    return "-" if value is None else f"{value * scale:.4g}"
 
 
 def measurement_check(loaded: LoadedSession) -> dg.AssetCheckResult:

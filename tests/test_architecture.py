@@ -322,3 +322,28 @@ def test_the_entry_point_check_reads_module_and_name(tmp_path):
     init = tmp_path / "__init__.py"
     init.write_text('"""Front door.\n\n`nodes.attribute_session` maps kernels; `x` is prose."""\n')
     assert entry_points(init) == [("nodes", "attribute_session")]
+
+
+def table_and_plot_builders(graph: dict[str, set[str]]) -> set[str]:
+    """The report's helpers that draw a plot or lay out a Markdown table."""
+    report = "aaco_pipelines.report."
+    return {
+        m
+        for m in graph
+        if m.startswith(report)
+        and (m.endswith("_plots") or m in (report + "markdown_tables", report + "plot_canvas"))
+    }
+
+
+def test_asset_pages_show_the_reports_sections_not_their_own(graph):
+    """An asset module is a thin adapter: its page's tables and plots are the report's sections
+    (report.report_excerpt), so no asset builds a table or draws a plot of its own."""
+    builders = table_and_plot_builders(graph)
+    assert "aaco_pipelines.report.session_plots" in builders  # the check sees the plots
+    found = sorted(
+        (module, imported)
+        for module, imports in graph.items()
+        if module.startswith("aaco_pipelines.assets")
+        for imported in imports & builders
+    )
+    assert found == []

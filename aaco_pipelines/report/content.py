@@ -64,6 +64,8 @@ def report_content(data: ReportData) -> dict:
         "bottleneck": _bottleneck(data.bottleneck, data.other_sessions),
         "derived_metrics": _derived(data.derived_metrics),
         "top_ops": _level(data.op_breakdown, "node", TOP_OPS),
+        # kernels and runtime nodes no graph node explains, with their share of kernel time
+        "unmatched": _unmatched(data.op_breakdown),
         "ranking": _ranking(data),
         "top_op_types": _level(data.op_breakdown, "op_type", TOP_OP_TYPES),
         "top_kernels": _floats(data.top_kernels.to_pylist()),
@@ -224,6 +226,12 @@ def _ranking(data: ReportData) -> dict:
 def _level(breakdown: pa.Table, level: str, limit: int) -> list[dict]:
     rows = breakdown.filter(pc.equal(breakdown["level"], level)).slice(0, limit)
     return _floats(rows.drop_columns(["level"]).to_pylist())
+
+
+def _unmatched(breakdown: pa.Table) -> list[dict]:
+    nodes = breakdown.filter(pc.equal(breakdown["level"], "node"))
+    rows = nodes.filter(pc.starts_with(nodes["name"], "(unmatched)"))
+    return _floats(rows.drop_columns(["level"]).to_pylist())  # all: their share is summed
 
 
 def _telemetry(samples: pa.Table) -> list[dict]:

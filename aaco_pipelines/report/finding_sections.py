@@ -65,6 +65,7 @@ def bottleneck_section(report: dict | None, measurement: dict | None = None) -> 
                 "Posterior",
                 [{"class": k, "p": v} for k, v in posterior],
                 [("class", "class", None), ("p", "posterior", num)],
+                name="posterior",
             ),
             Table(
                 "Evidence",
@@ -77,11 +78,14 @@ def bottleneck_section(report: dict | None, measurement: dict | None = None) -> 
                     ("favours", "favours", None),
                     ("why_it_matters", "why it matters", None),
                 ],
+                name="evidence",
+                brief=("signal", "value", "mean", "bin", "favours"),
             ),
             Table(
                 "Recommendations",
                 report["recommendations"] or [],
                 [("rank", "#", None), ("action", "action", None), ("why", "why", None)],
+                name="recommendations",
             ),
         ],
     )
@@ -94,7 +98,8 @@ def derived_section(metrics: list[dict]) -> Section:
         ("shown", "value", None),
         ("meaning", "meaning", None),
     ]
-    return Section("derived-metrics", "Derived metrics", [], [Table("", rows, columns)])
+    table = Table("", rows, columns, name="derived_metrics", brief=("metric", "shown"))
+    return Section("derived-metrics", "Derived metrics", [], [table])
 
 
 OP_COLUMNS = [
@@ -108,7 +113,9 @@ OP_COLUMNS = [
     ("p_top3", "P(top 3)", pct),
     ("kernels_per_iteration", "kernels / iter", num),
 ]
-OP_TYPE_COLUMNS = [c for c in OP_COLUMNS if c[0] != "op_type"]  # its name is the op type
+# its name is the op type
+OP_TYPE_COLUMNS = [("name", "op type", None)] + [c for c in OP_COLUMNS[2:]]
+BRIEF_OP_COLUMNS = ("name", "op_type", "p50_ns", "share", "p_top", "kernels_per_iteration")
 
 
 def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
@@ -155,7 +162,18 @@ def ranking_text(ranking: dict, top_ops: list[dict]) -> str | None:
     return text
 
 
+def unmatched_text(unmatched: list[dict]) -> str:
+    if not unmatched:
+        return "Every kernel is attributed to an ONNX node."
+    share = sum(row["share"] or 0.0 for row in unmatched)
+    return (
+        f"Unmatched: {pct(share)} of kernel time in {len(unmatched)} kernel(s) or runtime "
+        "node(s) no ONNX node explains (named '(unmatched) ...' in the tables)."
+    )
+
+
 def time_section(content: dict) -> Section:
+    unmatched = content.get("unmatched") or []
     kernels = [
         ("kernel", "kernel", None),
         ("kernel_family", "family", None),
@@ -174,11 +192,37 @@ def time_section(content: dict) -> Section:
             "bootstrap resample of the profiled iterations ranks the op so. Kernels: mean per "
             "iteration.",
             *filter(None, [ranking_text(content.get("ranking") or {}, content["top_ops"])]),
+            unmatched_text(unmatched),
         ],
         [
-            Table("Top ops (ONNX nodes)", content["top_ops"], OP_COLUMNS),
-            Table("Top op types", content["top_op_types"], OP_TYPE_COLUMNS),
-            Table("Top kernels", content["top_kernels"], kernels),
+            Table(
+                "Top ops (ONNX nodes)",
+                content["top_ops"],
+                OP_COLUMNS,
+                name="top_ops",
+                brief=BRIEF_OP_COLUMNS,
+            ),
+            Table(
+                "Top op types",
+                content["top_op_types"],
+                OP_TYPE_COLUMNS,
+                name="top_op_types",
+                brief=BRIEF_OP_COLUMNS,
+            ),
+            Table("Top kernels", content["top_kernels"], kernels, name="top_kernels"),
+            *(
+                [
+                    Table(
+                        "Unmatched kernels",
+                        unmatched[:15],
+                        OP_COLUMNS,
+                        "unmatched_kernels",
+                        BRIEF_OP_COLUMNS,
+                    )
+                ]
+                if unmatched
+                else []
+            ),  # fmt: skip
         ],
         ["op-breakdown"],
     )

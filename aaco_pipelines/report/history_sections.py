@@ -24,7 +24,7 @@ def telemetry_section(series: list[dict]) -> Section:
         "telemetry",
         "Telemetry",
         text,
-        [Table("Over the whole run", rows, columns)] if rows else [],
+        [Table("Over the whole run", rows, columns, name="telemetry")] if rows else [],
         ["telemetry"] if rows else [],
     )
 
@@ -59,7 +59,7 @@ def drift_section(verdicts: list[dict]) -> Section:
         "drift",
         "Drift",
         ["Verdicts on this session against the model's earlier sessions."],
-        [Table("", rows, columns)],
+        [Table("", rows, columns, name="verdicts", brief=tuple(c[0] for c in columns[:6]))],
         [drift_plot_id(m) for m in DRIFT_PLOT_METRICS if m in shown],
     )
 
@@ -81,7 +81,15 @@ def objectives_section(objectives: list[dict]) -> Section:
         "objectives",
         "Objectives",
         text,
-        [Table("", [shown(o) for o in objectives], OBJECTIVE_COLUMNS)],
+        [
+            Table(
+                "",
+                [shown(o) for o in objectives],
+                OBJECTIVE_COLUMNS,
+                name="objectives",
+                brief=("objective", "limit", "value", "interval", "verdict", "basis"),
+            )
+        ],
     )
 
 
@@ -126,10 +134,33 @@ def generation_section(generation: dict) -> Section:
             "count too."
         ],
         [
-            Table("Scenarios", generation["scenarios"], figures),
-            Table("Curves", generation["curves"], curves),
-            Table("Prefill: top op types", generation["phases"]["prefill"], phase),
-            Table("Decode: top op types", generation["phases"]["decode"], phase),
+            Table(
+                "Scenarios",
+                generation["scenarios"],
+                figures,
+                name="generation_figures",
+                brief=(
+                    "scenario",
+                    "ttft_p50_ns",
+                    "tpot_p50_ns",
+                    "itl_p99_ns",
+                    "e2e_p50_ns",
+                    "output_tokens_per_s",
+                ),
+            ),  # fmt: skip
+            Table("Curves", generation["curves"], curves, name="generation_curves"),
+            Table(
+                "Prefill: top op types",
+                generation["phases"]["prefill"],
+                phase,
+                name="prefill_op_types",
+            ),
+            Table(
+                "Decode: top op types",
+                generation["phases"]["decode"],
+                phase,
+                name="decode_op_types",
+            ),
         ],
         ["generation-curves", "token-latencies"],
     )

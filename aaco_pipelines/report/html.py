@@ -6,18 +6,12 @@ from __future__ import annotations
 import html
 import json
 
-import numpy as np
-import pyarrow.compute as pc
-
-from aaco_pipelines.report.breakdown_plots import op_breakdown, roofline_chart
-from aaco_pipelines.report.content import DRIFT_PLOT_METRICS, report_content
-from aaco_pipelines.report.data import ReportData, read_report_data
-from aaco_pipelines.report.drift_plots import drift_row_plot
-from aaco_pipelines.report.generation_plots import generation_curves, token_latencies
+from aaco_pipelines.report.content import report_content
+from aaco_pipelines.report.data import read_report_data
 from aaco_pipelines.report.plot_canvas import data_uri
-from aaco_pipelines.report.run_plots import iteration_latency, latency_histogram, telemetry
-from aaco_pipelines.report.section_model import Section, Table, drift_plot_id
+from aaco_pipelines.report.section_model import Section, Table
 from aaco_pipelines.report.sections import report_sections
+from aaco_pipelines.report.session_plots import session_plots
 from aaco_pipelines.tracelake.store import TraceLake
 
 CSS = """
@@ -38,54 +32,6 @@ def render_html(lake: TraceLake | str, session_id: str) -> str:
     data = read_report_data(lake, session_id)
     content = report_content(data)
     return html_document(content, session_plots(data))
-
-
-def session_plots(data: ReportData) -> dict[str, tuple[str, bytes]]:
-    """Plot id -> (caption, SVG) for every plot the session has data for."""
-    session, iterations = data.session, data.iterations
-    measured = iterations.filter(pc.equal(iterations["pass"], "measured"))
-    found = {
-        "latency-histogram": (
-            "Distribution of measured latency",
-            latency_histogram(
-                measured["latency_ns"].to_numpy().astype(np.float64),
-                session["latency_p50_ns"],
-                session["latency_p99_ns"],
-            ),
-        ),
-        "iteration-latency": ("Latency per iteration", iteration_latency(iterations)),
-    }
-    nodes = data.op_breakdown.filter(pc.equal(data.op_breakdown["level"], "node"))
-    if nodes.num_rows:
-        found["op-breakdown"] = ("Share of kernel time per ONNX node", op_breakdown(nodes))
-    if data.roofs and data.roofline_points.num_rows:
-        envelope = data.envelope
-        found["roofline"] = (
-            f"Ops on the roofline of the {envelope['source']} envelope"
-            + (" (not measured: published peaks)" if envelope["source"] == "datasheet" else ""),
-            roofline_chart(data.roofline_points, data.roofs),
-        )
-    if data.telemetry.num_rows:
-        found["telemetry"] = (
-            "Telemetry, passes shaded",
-            telemetry(data.telemetry, data.passes),
-        )
-    if data.generation_metrics.num_rows:
-        found["generation-curves"] = (
-            "Latency against throughput (batch size) and TTFT against prompt length",
-            generation_curves(data.generation_metrics),
-        )
-        found["token-latencies"] = (
-            "TTFT and TPOT distributions per scenario",
-            token_latencies(data.requests),
-        )
-    for row in data.drift:
-        if row["metric"] in DRIFT_PLOT_METRICS:
-            found[drift_plot_id(row["metric"])] = (
-                f"Drift history of {row['metric']}",
-                drift_row_plot(row),
-            )
-    return found
 
 
 def html_document(content: dict, images: dict[str, tuple[str, bytes]]) -> str:

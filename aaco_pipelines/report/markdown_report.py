@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aaco_pipelines.report.content import render_json
 from aaco_pipelines.report.markdown_tables import markdown_table
-from aaco_pipelines.report.section_model import Section
+from aaco_pipelines.report.section_model import Section, Table
 from aaco_pipelines.report.sections import report_sections
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -27,8 +27,14 @@ def _section(section: Section) -> list[str]:
     for table in section.tables:
         if table.caption:
             lines += [f"**{table.caption}**", ""]
-        lines += [markdown_table([_cells(row) for row in table.rows], table.columns), ""]
+        lines += [table_markdown(table), ""]
     return lines
+
+
+def table_markdown(table: Table, brief: bool = False) -> str:
+    """One table as Markdown: every column, or its brief ones (`Table.brief`)."""
+    columns = table.brief_columns() if brief else table.columns
+    return markdown_table([_cells(row) for row in table.rows], columns)
 
 
 def _cells(row: dict) -> dict:

@@ -15,7 +15,10 @@ def roofline_section(roofline: dict) -> Section:
         columns = [c for c in ROOFLINE_COLUMNS if c[0] not in ("bound", "utilization")]
         rows = roofline["top_points"]
         return Section(
-            "roofline", "Roofline", text, [Table("Ops by time (not judged)", rows, columns)]
+            "roofline",
+            "Roofline",
+            text,
+            [Table("Ops by time (not judged)", rows, columns, name="roofline_top_ops")],
         )
     peaks = ", ".join(f"{d} {p:.4g}" for d, p in (envelope.get("gemm_peaks") or {}).items())
     if envelope.get("source") == "datasheet":
@@ -65,7 +68,15 @@ def roofline_section(roofline: dict) -> Section:
         "roofline",
         "Roofline",
         text,
-        [Table("Ops by time", roofline["top_points"], ROOFLINE_COLUMNS)],
+        [
+            Table(
+                "Ops by time",
+                roofline["top_points"],
+                ROOFLINE_COLUMNS,
+                name="roofline_top_ops",
+                brief=BRIEF_ROOFLINE_COLUMNS,
+            )
+        ],
         ["roofline"],
     )
 
@@ -84,6 +95,11 @@ ROOFLINE_COLUMNS = [
     ("roof_lifted", "lifted", None),
 ]
 
+
+# six columns: FLOP/s, dtypes, roof, ceiling and lifts are in the HTML report
+BRIEF_ROOFLINE_COLUMNS = (
+    "onnx_node", "op_type", "time_ns", "arithmetic_intensity", "bound", "utilization"
+)  # fmt: skip
 
 KERNEL_COLUMNS = [
     ("kernel_name", "kernel", None),
@@ -132,14 +148,32 @@ def kernels_section(kernels: dict) -> Section:
         for row in kernels["counter_roofline"]
         if row.get("disagreement")
     ]
-    tables = [Table("Kernels: why they take their time", kernels["diagnoses"], KERNEL_COLUMNS)]
+    tables = [
+        Table(
+            "Kernels: why they take their time",
+            kernels["diagnoses"],
+            KERNEL_COLUMNS,
+            name="kernel_findings",
+            brief=("kernel_name", "share", "kernel_class", "occupancy_text",
+                   "compute_utilization", "bandwidth_utilization"),
+        )
+    ]  # fmt: skip
     if kernels["counter_roofline"]:
         tables.append(
             Table(
                 "Counted roofline per node (hardware counters beside the cost model)",
                 kernels["counter_roofline"],
                 COUNTER_ROOFLINE_COLUMNS,
-            )
+                name="counter_roofline",
+                brief=(
+                    "node_name",
+                    "time_ns",
+                    "arithmetic_intensity",
+                    "bound",
+                    "utilization",
+                    "binding_level",
+                ),
+            )  # fmt: skip
         )
     return Section("kernels", "Kernels: occupancy, counters, class", text, tables)
 
@@ -171,7 +205,13 @@ def critical_path_section(path: dict) -> Section:
         "(`aaco whatif --node N --speedup S` for any speedup).",
         *(f"Caveat: {caveat}" for caveat in path["caveats"]),
     ]
-    table = Table("What to fix first: saved end to end at 2x", path["nodes"], CRITICAL_PATH_COLUMNS)
+    table = Table(
+        "What to fix first: saved end to end at 2x",
+        path["nodes"],
+        CRITICAL_PATH_COLUMNS,
+        name="fix_first",
+        brief=tuple(key for key, _, _ in CRITICAL_PATH_COLUMNS if key != "overlap_ns"),
+    )
     return Section("critical-path", "Critical path: what to fix first", text, [table])
 
 
@@ -207,7 +247,21 @@ def structure_section(structure: dict) -> Section:
     tables = []
     if structure["fusions"]:
         tables.append(
-            Table("Fusions lost, gained or reshaped", structure["fusions"], FUSION_COLUMNS)
+            Table(
+                "Fusions lost, gained or reshaped",
+                structure["fusions"],
+                FUSION_COLUMNS,
+                name="fusion_changes",
+                brief=("change", "where", "label", "kernels_a", "kernels_b", "delta_ms"),
+            )
         )
-    tables.append(Table("Nodes whose time moved most", structure["nodes"], NODE_TIME_COLUMNS))
+    tables.append(
+        Table(
+            "Nodes whose time moved most",
+            structure["nodes"],
+            NODE_TIME_COLUMNS,
+            name="nodes_moved",
+            brief=("node", "op_type", "a_ms", "b_ms", "delta_ms"),
+        )
+    )
     return Section("structure", "Structure since the previous session", text, tables)

@@ -14,9 +14,18 @@ Columns = Sequence[tuple[str, str, Callable | None]]
 
 @dataclass(frozen=True)
 class Table:
+    """`name` labels the table where it stands alone (an asset page's metadata entry); `brief`
+    names the columns shown where space is short (six at most: the Dagster UI's dialog), every
+    column when empty. The HTML and Markdown reports show every column."""
+
     caption: str
     rows: list[dict]
     columns: Columns
+    name: str = ""
+    brief: tuple[str, ...] = ()
+
+    def brief_columns(self) -> Columns:
+        return [c for c in self.columns if c[0] in self.brief] if self.brief else self.columns
 
 
 @dataclass(frozen=True)
@@ -25,7 +34,7 @@ class Section:
     title: str
     text: list[str] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
-    plots: list[str] = field(default_factory=list)  # plot ids, see html.session_plots
+    plots: list[str] = field(default_factory=list)  # plot ids, see report.session_plots
 
 
 def drift_plot_id(metric: str) -> str:

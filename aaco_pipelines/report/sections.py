@@ -82,7 +82,7 @@ def _summary(content: dict) -> Section:
         "summary",
         "Summary",
         text,
-        [Table("Latency of the measured pass", rows, columns)],
+        [Table("Latency of the measured pass", rows, columns, name="latency")],
         ["latency-histogram", "iteration-latency"],
     )
 
@@ -103,5 +103,5 @@ def _environment(environment: dict) -> Section:
         "environment",
         "Environment",
         ["As captured by the worker (sessions.env_json)."],
-        [Table("", rows, [("key", "key", None), ("value", "value", None)])],
+        [Table("", rows, [("key", "key", None), ("value", "value", None)], name="environment")],
     )

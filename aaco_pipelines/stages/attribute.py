@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aaco_pipelines.analysis.attribution.session import attribute_session
 from aaco_pipelines.analysis.metrics.derived import session_metrics
@@ -25,17 +24,6 @@ class Attribution:
     session_id: str
     tables: dict[str, pa.Table]  # node_attribution, op_breakdown, derived_metrics (as stored)
     metrics: dict[str, float]  # derived metric -> value
-
-    @property
-    def unmatched(self) -> pa.Table:
-        """The op_breakdown rows of kernels and runtime nodes no graph node explains."""
-        breakdown = self.tables["op_breakdown"]
-        return breakdown.filter(
-            pc.and_(
-                pc.equal(breakdown["level"], "node"),
-                pc.starts_with(breakdown["name"], "(unmatched)"),
-            )
-        )
 
 
 def attribute(lake: TraceLake, bundle: SessionBundle) -> Attribution:

@@ -41,7 +41,7 @@ from aaco_pipelines.analysis.kernels.diagnosis import (
     recommendations,
 )
 from aaco_pipelines.tracelake.journal import JUDGED_AGAINST, LakeJournal
-from aaco_pipelines.tracelake.queries import roofline_nodes, roofline_points, top_roofline_points
+from aaco_pipelines.tracelake.queries import roofline_nodes
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
 
 
@@ -51,31 +51,23 @@ class Diagnosis:
     choice: EnvelopeChoice  # the envelope it was judged against, or why none
     report: BottleneckReport
     utilization: EnvelopeUtilization | None  # None without an envelope
-    top_points: list[dict]  # the slowest roofline points, slowest first
-    roofline_points: pa.Table | None  # every point, when there is a roof to draw them under
-    roofs: JudgedRoofline  # the roofs the points were judged under, lifted where an op beat one
-    kernels: KernelDiagnoses  # each GPU kernel's occupancy, counters and class (empty on a CPU)
 
 
 def diagnose(
     lake: TraceLake, session_id: str, metrics: dict[str, float], target: str = "cpu"
 ) -> Diagnosis:
     """Choose the envelope, place the ops on its roofline and classify; stored."""
-    with (
-        lake.reading()
-    ):  # the reads after judge_against_envelope's write share one open of the lake
+    with lake.reading():  # the envelope's choice and the judgement share one open of the lake
         choice = session_envelope(lake, session_id, target)
-        report, utilization, roofs, kernels = judge_against_envelope(
+        report, utilization, _, _ = judge_against_envelope(
             lake, session_id, metrics, choice.envelope_id, choice.envelope, note=choice.note
         )
-        top = top_roofline_points(lake, session_id).to_pylist()
-        points = roofline_points(lake, session_id) if choice.envelope is not None else None
     # Which envelope judged it depended on the moment (the newest quiet one of today's
     # runtime): `aaco restore` judges it against the same one again.
     LakeJournal(lake.path).record(
         JUDGED_AGAINST, session_id=session_id, envelope_id=choice.envelope_id, note=choice.note
     )
-    return Diagnosis(session_id, choice, report, utilization, top, points, roofs, kernels)
+    return Diagnosis(session_id, choice, report, utilization)
 
 
 @reads_together

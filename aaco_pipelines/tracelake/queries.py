@@ -7,7 +7,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
@@ -146,34 +145,6 @@ def roofline_nodes(lake: TraceLake, session_id: str) -> pa.Table:
     ran as one) with their cost, time per iteration (median; the mean beside it) and what
     tells their data type."""
     return lake.query(ROOFLINE_NODES_SQL, {"sid": session_id})
-
-
-def roofline_points(lake: TraceLake, session_id: str) -> pa.Table:
-    """Every roofline point of a session, as stored by its diagnosis."""
-    return lake.query("SELECT * FROM roofline_points WHERE session_id = $sid", {"sid": session_id})
-
-
-def top_roofline_points(lake: TraceLake, session_id: str, limit: int = 10) -> pa.Table:
-    """The session's slowest roofline points (those with a time), slowest first."""
-    points = lake.query(
-        "SELECT * FROM roofline_points WHERE session_id = $sid ORDER BY time_ns DESC LIMIT $n",
-        {"sid": session_id, "n": limit},
-    )
-    return points.filter(pc.invert(pc.is_null(points["time_ns"])))
-
-
-def generation_figures(lake: TraceLake, session_id: str) -> pa.Table:
-    """A generation session's metrics (per run, batch size and source); empty for a forward one."""
-    return lake.query(
-        "SELECT * FROM generation_metrics WHERE session_id = $sid", {"sid": session_id}
-    )
-
-
-def request_latencies(lake: TraceLake, session_id: str) -> pa.Table:
-    """Each request's run, TTFT and TPOT of a generation session."""
-    return lake.query(
-        "SELECT run, ttft_ns, tpot_ns FROM requests WHERE session_id = $sid", {"sid": session_id}
-    )
 
 
 # Per model: versions measured, the last session, and the worst verdict of its last judged one.

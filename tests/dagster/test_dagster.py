@@ -206,13 +206,14 @@ def test_whole_graph_for_two_models_then_bad_partitions_fail_alone(
     assert _lake_sessions(aaco_paths) == ["dynamic", "tiny_mlp"]
     assert not any((aaco_paths.sessions / ".staging").iterdir())
 
-    # Through Dagster, a run opens the lake twice more than the bare pipeline does (bottleneck_report
-    # reads its roofline points after writing them; performance_drift reads the session for its
-    # HTML report and trace): each asset's reads share one open.
+    # Through Dagster, a run opens the lake a few times more than the bare pipeline does: the
+    # pages of tracelake_session, kernel_attribution, critical_path and bottleneck_report read
+    # their report sections after their stage wrote (performance_drift's share the report's
+    # open). Each asset's reads share one open.
     dynamic_opens = len(asset_opens)
     opens.clear()
     measure_model(registered_model(aaco_paths.registry / "dynamic.onnx"), aaco_paths, analyze=True)
-    assert dynamic_opens <= len(opens) + 2, (dynamic_opens, len(opens))
+    assert dynamic_opens <= len(opens) + 4, (dynamic_opens, len(opens))
 
 
 def test_records_read_what_fs_io_manager_wrote_and_the_other_way_round(instance, tmp_path):
@@ -268,8 +269,8 @@ def test_an_llm_decoder_shows_its_generation_figures_and_plots(instance, aaco_pa
     ).asset_materialization.metadata
     table = meta["generation_figures"].value
     assert table.splitlines()[2].startswith("| single_stream | ")
-    plots = meta["generation_plots"].value
-    assert plots.count("](data:image/svg+xml;base64,") == 2
+    for plot in ("generation_curves_plot", "token_latencies_plot"):
+        assert meta[plot].value.count("](data:image/svg+xml;base64,") == 1
     run_meta = instance.get_latest_materialization_event(
         dg.AssetKey("benchmark_run")
     ).asset_materialization.metadata

@@ -84,9 +84,9 @@ LATEST_METADATA = """query($key: [String!]!, $partition: String!) {
     assetMaterializations(partitions: [$partition], limit: 1) { metadataEntries { __typename label
       ... on MarkdownMetadataEntry { mdStr } ... on PathMetadataEntry { path } } } } } }"""
 PLOT_ENTRIES = {  # asset -> its plot's metadata entry
-    "kernel_attribution": "time_per_op_plot",
+    "kernel_attribution": "op_breakdown_plot",
     "bottleneck_report": "roofline_plot",
-    "performance_drift": "p50_drift_plot",
+    "performance_drift": "drift_latency_p50_ns_plot",
 }
 REPORT_ENTRY, TRACE_ENTRY = "html_report (all plots)", "perfetto_trace (ui.perfetto.dev)"
 SIGN_UP = "Join the Dagster community"

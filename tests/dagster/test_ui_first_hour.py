@@ -27,6 +27,7 @@ from aaco_pipelines.assets import (
 from aaco_pipelines.cli import main
 from aaco_pipelines.instance import TEMPLATE, event_log_settings, prepare_dagster_home
 from aaco_pipelines.instance.launcher import DeviceQueueRunLauncher
+from aaco_pipelines.report.markdown_report import render_markdown
 from aaco_pipelines.report.session_files import session_files
 from aaco_pipelines.resources import (
     BenchmarkRunnerResource,
@@ -42,9 +43,9 @@ from tests.ui_support import MODEL_ASSET_KEYS, PER_SESSION_KEYS
 
 QUEUE_TAG = "dagster-celery/queue"
 PLOTS = {
-    "kernel_attribution": "time_per_op_plot",
+    "kernel_attribution": "op_breakdown_plot",
     "bottleneck_report": "roofline_plot",
-    "performance_drift": "p50_drift_plot",
+    "performance_drift": "drift_latency_p50_ns_plot",
 }
 REPORT, TRACE = "html_report (all plots)", "perfetto_trace (ui.perfetto.dev)"
 
@@ -235,18 +236,29 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
 
     attribution = _metadata(instance, "kernel_attribution")
     header = attribution["top_op_types"].value.splitlines()[0]
-    assert header.startswith("| op type | p50 ms |"), header  # the op type once
+    assert header.startswith("| op type | p50 / iter |"), header  # the op type once
+    # The pages say what the report says: its sections' sentences, its tables' rows.
+    report = render_markdown(paths.tracelake, session_id)
+    for key, title in (
+        ("kernel_attribution", "Where the time went"),
+        ("bottleneck_report", "Bottleneck"),
+        ("critical_path", "Critical path: what to fix first"),
+        ("performance_drift", "Drift"),
+    ):
+        paragraphs = _metadata(instance, key)[title].value.split("\n\n")
+        assert all(p in report for p in paragraphs), (key, title)
+    top_op = attribution["top_ops"].value.splitlines()[2].split(" | ")[0].lstrip("| ")
+    assert f"| {top_op} |" in report.split("## Where the time went")[1]
     assert attribution["launch_tax"].value.endswith("%")  # text with its unit
     kernels = _metadata(instance, "bottleneck_report")["kernel_findings"].value
     assert kernels.startswith("no GPU kernels"), kernels  # the CPU provider: nothing invented
     drift = _metadata(instance, "performance_drift")
     assert drift["verdict_needs"].value.startswith("3 earlier sessions of this model")
-    for key, label in (
-        ("bottleneck_report", "roofline_top_ops"),
-        ("performance_drift", "verdicts"),
-    ):
-        columns = _metadata(instance, key)[label].value.splitlines()[0].count("|") - 1
-        assert columns <= 6, (key, label, columns)  # fits the UI's dialog
+    for key in PER_SESSION_KEYS:  # every table fits the UI's dialog: six columns at most
+        for label, value in _metadata(instance, key).items():
+            text = value.value if isinstance(value, dg.MarkdownMetadataValue) else ""
+            if text.startswith("| "):
+                assert text.splitlines()[0].count("|") - 1 <= 6, (key, label)
     checks = {c.check_name: c.metadata for c in result.get_asset_check_evaluations()}
     assert isinstance(checks["telemetry_rate"]["sampling_hz"], dg.FloatMetadataValue)
     assert isinstance(checks["iterations_complete"]["measured_rows"], dg.TextMetadataValue)
