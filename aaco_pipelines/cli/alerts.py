@@ -32,16 +32,14 @@ def cmd_alert_list(args, paths: AacoPaths) -> int:
 
 def cmd_alert_show(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.alerts.lifecycle import alert_history, find_alert
-    from aaco_pipelines.report.alerts_text import alert_line
+    from aaco_pipelines.report.alerts_text import alert_line, event_line
     from aaco_pipelines.report.data import open_lake
 
     lake = open_lake(paths.tracelake)
     alert = find_alert(lake, args.alert)
     print(alert_line(alert))
     for event in alert_history(lake, alert["alert_id"]):
-        session = f" (session {event['from_session']})" if event["from_session"] else ""
-        print(f"  {event['changed_at']:%Y-%m-%d %H:%M} {event['event']:12} by {event['actor']}: "
-              f"{event['reason']}{session}")  # fmt: skip
+        print(event_line(event))
     return 0
 
 

@@ -40,16 +40,21 @@ def cmd_env(args, paths: AacoPaths) -> int:
 
 
 def cmd_status(args, paths: AacoPaths) -> int:
-    """Each process of the cluster and whether it runs; exit 1 when one is down."""
+    """Each process of the cluster: running, stopped, or stale (its recorded PID is another
+    process now: a reboot); what a stopped one left behind; exit 1 unless all run."""
     cluster = _recorded(paths)
     if cluster is None:
         print("no local cluster under this AACO_HOME (aaco cluster up)")
         return 1
-    running = cluster.running()
-    for name, alive in running.items():
-        print(f"  {name:16} {'running' if alive else 'stopped'}  (pid {cluster.pids[name]})")
+    states = cluster.states()
+    left = cluster.left_behind()
+    for name, state in states.items():
+        behind = f"; left behind: pids {', '.join(map(str, left[name]))}" if name in left else ""
+        print(f"  {name:16} {state:8} (pid {cluster.processes[name].pid}{behind})")
     print(f"  UI: http://127.0.0.1:{cluster.ui_port}")
-    return 0 if all(running.values()) else 1
+    if left:
+        print("  aaco cluster down stops what was left behind")
+    return 0 if all(state == "running" for state in states.values()) else 1
 
 
 def cmd_down(args, paths: AacoPaths) -> int:

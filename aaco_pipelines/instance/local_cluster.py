@@ -8,8 +8,11 @@ log), logs/ (the head's and each worker's), cluster.json (ports and process ids)
 PostgreSQL runs as Debian's `postgres` user, who may not reach into AACO_HOME: its folder is
 then in that user's home, /var/lib/postgresql/aaco-<8 hex of AACO_HOME's path>. `up` starts
 what is not running and leaves what is; the ports are chosen once and kept, so the URLs that
-`aaco cluster env` prints stay valid across `down` and `up`. Each process is started in a
-process group of its own and stopped with it: SIGTERM, then SIGKILL after a timeout.
+`aaco cluster env` prints stay valid across `down` and `up`. Each process is recorded by PID
+and identity (instance.cluster_processes): a PID that another process took since (a reboot) is
+"stale", never signalled. The head and the workers carry a mark their children inherit, so
+`down` stops what a killed head left running (webserver, daemon, code servers) too: SIGTERM,
+then SIGKILL after a timeout. `up` checks every port it needs before it starts anything.
 """
 
 from __future__ import annotations
@@ -22,16 +25,24 @@ import pwd
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import psutil
 
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.foundation.atomic_file import write_atomically
 from aaco_pipelines.instance import local_services as services
 from aaco_pipelines.instance import prepare_dagster_home
+from aaco_pipelines.instance.cluster_processes import (
+    MARK_ENV,
+    RUNNING,
+    STALE,
+    ProcessRecord,
+    identify,
+    marked,
+    new_mark,
+    stop_marked,
+    stop_recorded,
+)
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
 
 STATE = "cluster.json"
@@ -46,7 +57,8 @@ class LocalCluster:
     postgres_port: int
     redis_port: int
     ui_port: int
-    pids: dict[str, int] = field(default_factory=dict)  # postgres, redis, head, worker-<target>
+    # postgres, redis, head, worker-<target>: each one's PID and identity
+    processes: dict[str, ProcessRecord] = field(default_factory=dict)
     postgres_folder: str | None = None  # where its data folder is (postgres_home)
 
     @property
@@ -57,12 +69,27 @@ class LocalCluster:
             BROKER_ENV: services.redis_url(self.redis_port),
         }
 
-    def running(self) -> dict[str, bool]:
-        """Each recorded process, and whether it runs."""
-        return {name: services.alive(pid) for name, pid in sorted(self.pids.items())}
+    def states(self) -> dict[str, str]:
+        """Each recorded process: running, stopped, or stale (its PID is another process's)."""
+        return {name: record.state() for name, record in sorted(self.processes.items())}
+
+    def running(self, name: str) -> bool:
+        record = self.processes.get(name)
+        return record is not None and record.running()
+
+    def left_behind(self) -> dict[str, list[int]]:
+        """What a stopped or killed head or worker left running: its marked descendants."""
+        found = {}
+        for name, record in self.processes.items():
+            if record.mark and not record.running():
+                pids = [p.pid for p in marked([record.mark])]
+                if pids:
+                    found[name] = pids
+        return found
 
     def save(self) -> None:
-        state = {k: v for k, v in asdict(self).items() if k != "folder"}
+        state = {k: v for k, v in asdict(self).items() if k not in ("folder", "processes")}
+        state["processes"] = {n: r.to_json() for n, r in sorted(self.processes.items())}
         write_atomically(self.folder / STATE, json.dumps(state, indent=2) + "\n")
 
 
@@ -77,7 +104,10 @@ def load(paths: AacoPaths) -> LocalCluster | None:
         state = json.loads((folder / STATE).read_text())
     except FileNotFoundError:
         return None
-    return LocalCluster(folder=folder, **state)
+    recorded = state.pop("processes", None) or state.pop("pids", {})  # pids: before identities
+    state.pop("pids", None)
+    processes = {name: ProcessRecord.from_json(value) for name, value in recorded.items()}
+    return LocalCluster(folder=folder, processes=processes, **state)
 
 
 def up(paths: AacoPaths, targets: list[str], ui_port: int | None, say) -> LocalCluster:
@@ -92,6 +122,8 @@ def up(paths: AacoPaths, targets: list[str], ui_port: int | None, say) -> LocalC
     cluster.ui_port = ui_port or cluster.ui_port
     for folder in ("redis", "logs"):
         (cluster.folder / folder).mkdir(parents=True, exist_ok=True)
+    _stop_left_behind(cluster, say)  # a killed head's webserver would hold the UI's port
+    _check_ports(cluster)  # before anything starts: a taken port starts nothing
     _start_postgres(cluster, say)
     _start_redis(cluster, say)
     with _environment(cluster.environment):  # the instance's dagster.yaml: routed, PostgreSQL
@@ -100,22 +132,45 @@ def up(paths: AacoPaths, targets: list[str], ui_port: int | None, say) -> LocalC
                    "DAGSTER_HOME": str(paths.dagster_home)}  # fmt: skip
     environment.pop("AACO_TARGET", None)  # each worker is given its own
     aaco = str(Path(sys.executable).with_name("aaco"))
-    if not services.alive(cluster.pids.get("head")):
-        cluster.save()  # what runs already is recorded, whatever the port says
-        services.check_port_free("127.0.0.1", cluster.ui_port, "aaco cluster up --ui-port N")
+    if not cluster.running("head"):
         command = [aaco, "ui", "--host", "127.0.0.1", "--port", str(cluster.ui_port)]
-        cluster.pids["head"] = _spawn(command, cluster.folder / "logs" / "head.log", environment)
+        cluster.processes["head"] = _spawn("head", command, cluster, environment)
         say(f"head (webserver and daemon): http://127.0.0.1:{cluster.ui_port}, log logs/head.log")
-    workers = sorted({*targets, *(n.removeprefix("worker-") for n in cluster.pids if
+    workers = sorted({*targets, *(n.removeprefix("worker-") for n in cluster.processes if
                                   n.startswith("worker-"))})  # fmt: skip
     for target in workers:
         name = f"worker-{target}"
-        if not services.alive(cluster.pids.get(name)):
-            log = cluster.folder / "logs" / f"{name}.log"
-            cluster.pids[name] = _spawn([aaco, "worker", "--target", target], log, environment)
+        if not cluster.running(name):
+            command = [aaco, "worker", "--target", target]
+            cluster.processes[name] = _spawn(name, command, cluster, environment)
             say(f"worker for {target}: log logs/{name}.log")
     cluster.save()
     return cluster
+
+
+def _check_ports(cluster: LocalCluster) -> None:
+    """Every port a process about to start needs is free (the cluster's own running ones keep
+    theirs), or nothing starts."""
+    kept = f"edit {cluster.folder / STATE} (the ports are chosen once and kept)"
+    needed = [
+        ("postgres", cluster.postgres_port, kept, "the cluster's PostgreSQL port"),
+        ("redis", cluster.redis_port, kept, "the cluster's redis port"),
+        ("head", cluster.ui_port, "aaco cluster up --ui-port N", "another `aaco ui`, or Dagster?"),
+    ]
+    for name, port, choose, who in needed:
+        if not cluster.running(name):
+            services.check_port_free("127.0.0.1", port, choose, who)
+
+
+def _stop_left_behind(cluster: LocalCluster, say) -> None:
+    """Stop what a killed head or worker left running (its marked children)."""
+    for name, pids in cluster.left_behind().items():
+        stop_marked([cluster.processes[name].mark], STOP_TIMEOUT_S)
+        say(f"stopped what the {name}, no longer running, left behind (pids {_listed(pids)})")
+
+
+def _listed(pids: list[int]) -> str:
+    return ", ".join(map(str, sorted(pids)))
 
 
 def down(paths: AacoPaths, say) -> LocalCluster | None:
@@ -123,27 +178,38 @@ def down(paths: AacoPaths, say) -> LocalCluster | None:
     cluster = load(paths)
     if cluster is None:
         return None
-    order = sorted(cluster.pids, key=lambda n: (not n.startswith("worker-"), n != "head", n))
+    order = sorted(cluster.processes, key=lambda n: (not n.startswith("worker-"), n != "head", n))
     for name in order:
-        pid = cluster.pids[name]
-        if services.alive(pid):
-            if name == "postgres":
-                services.stop_process(pid, signal.SIGINT, STOP_TIMEOUT_S)  # fast shutdown
-            else:
-                _stop_group(pid)
+        record = cluster.processes[name]
+        state = record.state()
+        if state == STALE:
+            say(f"{name} not stopped: pid {record.pid} is "
+                + ("another process now (the record is stale)" if record.started is not None
+                   else "recorded without its identity (by an older aaco): stop it by hand if "
+                   "it is the cluster's"))  # fmt: skip
+        elif name == "postgres":
+            if stop_recorded(record, signal.SIGINT, STOP_TIMEOUT_S):  # its fast shutdown
+                say(f"stopped {name}")
+        elif record.mark:  # the process and every descendant carrying its mark
+            stopped = stop_marked([record.mark], STOP_TIMEOUT_S)
+            if state == RUNNING:
+                say(f"stopped {name}")
+            elif stopped:
+                say(f"stopped what the {name} left behind (pids {_listed(stopped)})")
+        elif stop_recorded(record, signal.SIGTERM, STOP_TIMEOUT_S):
             say(f"stopped {name}")
     cluster.save()
     return cluster
 
 
 def _start_postgres(cluster: LocalCluster, say) -> None:
-    if services.alive(cluster.pids.get("postgres")):
+    if cluster.running("postgres"):
         return
     base = Path(cluster.postgres_folder or postgres_home(cluster.folder))
     cluster.postgres_folder = str(base)
     if not (base / "data" / "PG_VERSION").is_file():
         services.init_postgres(base)
-    cluster.pids["postgres"] = services.start_postgres(base, cluster.postgres_port)
+    cluster.processes["postgres"] = identify(services.start_postgres(base, cluster.postgres_port))
     services.create_database(cluster.postgres_port)
     cluster.save()
     say(f"PostgreSQL on 127.0.0.1:{cluster.postgres_port}, data {base / 'data'}")
@@ -158,10 +224,10 @@ def postgres_home(folder: Path) -> Path:
 
 
 def _start_redis(cluster: LocalCluster, say) -> None:
-    if services.alive(cluster.pids.get("redis")):
+    if cluster.running("redis"):
         return
     process = services.start_redis(cluster.folder / "redis", cluster.redis_port)
-    cluster.pids["redis"] = process.pid
+    cluster.processes["redis"] = identify(process.pid)
     cluster.save()
     say(f"redis on 127.0.0.1:{cluster.redis_port}")
 
@@ -181,34 +247,16 @@ def _environment(variables: dict[str, str]):
                 os.environ[name] = value
 
 
-def _spawn(command: list[str], log_path: Path, environment: dict) -> int:
-    """A process in a group of its own (stopped with it), its output appended to `log_path`."""
-    with open(log_path, "ab") as log:
+def _spawn(
+    name: str, command: list[str], cluster: LocalCluster, environment: dict
+) -> ProcessRecord:
+    """A process in a group of its own, its output appended to logs/<name>.log, carrying a
+    new mark (MARK_ENV) that its children inherit; its record."""
+    mark = new_mark(name)
+    with open(cluster.folder / "logs" / f"{name}.log", "ab") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=log, stdin=subprocess.DEVNULL, env=environment,
+            command, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+            env={**environment, MARK_ENV: mark},
             cwd=Path(__file__).resolve().parents[2], start_new_session=True,
         )  # fmt: skip
-    return process.pid
-
-
-def _stop_group(pid: int) -> None:
-    """SIGTERM to the process group led by `pid` (the process and its children: the
-    webserver's and daemon's, a worker's run), SIGKILL after STOP_TIMEOUT_S."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and _group_alive(pid):
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether any process of the group still runs (zombies aside)."""
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):
-            if os.getpgid(process.pid) == pgid and services.alive(process.pid):
-                return True
-    return False
+    return identify(process.pid, mark)

@@ -143,10 +143,13 @@ def redis_url(port: int) -> str:
     return f"redis://127.0.0.1:{port}/0"
 
 
-def check_port_free(host: str, port: int, choose: str) -> None:
+def check_port_free(
+    host: str, port: int, choose: str, who: str = "another `aaco ui`, or Dagster?"
+) -> None:
     """Refuse a port something already listens on, before anything starts (`choose`: how the
-    caller's user picks another): Dagster would log `[Errno 98]` deep in its output while its
-    daemon still launched runs, and the browser would show the other instance."""
+    caller's user picks another; `who`: the likely holder): Dagster would log `[Errno 98]` deep
+    in its output while its daemon still launched runs, and the browser would show the other
+    instance."""
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
     except socket.gaierror as exc:
@@ -162,7 +165,7 @@ def check_port_free(host: str, port: int, choose: str) -> None:
                 fix=f"use --host 127.0.0.1, or a port above 1023 ({choose})",
             ) from None
         raise AacoInputError(
-            f"port {port} on {host} is already in use (another `aaco ui`, or Dagster?)",
+            f"port {port} on {host} is already in use ({who})",
             fix=f"choose another port: {choose}, or stop what listens there",
         ) from None
 

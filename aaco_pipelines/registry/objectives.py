@@ -26,6 +26,8 @@ from pathlib import Path
 import yaml
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.bounded_yaml import load_yaml
+from aaco_pipelines.foundation.quoting import excerpt
 
 REGISTRY_OBJECTIVES_FILE = "aaco-objectives.yaml"
 PER_TARGET = "per_target"
@@ -101,6 +103,9 @@ class Objectives:
 NO_OBJECTIVES = Objectives({}, {})
 
 
+SMALLEST_LIMIT, LARGEST_LIMIT = 1e-6, 1e12  # ms, MB or per second: any real limit fits
+
+
 def parse_objectives(data, path: Path, where: str = "objectives") -> Objectives:
     """An `objectives` mapping checked in full: known figures, positive finite numbers."""
     if data is None:
@@ -133,9 +138,12 @@ def _limits(data: dict, path: Path, where: str) -> dict[str, float]:
     limits = {}
     for key, value in data.items():
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not (0 < value < float("inf")):
+        # checked before any arithmetic: a 400-digit limit overflows a float, a 5e-324 one
+        # divides to infinity
+        if not number or not (SMALLEST_LIMIT <= value <= LARGEST_LIMIT):
             raise AacoInputError(
-                f"{where}.{key} must be a positive number, not {value!r}",
+                f"{where}.{key} must be a number from {SMALLEST_LIMIT:g} to "
+                f"{LARGEST_LIMIT:g}, not {excerpt(value)}",
                 path=path,
                 fix=f"e.g. {key}: {8 if OBJECTIVE_KINDS[key].bound == 'max' else 100}",
             )
@@ -150,7 +158,7 @@ def registry_objectives(registry: Path, name: str, slug: str) -> Objectives:
     if not path.is_file():
         return NO_OBJECTIVES
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         problem = " ".join(f"objectives file cannot be parsed ({exc})".split())
         raise AacoInputError(problem, path=path, fix=OBJECTIVES_HELP) from exc

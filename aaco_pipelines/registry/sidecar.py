@@ -35,6 +35,8 @@ from pathlib import Path
 import yaml
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.bounded_yaml import load_yaml
+from aaco_pipelines.foundation.quoting import excerpt
 from aaco_pipelines.registry.objectives import NO_OBJECTIVES, Objectives, parse_objectives
 from aaco_pipelines.registry.workload import (
     KV_LAYOUTS,
@@ -166,7 +168,7 @@ def load_sidecar(model_path: Path) -> ModelSidecar:
         return ModelSidecar()
     try:
         text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         problem = " ".join(f"sidecar cannot be parsed ({exc})".split())  # YAML's are multi-line
         raise AacoInputError(problem, path=path, fix=SIDECAR_HELP) from exc
@@ -383,7 +385,7 @@ def _parse_input(name: str, spec: dict, path: Path) -> InputSpec:
     shape = spec["shape"]
     if not isinstance(shape, list) or not all(_is_count(d) and d > 0 for d in shape):
         raise AacoInputError(
-            f"input '{name}' shape {_shown(shape)} is not a list of positive integers",
+            f"input '{name}' shape {excerpt(shape)} is not a list of positive integers",
             path=path,
             fix="give every dimension as a number, e.g. shape: [1, 3, 224, 224]",
         )
@@ -452,7 +454,9 @@ def _names_are_text(mapping: dict, what: str, path: Path) -> None:
     for name in mapping:
         if not isinstance(name, str):
             raise AacoInputError(
-                f"{what} name {_shown(name)} is not text", path=path, fix=f"quote it: '{name}'"
+                f"{what} name {excerpt(name)} is not text",
+                path=path,
+                fix=f"quote it: '{excerpt(name)}'",
             )
 
 
@@ -471,13 +475,7 @@ def _wrong(
     """The one-line error for a sidecar value of the wrong kind, with an example of a right one."""
     among = f" (one of {', '.join(choices)})" if choices else ""
     return AacoInputError(
-        f"{key} must be {wanted}{among}, not {_shown(value)}",
+        f"{key} must be {wanted}{among}, not {excerpt(value)}",
         path=path,
         fix=f"write {key.rsplit('.', 1)[-1]}: {example}",
     )
-
-
-def _shown(value) -> str:
-    """The value as the user would recognise it, on one short line."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

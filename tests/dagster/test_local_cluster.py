@@ -66,7 +66,7 @@ def test_a_local_cluster_measures_the_registry_on_its_worker_and_stops_whole(
     finally:
         cluster = local_cluster.load(aaco_paths)
         assert main(["cluster", "down"]) == 0
-    assert not any(cluster.running().values()), cluster.running()
+    assert set(cluster.states().values()) == {"stopped"}, cluster.states()
     assert not _processes_under(aaco_paths.home), _processes_under(aaco_paths.home)
 
 

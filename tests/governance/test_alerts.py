@@ -140,7 +140,9 @@ def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the
     assert any(a["alert_id"] == alert["alert_id"] and a["state"] == "acknowledged" for a in listed)
 
     # noise after all: its session leaves the metric's baseline, not the others'
-    assert main(["alert", "invalid", alert["alert_id"], "--reason", "host patched", "--only"]) == 0
+    # (a reason that would clear the terminal and forge another event's line if printed raw)
+    forged = "host patched\x1b[2J\n  2026-01-01 00:00 fixed        by root: forged"
+    assert main(["alert", "invalid", alert["alert_id"], "--reason", forged, "--only"]) == 0
     nxt = _measure(paths, models.tiny_mlp())
     for metric, left_out in (("latency_p50_ns", True), ("latency_p99_ns", False)):
         row = lake.query(
@@ -159,6 +161,8 @@ def test_a_slower_version_opens_one_alert_people_handle_and_its_noise_leaves_the
     assert main(["alert", "show", alert["alert_id"]]) == 0
     shown = capsys.readouterr().out
     assert "acknowledged by ana: bisecting" in shown and "invalid" in shown
+    assert "host patched\\x1b[2J\\n  2026-01-01" in shown and "\x1b" not in shown
+    assert not any(line.startswith("  2026-01-01") for line in shown.splitlines())
 
 
 def _p50s(lake, ids):

@@ -35,9 +35,10 @@ T0 = dt.datetime(2026, 11, 1, tzinfo=dt.timezone.utc)
 
 
 class Endpoint:
-    """A loopback HTTP server answering `status` after `delay` seconds; what it received."""
+    """A loopback HTTP server answering `status` after `delay` seconds (or as `answer` writes
+    it, raw, to the socket's file); what it received."""
 
-    def __init__(self, status: int = 200, delay: float = 0.0):
+    def __init__(self, status: int = 200, delay: float = 0.0, answer=None):
         self.status, self.delay, self.received = status, delay, []
         endpoint = self
 
@@ -46,6 +47,12 @@ class Endpoint:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 endpoint.received.append((dict(self.headers), body))
                 time.sleep(endpoint.delay)
+                if answer is not None:
+                    try:
+                        answer(self.wfile)
+                    except OSError:
+                        pass  # the client hung up: what a bounded client does
+                    return
                 self.send_response(endpoint.status)
                 self.end_headers()
                 self.wfile.write(b"ok")
@@ -70,8 +77,8 @@ class Endpoint:
 def endpoint():
     made = []
 
-    def make(status=200, delay=0.0):
-        made.append(Endpoint(status, delay))
+    def make(status=200, delay=0.0, answer=None):
+        made.append(Endpoint(status, delay, answer))
         return made[-1]
 
     yield make
@@ -79,13 +86,13 @@ def endpoint():
         server.close()
 
 
-def _lake_with_an_opened_regression(tmp_path) -> TraceLake:
+def _lake_with_an_opened_regression(tmp_path, effect: float = 50.0) -> TraceLake:
     """A TraceLake whose tiny MLP regressed on p50 and p99 in one session: two alerts opened
     by governance.alerts.lifecycle, as a session's sync leaves them."""
     lake = TraceLake(tmp_path / "lake.duckdb")
     session = {"session_id": "s1", "model_slug": "mlp", "target": "cpu", "started_at": T0}
     found = [
-        Observation(metric, "regression", True, 150.0, 100.0, 50.0, f"{metric} regression +50%",
+        Observation(metric, "regression", True, 150.0, 100.0, effect, f"{metric} regression +50%",
                     {"verdict": "regression", "gate": {"suspected_cause": {"kind": "model_version"}}})
         for metric in ("latency_p50_ns", "latency_p99_ns")
     ]  # fmt: skip
@@ -144,7 +151,7 @@ def test_a_slow_endpoint_costs_one_timeout_and_is_tried_again(tmp_path, endpoint
     assert time.monotonic() - started < 2.5
     assert {d.status for d in done} == {"pending"}
     assert {d.error for d in done} == {
-        f"no answer from http://127.0.0.1:{slow.server.server_port} within 0.5 s"
+        f"http://127.0.0.1:{slow.server.server_port}: no whole answer within 0.5 s"
     }
     fast = endpoint()
     later = T0 + FIRST_BACKOFF
@@ -186,3 +193,69 @@ def _no_secret_kept(lake: TraceLake, tmp_path) -> None:
         rows = con.execute("SELECT * FROM alert_deliveries").fetchall()
     text = repr(rows) + (tmp_path / "lake.journal").read_text()
     assert PATH_TOKEN not in text and SECRET not in text
+
+
+def _trickle(wfile) -> None:
+    """A status line, then one byte every 0.2 s, for a minute: each read is answered in time."""
+    for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n" + b"x" * 300:
+        wfile.write(bytes([byte]))
+        wfile.flush()
+        time.sleep(0.2)
+
+
+def _endless(wfile) -> None:
+    """A 200 whose body never ends, as fast as the socket takes it."""
+    wfile.write(b"HTTP/1.1 200 OK\r\n\r\n")
+    chunk = b"y" * 65536
+    for _ in range(100_000):
+        wfile.write(chunk)
+
+
+@pytest.mark.parametrize("answer", [_trickle, _endless], ids=["trickle", "endless"])
+def test_a_trickling_or_endless_answer_costs_one_deadline_and_no_memory(tmp_path, endpoint, answer):
+    stranger = endpoint(answer=answer)
+    lake = _lake_with_an_opened_regression(tmp_path)
+    started = time.monotonic()
+    done = deliver_due(lake, Webhook(stranger.url, timeout_s=1.0), now=T0)
+    assert time.monotonic() - started < 3.0  # one deadline, not a read timeout per byte
+    assert {d.status for d in done} == {"pending"}  # tried again later, not lost
+    port = stranger.server.server_port
+    expected = "no whole answer within 1 s" if answer is _trickle else "answered more than 64 KiB"
+    assert {d.error for d in done} == {f"http://127.0.0.1:{port}: {expected}"}
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_a_failed_delivery_that_names_it_and_sends_nothing_on(
+    tmp_path, endpoint, status
+):
+    elsewhere = endpoint()
+
+    def redirect(wfile) -> None:
+        wfile.write(
+            f"HTTP/1.1 {status} Moved\r\nLocation: {elsewhere.url}\r\nContent-Length: 0\r\n\r\n".encode()
+        )
+
+    moved = endpoint(answer=redirect)
+    lake = _lake_with_an_opened_regression(tmp_path)
+    done = deliver_due(lake, Webhook(moved.url, SECRET), now=T0)
+    assert {d.status for d in done} == {"pending"}  # not "delivered": the alert is not lost
+    (error,) = {d.error for d in done}
+    assert (
+        f"answered HTTP {status}, a redirect to http://127.0.0.1:{elsewhere.server.server_port}"
+        in error
+    )
+    assert "not followed" in error and PATH_TOKEN not in error
+    assert elsewhere.received == []  # neither an empty GET nor the body and its signature
+
+
+def test_a_figure_that_is_not_finite_goes_out_as_null_in_strict_json(tmp_path, endpoint):
+    receiver = endpoint()
+    lake = _lake_with_an_opened_regression(tmp_path, effect=float("inf"))
+    assert {d.status for d in deliver_due(lake, Webhook(receiver.url), now=T0)} == {"delivered"}
+    ((_, body),) = receiver.received
+
+    def refuse(constant):
+        raise AssertionError(f"{constant} in the body: not JSON")
+
+    alerts = json.loads(body, parse_constant=refuse)["alerts"]
+    assert [a["effect_pct"] for a in alerts] == [None, None]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from aaco_pipelines.cli import main
 from aaco_pipelines.cli.measuring import run_summary
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.governance.alerts.objectives import judge_objectives
-from aaco_pipelines.registry.objectives import REGISTRY_OBJECTIVES_FILE
+from aaco_pipelines.registry.objectives import REGISTRY_OBJECTIVES_FILE, registry_objectives
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import load_sidecar, parse_sidecar
 from aaco_pipelines.report.content import render_json
@@ -46,8 +47,9 @@ def test_sidecar_objectives_are_checked_in_full(tmp_path):
     with pytest.raises(AacoInputError, match="unknown objectives.*latency_p98_ms") as error:
         parse_sidecar({"objectives": {"latency_p98_ms": 8}}, path)
     assert str(path) in str(error.value) and "latency_p99_ms" in str(error.value)  # the fix
-    for bad in (-1, 0, float("nan"), True, "8"):
-        with pytest.raises(AacoInputError, match="must be a positive number"):
+    # a 400-digit limit would overflow a float, a 5e-324 one divide to Infinity in a webhook
+    for bad in (-1, 0, float("nan"), True, "8", 10**400, 5e-324, float("inf")):
+        with pytest.raises(AacoInputError, match="must be a number from 1e-06 to 1e"):
             parse_sidecar({"objectives": {"latency_p99_ms": bad}}, path)
     with pytest.raises(AacoInputError, match="per_target"):
         parse_sidecar({"objectives": {"per_target": [1]}}, path)
@@ -179,3 +181,23 @@ def test_a_breach_on_a_suspect_measurement_is_labelled_not_confirmed(tmp_path):
 def _verdicts(lake, session_id: str) -> dict[str, dict]:
     rows = lake.query("SELECT * FROM objective_verdicts WHERE session_id = ?", [session_id])
     return {r["objective"]: r for r in rows.to_pylist()}
+
+
+def test_an_alias_bomb_is_refused_in_one_short_line(tmp_path):
+    """A 400-byte registry objectives file of anchors of anchors expands to 9^9 values: it is
+    refused as it is read, and neither it nor a big value is ever quoted whole."""
+    paths = _paths(tmp_path)
+    bomb = "default: {latency_p99_ms: &a [1, 1, 1, 1, 1, 1, 1, 1, 1]}\nmodels:\n"
+    previous = "a"
+    for name in "bcdefghi":
+        bomb += f"  {name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]\n"
+        previous = name
+    (paths.registry / REGISTRY_OBJECTIVES_FILE).write_text(bomb)
+    started = time.monotonic()
+    with pytest.raises(AacoInputError, match="aliases expand it to more than 100,000") as error:
+        registry_objectives(paths.registry, "mlp", "mlp")
+    assert time.monotonic() - started < 2 and len(str(error.value)) < 1500  # the fix lists names
+    deep = {"latency_p99_ms": [[list(range(1000))] * 1000] * 1000}  # a huge value, shared
+    with pytest.raises(AacoInputError, match=r"not \[\[\[") as error:
+        parse_sidecar({"objectives": deep}, tmp_path / "m.yaml")
+    assert len(str(error.value)) < 400 and str(error.value).count("0,") < 10

@@ -10,7 +10,11 @@ only an event without a delivered or dead one is tried, so a sensor that ticks t
 deliverers at once, send it once (the record is claimed before the POST). A failed attempt
 (an error, a timeout, a non-2xx answer) is tried again on a later call, after a backoff that
 doubles (30 s, 1 min, 2 min, ...); after MAX_ATTEMPTS it is a dead letter, kept with its last
-error. Nothing waits inside a call: a slow endpoint costs one timeout per attempt.
+error. Nothing waits inside a call: a slow endpoint costs one deadline per attempt, however
+it trickles (foundation.bounded_http: a total deadline, an answer of 64 KiB at most, and no
+redirect followed: a redirect is a failed delivery that names it, never a POST turned into an
+empty GET or a body and signature re-sent to another origin). The body is strict JSON: a
+figure that is not finite is null, never `Infinity`.
 
 Signed when a secret is set: `X-AACO-Signature: sha256=<hex>` is the HMAC-SHA256 of
 `<X-AACO-Timestamp>.<body>` (the timestamp binds the signature to its moment, so an old body
@@ -25,15 +29,16 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import math
 import os
 import time
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-import requests
 
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.bounded_http import ExchangeFailed, post
 from aaco_pipelines.tracelake.schema import ALERT_DELIVERIES
 from aaco_pipelines.tracelake.store import TraceLake, insert_rows
 
@@ -106,11 +111,26 @@ def deliver_due(
         group = _claim(lake, group, webhook, now)
         if not group:
             continue  # another deliverer has them
-        body = json.dumps(payload(group, links), default=str, sort_keys=True).encode()
+        body = strict_json(payload(group, links)).encode()
         key = group[0]["event_id"] if len(group) == 1 else _group_key(group)
         status, error = _post(webhook, body, key)
         results += _record(lake, group, webhook, now, status, error)
     return results
+
+
+def strict_json(value) -> str:
+    """JSON that every parser reads: NaN and infinities (a 5e-324 limit's effect) as null."""
+    return json.dumps(_finite(value), default=str, sort_keys=True, allow_nan=False)
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _groups(rows: list[dict]) -> list[list[dict]]:
@@ -203,14 +223,19 @@ def _post(webhook: Webhook, body: bytes, event_id: str) -> tuple[int | None, str
     if webhook.secret:
         headers["X-AACO-Signature"] = signature(webhook.secret, timestamp, body)
     try:
-        answer = requests.post(webhook.url, data=body, headers=headers, timeout=webhook.timeout_s)
-    except requests.Timeout:
-        return None, f"no answer from {webhook.endpoint} within {webhook.timeout_s:g} s"
-    except requests.RequestException as exc:
-        return None, f"{webhook.endpoint} could not be reached ({type(exc).__name__})"
-    if 200 <= answer.status_code < 300:
-        return answer.status_code, None
-    return answer.status_code, f"{webhook.endpoint} answered HTTP {answer.status_code}"
+        answer = post(webhook.url, body, headers, webhook.timeout_s)
+    except ExchangeFailed as exc:
+        return None, f"{webhook.endpoint}: {exc}"
+    if 200 <= answer.status < 300:
+        return answer.status, None
+    if 300 <= answer.status < 400:
+        where = urlsplit(answer.location or "")
+        to = f"{where.scheme}://{where.netloc}" if where.netloc else "an address it did not give"
+        return answer.status, (
+            f"{webhook.endpoint} answered HTTP {answer.status}, a redirect to {to}: not "
+            f"followed (set {URL_VARIABLE} to the address it names)"
+        )
+    return answer.status, f"{webhook.endpoint} answered HTTP {answer.status}"
 
 
 def _claim(lake: TraceLake, group: list[dict], webhook: Webhook, now) -> list[dict]:
