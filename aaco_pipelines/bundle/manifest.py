@@ -111,15 +111,17 @@ class BundleCheck:
 
     session_id: str
     bundle: str | None
-    state: str  # ok | changed | not_covered | no_bundle
-    changes: tuple[str, ...] = ()
+    state: str  # ok | changed | not_covered | no_bundle | unverified
+    changes: tuple[str, ...] = ()  # what changed; for `unverified`, why
 
     @property
     def failed(self) -> bool:
         """Failed for `aaco verify`: its evidence cannot be shown unchanged."""
-        return self.state in ("changed", "no_bundle")
+        return self.state in ("changed", "no_bundle", "unverified")
 
     def line(self) -> str:
+        if self.state == "unverified":
+            return f"UNVERIFIED: restored without a record of its bundle ({self.changes[0]})"
         if self.state == "changed":
             more = f" (and {len(self.changes) - 1} more)" if len(self.changes) > 1 else ""
             return self.changes[0] + more
@@ -134,7 +136,13 @@ def check_bundles(lake, session_ids: list[str] | None = None, *, full: bool = Fa
     """The BundleCheck of each of these sessions (every complete one when None), cheap or
     `full` (every file hashed). `lake`: a TraceLake (tracelake.store)."""
     recorded = lake.manifest_digests(session_ids)
-    return [check_bundle(sid, path, digest, full=full) for sid, (path, digest) in recorded.items()]
+    unverified = lake.unverified_sessions(session_ids)
+    return [
+        BundleCheck(sid, path, "unverified", (unverified[sid],))
+        if sid in unverified
+        else check_bundle(sid, path, digest, full=full)
+        for sid, (path, digest) in recorded.items()
+    ]
 
 
 def check_bundle(session_id: str, bundle: str | None, digest: str | None, *, full: bool):

@@ -16,7 +16,7 @@ def cmd_restore(args, paths: AacoPaths) -> int:
     def say(line: str) -> None:
         print(f"aaco: {line}", file=sys.stderr, flush=True)
 
-    print(restore_lake(paths, on_progress=say).summary())
+    print(restore_lake(paths, on_progress=say, unverified=args.unverified).summary())
     return 0
 
 
@@ -24,5 +24,12 @@ def add_parser(sub) -> None:
     restore = sub.add_parser(
         "restore",
         help="rebuild a lost or damaged TraceLake from the session bundles (move it aside first)",
+    )
+    restore.add_argument(
+        "--unverified",
+        action="store_true",
+        help="also restore the bundles the lake's journal has no record of (loaded before it "
+        "kept them, or the journal is lost), marked unverified: aaco verify fails them, their "
+        "reports say so, no new baseline rests on them",
     )
     restore.set_defaults(func=cmd_restore)

@@ -68,7 +68,16 @@ def _summary(content: dict) -> Section:
         {"stat": "profiled p50", "value": duration(s["profiled_latency_p50_ns"])},
         {"stat": "profiling overhead", "value": maybe(s["profiling_overhead_pct"], "{:.1f}%")},
     ]
+    unverified = session.get("unverified_reason")
     text = [
+        *(
+            [
+                f"UNVERIFIED evidence: restored (aaco restore --unverified) without a record of "
+                f"its bundle ({unverified}); nothing shows these numbers are the ones measured."
+            ]
+            if unverified
+            else []
+        ),
         measurement_line(content.get("measurement")),
         f"Model {session['model_name']} ({(session['model_sha256'] or '—')[:12]}), session "
         f"{session['session_id']}, started {session['started_at']} on target {session['target']} "

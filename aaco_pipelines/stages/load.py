@@ -26,7 +26,7 @@ from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.collectors.traces import label_kernels, load_trace
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.session_folders import session_folder_held
-from aaco_pipelines.tracelake.journal import LOADED_COMPLETE, LakeJournal
+from aaco_pipelines.tracelake.journal import BUNDLE, LOADED_COMPLETE, LakeJournal
 from aaco_pipelines.tracelake.queries import generation_quality, session_quality
 from aaco_pipelines.tracelake.schema import MODELS, TABLES, conform, stored, stored_tables
 from aaco_pipelines.tracelake.store import (
@@ -83,12 +83,15 @@ def load(
     complete: bool = False,
     verify: bool = True,
     scratch: Path | None = None,
+    vouch: bool = True,
 ) -> LoadedSession:
     """Load the session, then read back whether it landed whole and judge whether its
-    latencies can be trusted (measurement_quality, stored). `verify` and `scratch`: as for
-    load_session."""
+    latencies can be trusted (measurement_quality, stored). `verify`, `scratch` and `vouch`: as
+    for load_session."""
     with session_folder_held(bundle.path, bundle.session_id):
-        counts = load_session(lake, bundle, complete=complete, verify=verify, scratch=scratch)
+        counts = load_session(
+            lake, bundle, complete=complete, verify=verify, scratch=scratch, vouch=vouch
+        )
     with lake.reading():  # one open of the lake for all three
         quality = session_quality(lake, bundle.session_id)
         generation = generation_quality(lake, bundle.session_id)
@@ -114,6 +117,7 @@ def load_session(
     complete: bool = False,
     trace_source: Path | None = None,
     scratch: Path | None = None,
+    vouch: bool = True,
 ) -> dict[str, int]:
     """Load one session and its model graph in a single transaction, replacing any earlier
     load of the same session. `derive` returns rows to add that depend on the loaded ones (an
@@ -121,7 +125,9 @@ def load_session(
     digests and manifest first (`verify=False` only right after the bundle was written and
     hashed); the manifest's digest is kept with the session's row. `trace_source`: the device
     trace to read instead of the bundle's copy (`aaco ingest` reads the original while the copy
-    is made). `scratch`: where a gzip device trace is inflated (default AACO_HOME's scratch)."""
+    is made). `scratch`: where a gzip device trace is inflated (default AACO_HOME's scratch).
+    `vouch`: the journal records the manifest's digest, which a restore later checks the bundle
+    against (a restore itself never vouches: it would launder what it could not verify)."""
     graph = read_graph_dir(bundle.graph_dir)
     with lake.transaction() as con:
         _replace_session(con, bundle, verify, trace_source, scratch)
@@ -129,12 +135,16 @@ def load_session(
             mark_complete(con, bundle.session_id)
         for name, table in (derive(con) if derive else {}).items():
             insert_rows(con, name, table)
-        record_manifest_digest(con, bundle.session_id, _published_manifest(con, bundle))
+        digest = _published_manifest(con, bundle)
+        record_manifest_digest(con, bundle.session_id, digest)
         counts = _session_counts(con, bundle.session_id)
         if graph is not None:
             counts.update(_replace_graph(con, graph))
+    journal = LakeJournal(lake.path)
+    if vouch:
+        journal.record(BUNDLE, session_id=bundle.session_id, manifest_sha256=digest)
     if complete:  # visible without analysis: `aaco restore` must not analyse it either
-        LakeJournal(lake.path).record(LOADED_COMPLETE, session_id=bundle.session_id)
+        journal.record(LOADED_COMPLETE, session_id=bundle.session_id)
     return counts
 
 

@@ -24,8 +24,15 @@ Table by table, how each comes back:
   and schema_info. Nothing reads either as history. (A float DuckDB sums in parallel may differ
   in its last bits, as it does between two runs of one analysis.)
 
-A bundle whose evidence or manifest no longer verifies is skipped and named, and so is one never
-collected (its run was killed first) or held by a live process. failed/ keeps runs that never
+Every bundle is checked against the digest of its manifest that the journal recorded when the
+session was loaded (not only against its own manifest, which whoever edits the files can
+rewrite too): a bundle whose manifest is missing or is not that one is skipped and named, and
+so is one whose evidence or manifest no longer verifies, one never collected (its run was
+killed first) or one held by a live process. A bundle the journal has no record of (loaded
+before the journal kept them, or the journal is lost) is skipped too, unless asked for
+(`aaco restore --unverified`): then it is restored marked unverified (session_records.
+unverified_reason; `aaco verify` fails it, the report says so, and its measurement is suspect:
+left out of new baselines). failed/ keeps runs that never
 completed: none is restored. A session the journal does not know (analysed before the lake
 kept a journal) is analysed, judged against the stored envelope of its target and runtime.
 Nothing is measured again.
@@ -55,6 +62,7 @@ from aaco_pipelines.analysis.envelope.choice import (
     stored_envelope,
 )
 from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
+from aaco_pipelines.bundle.manifest import MANIFEST, manifest_digest
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -91,6 +99,7 @@ class Restored:
     baselines: int
     envelopes: int
     skipped: list[Skipped]
+    unverified: list[str]  # restored, marked unverified (asked for: --unverified)
     failed: int  # folders in failed/: runs that never completed, never restored
     unreadable_journal_lines: int
     journal: Path | None  # None: there was none
@@ -102,6 +111,11 @@ class Restored:
             f"{_count(self.baselines, 'baseline')} and "
             f"{_count(self.envelopes, 'hardware envelope')} into {self.lake}"
         )
+        if self.unverified:
+            line += (
+                f"; {_count(len(self.unverified), 'session')} marked UNVERIFIED (no record of "
+                "its bundle in the journal): " + ", ".join(self.unverified)
+            )
         if self.skipped:
             line += f"; skipped {_count(len(self.skipped), 'bundle')}: " + "; ".join(
                 f"{s.session_id} ({s.reason})" for s in self.skipped
@@ -118,9 +132,12 @@ class Restored:
         return line
 
 
-def restore_lake(paths: AacoPaths, on_progress: Progress | None = None) -> Restored:
+def restore_lake(
+    paths: AacoPaths, on_progress: Progress | None = None, *, unverified: bool = False
+) -> Restored:
     """Rebuild the TraceLake at paths.tracelake from the bundles under AACO_HOME and the lake's
-    journal (see the module docstring); refused when a lake is there."""
+    journal (see the module docstring); refused when a lake is there. `unverified`: restore the
+    bundles the journal has no record of too, marked unverified."""
     say = on_progress or (lambda line: None)
     target = paths.tracelake
     refuse_to_replace(target)
@@ -139,7 +156,7 @@ def restore_lake(paths: AacoPaths, on_progress: Progress | None = None) -> Resto
         work = Path(tempfile.mkdtemp(prefix=f".{target.name}{WORK_PREFIX}", dir=target.parent))
         try:
             lake = TraceLake(work / target.name)
-            restored = _rebuild(lake, paths, journal, bundles, skipped, say)
+            restored = _rebuild(lake, paths, journal, bundles, skipped, say, unverified)
             with lake.connect(write=True) as con:
                 con.execute("CHECKPOINT")  # everything in the file: no write-ahead log to move
             _put_in_place(lake.path, target)
@@ -174,6 +191,7 @@ def _rebuild(
     bundles: list[SessionBundle],
     skipped: list[Skipped],
     say: Progress,
+    unverified: bool = False,
 ) -> Restored:
     envelopes = table_of("hardware_envelopes", journal.envelopes.values())
     with lake.transaction() as con:  # the envelopes first: sessions are judged against them
@@ -181,12 +199,18 @@ def _rebuild(
         # and the alerts: an invalid one's sessions leave their metric's baseline
         insert_rows(con, "alerts", table_of("alerts", journal.alert_rows()))
         insert_rows(con, "alert_events", table_of("alert_events", journal.alert_events))
-    restored = []
+    restored, marked = [], []
     for number, bundle in enumerate(bundles, 1):
         say(f"restoring bundle {number} of {len(bundles)}: {bundle.session_id}")
-        problem = _restore_session(lake, bundle, journal, paths.scratch)
+        doubt = _unverifiable(bundle, journal)
+        if doubt is not None and not unverified:
+            skipped.append(Skipped(bundle.session_id, f"{doubt}; aaco restore --unverified "
+                                   "restores it, marked unverified"))  # fmt: skip
+            continue
+        problem = _restore_session(lake, bundle, journal, paths.scratch, doubt)
         if problem is None:
             restored.append(bundle.session_id)
+            marked += [bundle.session_id] if doubt else []
         else:
             skipped.append(Skipped(bundle.session_id, problem))
     baselines = journal.baseline_rows()
@@ -204,6 +228,7 @@ def _rebuild(
         len(baselines),
         len(journal.envelopes),
         skipped,
+        marked,
         len(failed_folders(paths)),
         journal.unreadable_lines,
         LakeJournal(paths.tracelake).path if journal.found else None,
@@ -237,23 +262,57 @@ def _started_at(bundle: SessionBundle) -> dt.datetime | None:
         return None
 
 
+def _unverifiable(bundle: SessionBundle, journal: JournalState) -> str | None:
+    """Why the bundle cannot be shown to be the one loaded, when the journal has no record of
+    it (None when it has: _restore_session then checks the bundle against that record)."""
+    if bundle.session_id in journal.bundle_digests:
+        return None
+    if not journal.found:
+        return "not verifiable: there is no journal beside the lake to check its bundle against"
+    return "not verifiable: the journal has no record of its bundle (loaded before it kept them)"
+
+
 def _restore_session(
-    lake: TraceLake, bundle: SessionBundle, journal: JournalState, scratch: Path
+    lake: TraceLake, bundle: SessionBundle, journal: JournalState, scratch: Path, doubt: str | None
 ) -> str | None:
     """One session verified, loaded and, unless the journal says it never was, analysed as it
-    was; why it was skipped, or None. An error about the bundle (its evidence changed, a file
-    of it unreadable) skips it, its rows removed; any other (the lake's disk full) stops the
-    restore."""
+    was; why it was skipped, or None. An error about the bundle (its manifest not the one the
+    journal recorded, its evidence changed, a file of it unreadable) skips it, its rows
+    removed; any other (the lake's disk full) stops the restore. `doubt`: why it cannot be
+    verified, when restoring it unverified was asked for (it is marked so)."""
     try:
+        if doubt is None:
+            _check_against_journal(bundle, journal.bundle_digests[bundle.session_id])
         bundle.verify_evidence()
         bundle.verify_manifest(None)
-        _load_and_analyse(lake, bundle, journal, scratch)
+        _load_and_analyse(lake, bundle, journal, scratch, doubt)
     except AacoInputError as exc:
         if not _about(exc, bundle):
             raise
         lake.delete_sessions([bundle.session_id])
         return exc.problem
     return None
+
+
+def _check_against_journal(bundle: SessionBundle, recorded: str | None) -> None:
+    """The bundle's manifest is the one the journal recorded when the session was loaded."""
+    own = manifest_digest(bundle.path)
+    if own == recorded:
+        return
+    if own is None:
+        problem = f"its {MANIFEST} is missing; the journal recorded one when it was loaded"
+    elif recorded is None:
+        problem = f"it has a {MANIFEST} it did not have when it was loaded"
+    else:
+        problem = (
+            f"its {MANIFEST} is not the one the journal recorded when it was loaded: the bundle "
+            "was rewritten"
+        )
+    raise AacoInputError(
+        problem,
+        path=bundle.path,
+        fix="restore the bundle's files from a backup, or measure the model again",
+    )
 
 
 def _about(exc: AacoInputError, bundle: SessionBundle) -> bool:
@@ -265,7 +324,7 @@ def _about(exc: AacoInputError, bundle: SessionBundle) -> bool:
 
 
 def _load_and_analyse(
-    lake: TraceLake, bundle: SessionBundle, journal: JournalState, scratch: Path
+    lake: TraceLake, bundle: SessionBundle, journal: JournalState, scratch: Path, doubt: str | None
 ) -> None:
     session_id = bundle.session_id
     analysed = session_id not in journal.not_analysed
@@ -273,10 +332,15 @@ def _load_and_analyse(
         ingested = "ingested_from" in bundle.session
     except (OSError, ValueError) as exc:
         raise AacoInputError(f"session.json is unreadable ({exc})", path=bundle.path) from exc
+    # vouch=False: the journal keeps what was vouched for when the session was first loaded
     if ingested:  # `aaco ingest` judges no measurement of its own: none to judge again
-        load_session(lake, bundle, verify=False, complete=not analysed, scratch=scratch)
+        load_session(
+            lake, bundle, verify=False, complete=not analysed, scratch=scratch, vouch=False
+        )
     else:
-        load(lake, bundle, complete=not analysed, verify=False, scratch=scratch)
+        load(lake, bundle, complete=not analysed, verify=False, scratch=scratch, vouch=False)
+    if doubt is not None:  # marked before its drift is judged: no baseline rests on it
+        lake.mark_unverified(session_id, doubt)
     if analysed:
         attribution = attribute(lake, bundle)
         find_critical_path(lake, bundle)

@@ -16,6 +16,9 @@ that writes it to the lake, one JSON line per change:
   Benjamini-Hochberg together.
 - `alerts`: every alert of one model and target after one of them changed (their rows), and
   the events of that change. People's acknowledgements live nowhere else.
+- `bundle`: the digest of a session's bundle manifest as the session was loaded. A restore
+  checks each bundle against it: a bundle whose manifest was deleted, or rewritten together
+  with the files it lists, no longer matches what the lake vouched for.
 
 The file is `<lake stem>.journal` beside the lake file (AACO_HOME/tracelake.journal by
 default), so moving the lake aside (`mv tracelake.duckdb tracelake.damaged`) leaves it in
@@ -45,6 +48,7 @@ JUDGED_AGAINST = "judged_against"
 LOADED_COMPLETE = "loaded_complete"
 FDR_SWEEP = "fdr_sweep"
 ALERTS = "alerts"
+BUNDLE = "bundle"
 
 
 @dataclass
@@ -58,6 +62,7 @@ class JournalState:
     sweeps: list[dict] = field(default_factory=list)  # {"session_ids", "q"}, in order
     alerts: dict[tuple[str, str], list[dict]] = field(default_factory=dict)  # (slug, target)
     alert_events: list[dict] = field(default_factory=list)  # in order
+    bundle_digests: dict[str, str | None] = field(default_factory=dict)  # session -> manifest
     unreadable_lines: int = 0
     found: bool = False  # whether there was a journal at all
 
@@ -77,6 +82,8 @@ class JournalState:
         elif kind == ALERTS:
             self.alerts[(entry["model_slug"], entry["target"])] = entry["rows"]
             self.alert_events += entry["events"]
+        elif kind == BUNDLE:  # the last load's: a bundle collected again is loaded again
+            self.bundle_digests[entry["session_id"]] = entry["manifest_sha256"]
 
     def baseline_rows(self) -> list[dict]:
         return [row for rows in self.baselines.values() for row in rows]
@@ -163,6 +170,10 @@ def _check(entry: dict) -> None:
         table_of("alerts", entry["rows"])
         table_of("alert_events", entry["events"])
         _strings(entry["model_slug"])
+    elif kind == BUNDLE:
+        _strings(entry["session_id"])
+        if entry["manifest_sha256"] is not None:
+            _strings(entry["manifest_sha256"])
     elif kind == FDR_SWEEP:
         _strings(*entry["session_ids"])
         if not 0.0 < float(entry["q"]) < 1.0:

@@ -66,7 +66,7 @@ from aaco_pipelines.tracelake.tables.traces import (
     MEMORY_COPIES,
 )
 
-SCHEMA_VERSION = 22  # v22: structural diffs, computed once per session
+SCHEMA_VERSION = 23  # v23: sessions restored without verifiable evidence say so
 
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import functools
+import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,8 +147,11 @@ MIGRATIONS: dict[int, list[str]] = {
         for column in ("dimension", "last_good_runtime", "first_bad_runtime")
     ],
     22: [],  # structural_diffs: created as a missing table
+    # Sessions restored without verifiable evidence (aaco restore --unverified) say why.
+    23: ["ALTER TABLE session_records ADD COLUMN IF NOT EXISTS unverified_reason VARCHAR"],
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
+UNVERIFIED_SINCE = 23  # the schema version whose session rows say their evidence is unverified
 
 
 class TraceLake:
@@ -298,6 +302,39 @@ class TraceLake:
                 params = [session_ids]
             rows = con.execute(sql + " ORDER BY started_at, session_id", params).fetchall()
         return {sid: (path, sha) for sid, path, sha in rows}
+
+    def unverified_sessions(self, session_ids: list[str] | None = None) -> dict[str, str]:
+        """{session_id: why its evidence is unverified} of the sessions a restore brought back
+        without a record of their bundle; none in a lake not migrated yet."""
+        with self.connect() as con:
+            if (_stored_version(con) or 0) < UNVERIFIED_SINCE:
+                return {}
+            rows = con.execute(
+                "SELECT session_id, unverified_reason FROM session_records "
+                "WHERE unverified_reason IS NOT NULL AND (? IS NULL OR list_contains(?, session_id))",
+                [session_ids, session_ids],
+            ).fetchall()
+        return dict(rows)
+
+    def mark_unverified(self, session_id: str, reason: str) -> None:
+        """The session's evidence cannot be verified (restored without a record of its
+        bundle): its row says why, and its measurement is suspect for that reason, so no new
+        baseline rests on it and every page that shows its quality says so."""
+        with self.transaction() as con:
+            con.execute(
+                "UPDATE session_records SET unverified_reason = ? WHERE session_id = ?",
+                [reason, session_id],
+            )
+            row = con.execute(
+                "SELECT reasons_json FROM measurement_quality WHERE session_id = ?", [session_id]
+            ).fetchone()
+            if row is not None:
+                reasons = [*json.loads(row[0] or "[]"), f"its evidence is unverified: {reason}"]
+                con.execute(
+                    "UPDATE measurement_quality SET verdict = 'suspect', reasons_json = ? "
+                    "WHERE session_id = ?",
+                    [json.dumps(reasons), session_id],
+                )
 
     def delete_sessions(self, session_ids: list[str]) -> None:
         """Remove every row of these sessions, from every table, in one transaction."""

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import shutil
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from aaco_pipelines.analysis.envelope.choice import save_envelope
+from aaco_pipelines.bundle.manifest import write_manifest
 from aaco_pipelines.cli import main
 from aaco_pipelines.errors import Interrupted
 from aaco_pipelines.execution.session_folders import clean_leftovers
@@ -231,9 +233,14 @@ def test_without_a_journal_every_session_comes_back_and_nothing_is_measured(home
     quality = _snapshot(paths)["measurement_quality"]
     _delete_lake(paths)
     LakeJournal(paths.tracelake).path.unlink()
-    assert main(["restore"]) == 0
+    assert main(["restore"]) == 0  # nothing vouches for the bundles: none without being asked
+    out = capsys.readouterr().out
+    assert out.startswith("restored 0 sessions") and out.count("there is no journal") == 5
+    _delete_lake(paths)
+    assert main(["restore", "--unverified"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("restored 5 sessions, 0 baselines and 0 hardware envelopes into ")
+    assert "5 sessions marked UNVERIFIED" in out
     assert out.endswith(
         "; no journal beside the lake: no envelopes or baselines to restore, "
         "every session analysed again\n"
@@ -249,7 +256,16 @@ def test_without_a_journal_every_session_comes_back_and_nothing_is_measured(home
         for r in judged
         if r["envelope_source"] == "none"
     )
-    assert _json(_snapshot(paths)["measurement_quality"]) == _json(quality)
+    # measured as before, and suspect now: nothing shows the evidence is what was measured
+    restored = _snapshot(paths)["measurement_quality"]
+    assert all(
+        r["verdict"] == "suspect" and "evidence is unverified" in r["reasons_json"]
+        for r in restored
+    )
+    unjudged = ("verdict", "reasons_json")
+    assert _json([{k: v for k, v in r.items() if k not in unjudged} for r in restored]) == _json(
+        [{k: v for k, v in r.items() if k not in unjudged} for r in quality]
+    )
 
 
 def test_the_journal_skips_lines_a_kill_cut_short_or_a_hand_edited(tmp_path):
@@ -265,3 +281,69 @@ def test_the_journal_skips_lines_a_kill_cut_short_or_a_hand_edited(tmp_path):
     state = journal.state()
     assert journal.path == tmp_path / "tracelake.journal"
     assert state.unreadable_lines == 2 and state.not_analysed == {"b"} and not state.sweeps
+
+
+def _p50_times_100(bundle) -> None:
+    """Edit the session's p50 (x100) and append a kernel row, then rewrite the manifest to
+    match: a bundle laundered as a careful editor would."""
+    for name, edit in (
+        ("sessions", lambda t: t.set_column(
+            t.schema.get_field_index("latency_p50_ns"), "latency_p50_ns",
+            pc.multiply(t["latency_p50_ns"], 100))),
+        ("kernel_events", lambda t: pa.concat_tables([t, t.slice(0, 1)])),
+    ):  # fmt: skip
+        path = bundle / "tables" / f"{name}.parquet"
+        path.chmod(0o644)
+        pq.write_table(edit(pq.read_table(path)), path)
+    (bundle / "manifest.json").chmod(0o644)
+    write_manifest(bundle)
+
+
+@pytest.mark.parametrize("tampering", ["manifest_deleted", "rewritten_with_manifest"])
+def test_a_laundered_bundle_is_skipped_against_the_journal(home, capsys, tampering):
+    """The bundle's own manifest cannot vouch for it: whoever edits the files can delete it or
+    write it again. The journal's record of it, taken when it was loaded, can."""
+    paths, mlp = home
+    (bundle,) = paths.sessions.glob(f"*/{mlp[-1]}")
+    if tampering == "manifest_deleted":
+        (bundle / "manifest.json").unlink()
+        reason = "manifest.json is missing; the journal recorded one when it was loaded"
+    else:
+        _p50_times_100(bundle)
+        reason = "manifest.json is not the one the journal recorded when it was loaded"
+    _delete_lake(paths)
+    assert main(["restore"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("restored 4 sessions") and f"{mlp[-1]} (its {reason}" in out, out
+    assert main(["verify"]) == 0  # what was restored verifies; the laundered one is not there
+    assert mlp[-1] not in capsys.readouterr().out
+
+
+def test_a_bundle_the_journal_never_vouched_for_is_restored_only_marked_unverified(home, capsys):
+    paths, mlp = home
+    journal = LakeJournal(paths.tracelake).path
+    kept = [line for line in journal.read_text().splitlines() if '"kind": "bundle"' not in line]
+    journal.write_text("\n".join(kept) + "\n")  # as a journal written before it kept bundles
+    _delete_lake(paths)
+    assert main(["restore"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("restored 0 sessions") and "aaco restore --unverified" in out, out
+    assert not TraceLake(paths.tracelake).session_states()  # an empty lake, nothing laundered
+
+    _delete_lake(paths)
+    assert main(["restore", "--unverified"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("restored 5 sessions") and "5 sessions marked UNVERIFIED" in out, out
+    assert main(["verify", mlp[-1]]) == 2  # never "ok", never "not covered"
+    captured = capsys.readouterr()
+    assert "UNVERIFIED: restored without a record of its bundle" in captured.out
+    assert main(["report", "--session", mlp[-1], "--format", "md"]) == 0
+    assert "UNVERIFIED evidence: restored (aaco restore --unverified)" in capsys.readouterr().out
+    quality = (
+        TraceLake(paths.tracelake)
+        .query(
+            "SELECT verdict, reasons_json FROM measurement_quality WHERE session_id = ?", [mlp[-1]]
+        )
+        .to_pylist()[0]
+    )
+    assert quality["verdict"] == "suspect" and "evidence is unverified" in quality["reasons_json"]

@@ -99,6 +99,9 @@ SESSIONS = pa.schema(
         # in the bundle's own tables/sessions.parquet, which the manifest covers); null for a
         # session loaded before manifests (aaco_pipelines.bundle.manifest)
         ("manifest_sha256", STR),
+        # v23: why the session's evidence could not be verified when `aaco restore --unverified`
+        # brought it back (no record of its bundle in the lake's journal); null for every other
+        ("unverified_reason", STR),
     ]
 )
 
