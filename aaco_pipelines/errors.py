@@ -28,17 +28,20 @@ class AacoInputError(Exception):
         return f"{where}{self.problem}.{how}"
 
 
-class WorkerFailure(Exception):
-    """The isolated benchmark worker crashed, timed out or ran out of memory.
+class MeasuringFailure(Exception):
+    """The measuring process crashed, timed out or ran out of memory.
 
-    Raised in the parent process; the worker's own output is kept in the failed bundle named by
-    `evidence_dir` so nothing is lost.
+    Raised in the parent process; the measuring process's own output is kept in the failed
+    bundle named by `evidence_dir` so nothing is lost.
     """
 
     def __init__(self, message: str, *, evidence_dir: str | Path | None = None):
         self.evidence_dir = str(evidence_dir) if evidence_dir is not None else None
-        suffix = f" (worker output kept in {self.evidence_dir})" if self.evidence_dir else ""
+        suffix = f" (its output kept in {self.evidence_dir})" if self.evidence_dir else ""
         super().__init__(redact(message + suffix))
+
+
+WorkerFailure = MeasuringFailure  # old name, kept for a while
 
 
 # Write failures a user fixes on the machine, not in aaco: a full or read-only file system.
@@ -62,8 +65,8 @@ def out_of_space(exc: BaseException, where: str | Path) -> AacoInputError | None
 class Interrupted(BaseException):
     """aaco was told to stop (SIGTERM, SIGINT, SIGHUP).
 
-    A BaseException like KeyboardInterrupt, so every `finally` on the way out runs (the worker's
-    process group is killed, an unfinished session is kept as failed evidence) and no
+    A BaseException like KeyboardInterrupt, so every `finally` on the way out runs (the measuring
+    process's group is killed, an unfinished session is kept as failed evidence) and no
     `except Exception` swallows it."""
 
     def __init__(self, signal_name: str):

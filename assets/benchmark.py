@@ -15,9 +15,9 @@ from aaco_pipelines.stages.measure import MeasuredSession, check_target, measure
     group_name="measurement",
     kinds={"onnxruntime"},
     pool=device_pool(),  # one benchmark per device at a time
-    description="Runs the model in an isolated worker process: warm-up, measured iterations with "
-    "profiling off, then a separate profiled pass; host telemetry sampled throughout. Writes an "
-    "immutable session bundle (raw profile, latencies, telemetry, environment).",
+    description="Runs the model in an isolated measuring process: warm-up, measured iterations "
+    "with profiling off, then a separate profiled pass; host telemetry sampled throughout. Writes "
+    "an immutable session bundle (raw profile, latencies, telemetry, environment).",
 )
 def benchmark_run(
     context: dg.AssetExecutionContext,

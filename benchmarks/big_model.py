@@ -3,10 +3,10 @@
 Builds an MLP whose weights (float32, random, fixed seed) live in one external file beside the
 model, as every model over protobuf's 2 GB limit is saved, registers it in a fresh AACO_HOME and
 runs `aaco run` on it as a user would. Prints the wall time of each stage (from aaco's own
-progress lines), the peak memory of the aaco process (sampled) and of the benchmark worker
+progress lines), the peak memory of the aaco process (sampled) and of the measuring process
 (observed.json), and the bytes each session keeps. The point: nothing loads the weights into the
-aaco process (its peak stays far below the weights), the worker's memory limit is derived from
-the model, and the session bundle does not grow with the weights.
+aaco process (its peak stays far below the weights), the measuring process's memory limit is
+derived from the model, and the session bundle does not grow with the weights.
 
     .venv/bin/python benchmarks/big_model.py [--gib 2.25] [--keep DIR]
 
@@ -107,14 +107,14 @@ def run(home: Path, model: Path) -> dict:
         stderr=subprocess.PIPE,
         text=True,
     )
-    samples: list[tuple[float, int, int]] = []  # (s since start, aaco RSS, worker RSS)
+    samples: list[tuple[float, int, int]] = []  # (s since start, aaco RSS, measuring RSS)
 
     def sample() -> None:
         proc = psutil.Process(process.pid)
         while process.poll() is None:
             try:
-                worker = sum(c.memory_info().rss for c in proc.children(recursive=True))
-                samples.append((time.monotonic() - started, proc.memory_info().rss, worker))
+                measuring = sum(c.memory_info().rss for c in proc.children(recursive=True))
+                samples.append((time.monotonic() - started, proc.memory_info().rss, measuring))
             except psutil.Error:
                 pass
             time.sleep(0.02)
@@ -175,19 +175,19 @@ def main() -> int:
         observed = json.loads((session / "observed.json").read_text())
         request = json.loads((session / "request.json").read_text())
         kept = sum(p.stat().st_size for p in session.rglob("*") if p.is_file())
-        print("\nstage (ends with the line aaco printed)        seconds  aaco MiB  worker MiB")
-        for name, seconds, aaco_rss, worker_rss in result["stages"]:
-            print(f"  {name[:44]:44} {seconds:7.2f} {aaco_rss >> 20:9} {worker_rss >> 20:11}")
+        print("\nstage (ends with the line aaco printed)        seconds  aaco MiB  measuring MiB")
+        for name, seconds, aaco_rss, measuring_rss in result["stages"]:
+            print(f"  {name[:44]:44} {seconds:7.2f} {aaco_rss >> 20:9} {measuring_rss >> 20:14}")
         print(f"  {'total (aaco run, wall)':44} {result['wall_s']:7.2f}")
         print("  (the first line includes hashing, snapshot copy and graph extraction; the")
-        print("  worker's 'done' includes saving the optimized graph, whose weights ONNX")
-        print("  Runtime writes beside it and the worker then deletes)")
+        print("  measuring process's 'done' includes saving the optimized graph, whose weights")
+        print("  ONNX Runtime writes beside it and the measuring process then deletes)")
         print(
             f"\naaco process peak RSS   {result['aaco_peak_rss'] / 2**20:8.0f} MiB "
             f"({result['aaco_peak_rss'] / weights:.1%} of the weights)"
         )
         print(
-            f"worker peak RSS         {observed['worker_peak_rss_bytes'] / 2**20:8.0f} MiB "
+            f"measuring peak RSS      {observed['worker_peak_rss_bytes'] / 2**20:8.0f} MiB "
             f"of a {observed['memory_limit_bytes'] / 2**20:.0f} MiB limit "
             f"({request['limits']['memory_limit_rule']})"
         )

@@ -16,11 +16,13 @@ class BenchmarkRunnerResource(dg.ConfigurableResource):
     target: str = Field(
         default_factory=default_target, description="Execution target name (cpu, gpu0, ...)."
     )
-    timeout_s: float = Field(default=600.0, description="Kill the worker after this long.")
+    timeout_s: float = Field(
+        default=600.0, description="Kill the measuring process after this long."
+    )
     memory_limit_mb: int | None = Field(
         default=None,
-        description="Kill the worker above this RSS (MiB). Default: derived per model, "
-        "3 x (weights + inputs) + 4 GiB, at most 80% of the host's memory.",
+        description="Kill the measuring process above this RSS (MiB). Default: derived per "
+        "model, 3 x (weights + inputs) + 4 GiB, at most 80% of the host's memory.",
     )
     sample_interval_s: float = Field(
         default=0.05, description="Host telemetry period (0.05 s = 20 Hz)."

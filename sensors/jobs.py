@@ -24,7 +24,7 @@ measure_model_job = dg.define_asset_job(
     "measure_model",
     selection=dg.AssetSelection.assets(*MODEL_ASSETS),
     partitions_def=model_target_partitions,
-    # The benchmark already runs in its own isolated worker process; running the light stages
+    # The benchmark already runs in its own isolated measuring process; running the light stages
     # in the run process saves a Python start-up per step.
     executor_def=dg.in_process_executor,
     description="Measure one model end to end: graph, isolated benchmark, traces, TraceLake.",

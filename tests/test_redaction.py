@@ -11,7 +11,7 @@ from aaco_pipelines import cli
 from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.cli import main
 from aaco_pipelines.cli.doctor_checks import Check
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.foundation.redaction import redact
 from aaco_pipelines.foundation.service_errors import postgres_failure, server_parts
 
@@ -82,7 +82,7 @@ def test_errors_the_project_raises_carry_no_password():
         fix=f"not password={SECRET}",
     )
     assert SECRET not in str(error) + error.problem + error.path + error.fix
-    assert SECRET not in str(WorkerFailure(f"worker saw redis://:{SECRET}@b/0"))
+    assert SECRET not in str(MeasuringFailure(f"measuring process saw redis://:{SECRET}@b/0"))
     row = Check("TraceLake", "problem", f"password={SECRET}", f"see x://u:{SECRET}@h")
     assert SECRET not in row.detail + row.meaning
 

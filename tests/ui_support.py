@@ -103,7 +103,7 @@ def group_members(pgid: int) -> list[int]:
 
 def processes_with_env(name: str, value: str) -> list[int]:
     """Live processes whose environment has name=value: finds descendants that left the group
-    (the benchmark worker runs in its own session so that it can be killed as a whole)."""
+    (the measuring process runs in its own session so that it can be killed as a whole)."""
     needle = f"{name}={value}".encode()
     found = []
     for pid in _pids():

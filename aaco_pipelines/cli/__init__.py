@@ -33,7 +33,7 @@ from aaco_pipelines.cli import (
     whatif,
 )
 from aaco_pipelines.config import AacoPaths, old_home_notice
-from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.errors import AacoInputError, Interrupted, MeasuringFailure, out_of_space
 from aaco_pipelines.foundation.address_space import (
     address_space_limit,
     describe_limit,
@@ -92,7 +92,7 @@ def _main(argv: list[str] | None) -> int:
         fit_address_space()  # before any thread starts
         require_headroom()
         return args.func(args, paths)
-    except (AacoInputError, WorkerFailure) as exc:
+    except (AacoInputError, MeasuringFailure) as exc:
         print(f"aaco: error: {redact(str(exc))}", file=sys.stderr)
         return 2
     except ModuleNotFoundError as exc:  # an extra this host's install left out

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from aaco_pipelines.config import AacoPaths
 
-# The stages of one `aaco run`, in order, as the worker and the pipeline announce them; the
-# last one only the command itself reaches (StageProgress.done).
+# The stages of one `aaco run`, in order, as the measuring process and the pipeline announce
+# them; the last one only the command itself reaches (StageProgress.done).
 RUN_STAGES = ("creating session", "warmup pass", "measured pass", "profiled pass", "collecting",
               "analysing", "publishing", "done")  # fmt: skip
 
@@ -24,9 +24,10 @@ BAR_WIDTH = 20
 
 class StageProgress:
     """Progress on stderr: a bar over the stages, the seconds since the command began, and the
-    worker's or pipeline's own line (the worker does not report inside the timed loop).
+    measuring process's or pipeline's own line (the measuring process does not report inside the
+    timed loop).
 
-    A line only moves the bar through the stages before the last: the measuring worker ends
+    A line only moves the bar through the stages before the last: the measuring process ends
     long before collection and analysis do, so the bar is full, and "done" said, only when the
     command calls `done()` with all its work behind it."""
 

@@ -36,7 +36,7 @@ class Check:
 
 def check_python() -> Check:
     detail = f"{platform.python_version()} ({sys.executable})"
-    return Check("Python", OK, detail, "benchmark workers run under this interpreter")
+    return Check("Python", OK, detail, "measuring processes run under this interpreter")
 
 
 def check_onnxruntime() -> Check:

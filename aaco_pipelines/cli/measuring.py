@@ -312,7 +312,7 @@ def add_parser(sub) -> None:
     run.add_argument(
         "--memory-limit-mb",
         type=int,
-        help="kill the worker above this RSS (default: 3 x (weights + inputs) + 4 GiB, "
+        help="kill the measuring process above this RSS (default: 3 x (weights + inputs) + 4 GiB, "
         "at most 80%% of the host's memory)",
     )
     run.add_argument(

@@ -102,7 +102,7 @@ def pass_labels(timestamps: np.ndarray, passes: Sequence[tuple[str, int, int]]) 
 def host_telemetry_table(
     raw: pa.Table, session_id: str, passes: Sequence[tuple[str, int, int]]
 ) -> pa.Table:
-    """TELEMETRY rows (source "host") for per-CPU and worker-process metrics of one session."""
+    """TELEMETRY rows (source "host") for per-CPU and measuring process metrics of one session."""
     timestamps = raw.column("timestamp_ns").to_numpy().astype(np.int64)
     clk_tck = int((raw.schema.metadata or {}).get(b"clk_tck", b"100"))
     parts = _cpu_metrics(raw, timestamps) + _process_metrics(raw, timestamps, clk_tck)

@@ -1,11 +1,12 @@
 """A generation session's evidence → requests, generation_steps and generation_metrics rows.
 
-The worker wrote every request and step it ran (generation_requests/steps.<passes>.parquet) and
-LoadGen its summary of each scenario (loadgen/<scenario>/mlperf_log_summary.txt). Here the
-per-request figures (queueing, TTFT, TPOT, end-to-end) and the per-run metrics are computed in
-DuckDB: percentiles p50/p90/p99 of TTFT, TPOT, inter-token latency (ITL) and end-to-end latency,
-output tokens/s, requests/s and goodput at the workload's SLO; per point of the curves; and
-LoadGen's own figures beside them, as an independent cross-check.
+The measuring process wrote every request and step it ran
+(generation_requests/steps.<passes>.parquet) and LoadGen its summary of each scenario
+(loadgen/<scenario>/mlperf_log_summary.txt). Here the per-request figures (queueing, TTFT, TPOT,
+end-to-end) and the per-run metrics are computed in DuckDB: percentiles p50/p90/p99 of TTFT,
+TPOT, inter-token latency (ITL) and end-to-end latency, output tokens/s, requests/s and goodput
+at the workload's SLO; per point of the curves; and LoadGen's own figures beside them, as an
+independent cross-check.
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ def _read_parts(bundle: SessionBundle, what: str) -> pa.Table:
         raise AacoInputError(
             f"generation session has no {what} (generation_{what}.*.parquet)",
             path=bundle.path,
-            fix="the worker did not finish: re-run the benchmark",
+            fix="the measuring process did not finish: re-run the benchmark",
         )
     return pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
 

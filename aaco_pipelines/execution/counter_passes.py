@@ -28,13 +28,14 @@ ceil(counters / registers), the fewest any split can have. A counter of a block 
 not know (a derived metric's name, a block of another kind) gets a pass of its own: rocprofv3
 then says itself whether it fits.
 
-The command lines (`counter_command`): one `rocprofv3 --pmc A B C ... -- <worker>` per pass, as
-"Counter collection using command line" documents it (`--pmc` takes space-separated names, one
-group per flag). Not several `--pmc` groups or an input file with several `pmc:` rows in one
-rocprofv3 call, though rocprofv3 re-runs the application per group itself: a run of ours is one
-worker the runner watches (its time and memory limits, its progress, its failure named), and
-each pass's output goes to a folder of its own, `<trace dir>/pmc_<k>/` as rocprofv3 names its
-passes ("Kernel counter collection output": "For each pmc row, a directory pmc_n").
+The command lines (`counter_command`): one `rocprofv3 --pmc A B C ... -- <measuring process>`
+per pass, as "Counter collection using command line" documents it (`--pmc` takes space-separated
+names, one group per flag). Not several `--pmc` groups or an input file with several `pmc:` rows
+in one rocprofv3 call, though rocprofv3 re-runs the application per group itself: a run of ours
+is one measuring process the runner watches (its time and memory limits, its progress, its
+failure named), and each pass's output goes to a folder of its own, `<trace dir>/pmc_<k>/` as
+rocprofv3 names its passes ("Kernel counter collection output": "For each pmc row, a directory
+pmc_n").
 
 Output format (`trace_output_format`): rocpd, rocprofv3's default since ROCm 7.0 ("Using rocpd
 output format", rocprofiler-sdk docs-7.0.1), whose documentation now calls direct CSV
@@ -65,7 +66,7 @@ from aaco_pipelines.execution.gpu_counters import counters_for
 
 COUNTER_PASS_FOLDER = "pmc_{}"  # under the trace folder, as rocprofv3 names its passes
 COUNTER_OUTPUT_FILE = "counters"
-COUNTER_PASS_PREFIX = "counters_"  # the worker's name of counter pass k: counters_<k>
+COUNTER_PASS_PREFIX = "counters_"  # the measuring process's name of counter pass k: counters_<k>
 ROCPD_SINCE = (7, 0)
 
 _CDNA = {"SQ": 8, "TA": 2, "TD": 2, "TCP": 4, "TCC": 4, "CPC": 2, "CPF": 2, "SPI": 6, "GRBM": 2,
@@ -130,9 +131,10 @@ def split_into_passes(counters: Sequence[str], gfx: str) -> tuple[tuple[str, ...
 
 
 def counter_command(
-    rocprofv3: str, counters: Sequence[str], output_format: str, folder: Path, worker: list[str]
+    rocprofv3: str, counters: Sequence[str], output_format: str, folder: Path, argv: list[str]
 ) -> list[str]:
-    """One counter pass: rocprofv3 collecting these counters of every dispatch of `worker`."""
+    """One counter pass: rocprofv3 collecting these counters of every dispatch of `argv` (the
+    measuring process's command line)."""
     return [
         rocprofv3,
         "--pmc",
@@ -144,7 +146,7 @@ def counter_command(
         "--output-file",
         COUNTER_OUTPUT_FILE,
         "--",
-        *worker,
+        *argv,
     ]
 
 

@@ -1,4 +1,4 @@
-"""The worker's passes for a generation workload (the counterpart of the forward-pass passes).
+"""The measuring process's passes for a generation workload (the forward-pass passes' counterpart).
 
   warmup    `warmup_iterations` requests at batch 1 and one batch at the largest batch size
   measured  every scenario of the workload under LoadGen, in order, then the curves; the
@@ -39,7 +39,7 @@ def workload_of(request: dict):
 
 
 def run_generation_passes(ort, request: dict, out: Path, which: str, progress) -> tuple[dict, dict]:
-    """(worker result, latencies by pass) of the generation passes `which` names."""
+    """(measuring result, latencies by pass) of the generation passes `which` names."""
     from aaco_pipelines.execution.ort_session import create_session, session_options
 
     workload = workload_of(request)

@@ -1,9 +1,9 @@
-"""Raw host counters, sampled from a thread of the parent while the benchmark worker runs.
+"""Raw host counters, sampled from a thread of the parent while the measuring process runs.
 
-The sampler watches the worker by pid from the parent, so the measurement is not perturbed by its
-own instrumentation. Each tick reads /proc directly (no subprocess) and keeps raw cumulative
-counters; turning them into rates is the collector's job (`collectors.host_telemetry`), so the raw
-table stays an exact record of what the kernel said.
+The sampler watches the measuring process by pid from the parent, so the measurement is not
+perturbed by its own instrumentation. Each tick reads /proc directly (no subprocess) and keeps raw
+cumulative counters; turning them into rates is the collector's job (`collectors.host_telemetry`),
+so the raw table stays an exact record of what the kernel said.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ def read_process_counters(pid: int) -> dict[str, float]:
 
 
 class HostSampler(BackgroundSampler):
-    """Samples host and worker counters at a fixed rate until stopped; one row per tick."""
+    """Samples host and measuring process counters at a fixed rate until stopped; one row per
+    tick."""
 
     def __init__(self, pid: int, interval_s: float = 0.05):
         super().__init__(interval_s, f"aaco-sampler-{pid}")

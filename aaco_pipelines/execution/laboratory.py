@@ -1,4 +1,5 @@
-"""Laboratory mode: pin the worker to fixed cores and fence it in a cgroup, for repeatable numbers.
+"""Laboratory mode: pin the measuring process to fixed cores and fence it in a cgroup, for
+repeatable numbers.
 
 Latency varies with which cores a run lands on, with neighbours stealing them and with thread
 pools sized to cores the run does not own. Laboratory mode fixes all three: explicit cores, ONNX
@@ -28,28 +29,29 @@ _CGROUP_PARENT = "aaco"
 # How long the cores are watched before choosing: 20 jiffies a core at 100 Hz, cheap beside a run.
 BUSY_WINDOW_S = 0.2
 # A laboratory core whose time other processes take beyond this share is busy: the limit of a
-# contended host (analysis.envelope.record.CONTENDED_SHARE), applied to the cores the worker owns.
+# contended host (analysis.envelope.record.CONTENDED_SHARE), applied to the cores the measuring
+# process owns.
 BUSY_CORE_SHARE = 0.2
 # The lowest core is left free unless another is busier by more than this: a jiffy or two of
-# noise must not move the worker from session to session.
+# noise must not move the measuring process from session to session.
 NOTICEABLY_BUSIER = 0.1
 
 
 @dataclass(frozen=True)
 class LaboratorySettings:
-    cores: tuple[int, ...]  # cores the worker is pinned to
+    cores: tuple[int, ...]  # cores the measuring process is pinned to
     intra_op_threads: int  # == len(cores): one ONNX Runtime compute thread per owned core
     inter_op_threads: int = 1
     # Busy share of each core looked at just before the run ({"cpu1": 0.03}): other processes'
     # work, as this one only waited. Empty where /proc/stat cannot be read.
     core_busy: dict[str, float] = field(default_factory=dict)
-    warning: str | None = None  # the worker's cores were busy with other work anyway
+    warning: str | None = None  # its cores were busy with other work anyway
 
 
 def laboratory_settings(
     requested_cores: Sequence[int] | None = None, window_s: float = BUSY_WINDOW_S
 ) -> LaboratorySettings:
-    """Cores for the worker: the requested ones, else all allowed cores but the busiest.
+    """Cores for the measuring process: the requested ones, else all allowed cores but the busiest.
 
     How busy each core is, is looked at over `window_s` first. Requested cores are kept even when
     busy (the user chose them), with a warning; so are chosen ones when no quieter core is left.
@@ -103,11 +105,12 @@ def core_busy_shares(cores: Sequence[int], window_s: float = BUSY_WINDOW_S) -> d
 def choose_cores(allowed: Sequence[int], busy: Mapping[int, float]) -> list[int]:
     """All allowed cores but one, left to the parent's sampler thread and the OS.
 
-    The one left is the busiest, so the worker avoids a core other work is using; on a quiet host
-    (no core NOTICEABLY_BUSIER than the lowest) it is the lowest, where the kernel routes most
-    housekeeping and interrupts. The worker always gets the same number of cores, hence threads,
-    so sessions stay comparable: dropping every busy core would change the thread count, and the
-    latency with it, on a loaded host. A single allowed core is shared; there is no better choice.
+    The one left is the busiest, so the measuring process avoids a core other work is using; on
+    a quiet host (no core NOTICEABLY_BUSIER than the lowest) it is the lowest, where the kernel
+    routes most housekeeping and interrupts. The measuring process always gets the same number of
+    cores, hence threads, so sessions stay comparable: dropping every busy core would change the
+    thread count, and the latency with it, on a loaded host. A single allowed core is shared;
+    there is no better choice.
     """
     allowed = sorted(allowed)
     if len(allowed) < 2:
@@ -122,7 +125,7 @@ def choose_cores(allowed: Sequence[int], busy: Mapping[int, float]) -> list[int]
 def busy_warning(
     cores: Sequence[int], busy: Mapping[int, float], requested: bool = False
 ) -> str | None:
-    """One line for the user when other processes keep the worker's cores busy, else None."""
+    """One line for the user when other processes keep the pinned cores busy, else None."""
     taken = {core: busy[core] for core in cores if busy.get(core, 0.0) > BUSY_CORE_SHARE}
     if not taken:
         return None

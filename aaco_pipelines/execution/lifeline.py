@@ -1,12 +1,13 @@
-"""A benchmark worker never outlives the process that started it.
+"""A measuring process never outlives the process that started it.
 
-The worker runs in its own process group, so the parent can kill all of it (rocprofv3 and the
-worker it wraps) at a timeout. That also means nothing kills it when the parent dies: `kill -9`
-of `aaco run`, or of a Dagster step, left it spinning with ppid 1 for ever.
+The measuring process runs in its own process group, so the parent can kill all of it (rocprofv3
+and the measuring process it wraps) at a timeout. That also means nothing kills it when the
+parent dies: `kill -9` of `aaco run`, or of a Dagster step, left it spinning with ppid 1 for ever.
 
-The lifeline is a pipe. The parent keeps the write end and never writes; the worker inherits the
-read end and a thread blocks on it. When the parent dies, for any reason, the kernel closes the
-write end, the read returns end-of-file, and the worker kills its own process group. Where the
+The lifeline is a pipe. The parent keeps the write end and never writes; the measuring process
+inherits the read end and a thread blocks on it. When the parent dies, for any reason, the kernel
+closes the write end, the read returns end-of-file, and the measuring process kills its own
+process group. Where the
 read end did not survive (a wrapper that closes inherited descriptors), the thread watches the
 parent's pid and start time instead.
 """
@@ -28,7 +29,7 @@ _POLL_S = 0.5
 
 class Lifeline:
     """The parent's end: `env` and `pass_fds` go to Popen, `started()` after it, `close()` at
-    the end (closing it early tells the worker to die)."""
+    the end (closing it early tells the measuring process to die)."""
 
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
@@ -40,8 +41,8 @@ class Lifeline:
         self.pass_fds = (self.read_fd,)
 
     def started(self) -> None:
-        """The worker holds its copy of the read end now; the parent's copy would keep the
-        pipe open after the worker died."""
+        """The measuring process holds its copy of the read end now; the parent's copy would
+        keep the pipe open after the measuring process died."""
         os.close(self.read_fd)
 
     def close(self) -> None:
@@ -49,7 +50,7 @@ class Lifeline:
 
 
 def watch_parent(environ: dict[str, str] | None = None) -> threading.Thread | None:
-    """In the worker: die with the parent. None when the worker was not started with a
+    """In the measuring process: die with the parent. None when it was not started with a
     lifeline (run by hand)."""
     env = os.environ if environ is None else environ
     fd, parent = env.get(FD_VARIABLE), env.get(PARENT_VARIABLE)

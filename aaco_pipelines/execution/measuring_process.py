@@ -171,8 +171,8 @@ def _counter_pass(ort, request: dict, feeds: dict, passes: dict, which: str) -> 
 
 
 def _measured_latencies(passes: dict, out: Path) -> list[int] | None:
-    """The measured pass's latencies: this process's, or those a measured-only worker left in
-    the folder (a profiled pass traced by rocprofv3 runs in a worker of its own)."""
+    """The measured pass's latencies: this process's, or those a measured-only process left in
+    the folder (a profiled pass traced by rocprofv3 runs in a process of its own)."""
     if "measured" in passes:
         return passes["measured"]["latency_ns"]
     path = out / "latencies.measured.json"

@@ -1,8 +1,10 @@
-"""The parent side of an isolated benchmark: start the worker, watch it, keep its evidence.
+"""The parent side of an isolated benchmark: start the measuring process, watch it, keep its
+evidence.
 
-The worker runs in its own process group. The parent samples host telemetry while it runs (so the
-sampling never perturbs the measured process), enforces the timeout and the memory limit by
-killing the whole group, and only publishes the bundle under sessions/ when the worker succeeded.
+The measuring process runs in its own process group. The parent samples host telemetry while it
+runs (so the sampling never perturbs the measured process), enforces the timeout and the memory
+limit by killing the whole group, and only publishes the bundle under sessions/ when the
+measuring process succeeded.
 A failed run's folder moves to failed/ with a failure.json, so nothing is lost and nothing
 half-written is ever ingested.
 """
@@ -36,7 +38,7 @@ from aaco_pipelines.bundle.session_bundle import (
     write_json,
 )
 from aaco_pipelines.config import AacoPaths
-from aaco_pipelines.errors import AacoInputError, Interrupted, WorkerFailure, out_of_space
+from aaco_pipelines.errors import AacoInputError, Interrupted, MeasuringFailure, out_of_space
 from aaco_pipelines.execution.counter_passes import (
     COUNTER_PASS_FOLDER,
     COUNTER_PASS_PREFIX,
@@ -69,9 +71,9 @@ class RunnerLimits:
     sample_interval_s: float = 0.05  # 20 Hz host telemetry
 
 
-# The worker's memory limit when none is given: room for ONNX Runtime's copies of the weights
-# (the loaded initializers, the optimizer's rewritten ones, prepacked GEMM weights) and of the
-# inputs, plus a floor for the runtime, its arenas and the profiler; never above most of the
+# The measuring process's memory limit when none is given: room for ONNX Runtime's copies of the
+# weights (the loaded initializers, the optimizer's rewritten ones, prepacked GEMM weights) and of
+# the inputs, plus a floor for the runtime, its arenas and the profiler; never above most of the
 # host's memory, which is what the limit protects.
 WEIGHT_COPIES = 3
 MEMORY_FLOOR_MB = 4096  # activations are not known before the run: room for large ones
@@ -155,7 +157,7 @@ def run_benchmark(
     graph_dir: Path | None = None,
     on_progress: Progress | None = None,
 ) -> SessionBundle:
-    """Measure one model in an isolated worker and return its published bundle."""
+    """Measure one model in an isolated measuring process and return its published bundle."""
     say = on_progress or (lambda message: None)
     limits, memory_rule = with_memory_limit(limits, request)
     staging = paths.sessions / ".staging" / request.session_id
@@ -178,7 +180,7 @@ def run_benchmark(
     except BaseException as exc:
         # A stop signal can land just after the rename: the published folder is the one kept.
         _keep_failure(staging if staging.exists() else final, paths, request.session_id, exc)
-        problem = out_of_space(exc, paths.home) or _worker_out_of_space(exc, paths)
+        problem = out_of_space(exc, paths.home) or _measuring_out_of_space(exc, paths)
         if problem is not None:
             raise problem from exc
         raise
@@ -190,7 +192,7 @@ def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final
     """session.json and the evidence digests written, the folder renamed into sessions/."""
     if graph_dir is not None:
         copy_folder(graph_dir, staging / "graph")
-    worker = _merge_worker_results(staging, [c.passes for c in outcome["calls"] if not _counts(c)])
+    result = _merge_results(staging, [c.passes for c in outcome["calls"] if not _counts(c)])
     outcome["counters"] = _counter_results(staging, outcome["counters"])
     write_json(
         staging / "session.json",
@@ -203,7 +205,7 @@ def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final
             "started_at": started_at.isoformat(),
             "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             "trace_source": "rocprofv3" if outcome["device_trace"]["tool"] else "ort_profile",
-            **worker,
+            **result,
             **outcome,
         },
     )
@@ -212,10 +214,10 @@ def _publish(request, staging: Path, outcome: dict, started_at, graph_dir, final
     os.replace(staging, final)
 
 
-def _worker_out_of_space(exc: BaseException, paths: AacoPaths) -> AacoInputError | None:
-    """A worker that failed while the session folder's file system is full failed for that
-    (it may not even have been able to say so in error.json)."""
-    if not isinstance(exc, WorkerFailure):
+def _measuring_out_of_space(exc: BaseException, paths: AacoPaths) -> AacoInputError | None:
+    """A measuring process that failed while the session folder's file system is full failed
+    for that (it may not even have been able to say so in error.json)."""
+    if not isinstance(exc, MeasuringFailure):
         return None
     try:
         free = shutil.disk_usage(paths.home).free
@@ -227,26 +229,27 @@ def _worker_out_of_space(exc: BaseException, paths: AacoPaths) -> AacoInputError
 
 
 @dataclass(frozen=True)
-class WorkerCall:
+class MeasuringCall:
     passes: str  # all | measured | profiled | counters_<k>
     command: list[str]
 
 
-def worker_plan(
+def measuring_plan(
     request_path: Path,
     rocprofv3: str | None,
     trace_dir: Path,
     output_format: str = "csv",
     counter_passes: tuple[tuple[str, ...], ...] = (),
-) -> list[WorkerCall]:
-    """One worker for every pass; or, with rocprofv3 on a GPU host, the measured passes in a
-    plain worker and the profiled pass in a second worker traced by rocprofv3 (kernel, HIP
-    runtime API and memory-copy traces in `output_format`), so the device trace never slows the
-    latency figures down; then one worker per counter pass, each under `rocprofv3 --pmc` with
-    that pass's counters, writing to trace_dir/pmc_<k>/ (execution.counter_passes)."""
-    worker = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process", str(request_path)]
+) -> list[MeasuringCall]:
+    """One measuring process for every pass; or, with rocprofv3 on a GPU host, the measured
+    passes in a plain measuring process and the profiled pass in a second one traced by
+    rocprofv3 (kernel, HIP runtime API and memory-copy traces in `output_format`), so the device
+    trace never slows the latency figures down; then one measuring process per counter pass,
+    each under `rocprofv3 --pmc` with that pass's counters, writing to trace_dir/pmc_<k>/
+    (execution.counter_passes)."""
+    argv = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process", str(request_path)]
     if rocprofv3 is None:
-        return [WorkerCall("all", [*worker, "all"])]
+        return [MeasuringCall("all", [*argv, "all"])]
     traced = [
         rocprofv3,
         "--kernel-trace",
@@ -259,41 +262,42 @@ def worker_plan(
         "--output-file",
         "trace",
         "--",
-        *worker,
+        *argv,
         "profiled",
     ]
     counted = [
-        WorkerCall(
+        MeasuringCall(
             f"{COUNTER_PASS_PREFIX}{k}",
             counter_command(
                 rocprofv3,
                 counters,
                 output_format,
                 trace_dir / COUNTER_PASS_FOLDER.format(k),
-                [*worker, f"{COUNTER_PASS_PREFIX}{k}"],
+                [*argv, f"{COUNTER_PASS_PREFIX}{k}"],
             ),
         )
         for k, counters in enumerate(counter_passes, start=1)
     ]
-    return [WorkerCall("measured", [*worker, "measured"]), WorkerCall("profiled", traced), *counted]
+    measured = MeasuringCall("measured", [*argv, "measured"])
+    return [measured, MeasuringCall("profiled", traced), *counted]
 
 
-def _counts(call: WorkerCall) -> bool:
+def _counts(call: MeasuringCall) -> bool:
     """A counter pass: its latencies are no latency figures."""
     return call.passes.startswith(COUNTER_PASS_PREFIX)
 
 
 def _trace_plan(
     request: BenchmarkRequest, staging: Path, say: Progress
-) -> tuple[list[WorkerCall], dict]:
-    """The worker calls, and what request.json and session.json record of the device trace
+) -> tuple[list[MeasuringCall], dict]:
+    """The measuring calls, and what request.json and session.json record of the device trace
     and the counters: the tool or why none, the output format and why, the counter passes
     with their counters and commands, or why counters asked for are not collected (said on
     the progress output too; the run goes on without them)."""
     tracer, reason = device_tracer()
     output_format, why = trace_output_format() if tracer else (None, reason)
     counters = plan_counters(request.counters, tracer, reason, request.generation is not None)
-    calls = worker_plan(
+    calls = measuring_plan(
         staging / "request.json", tracer, staging / "rocprof", output_format or "csv",
         counters.passes,
     )  # fmt: skip
@@ -327,10 +331,10 @@ def _run_plan(
     staging: Path,
     limits: RunnerLimits,
     say: Progress,
-    calls: list[WorkerCall],
+    calls: list[MeasuringCall],
     tracing: dict,
 ) -> dict:
-    """Every worker call of the plan under the limits, with GPU telemetry around all of them."""
+    """Every measuring call of the plan under the limits, with GPU telemetry around all of them."""
     gpu = GpuSampler(interval_s=limits.sample_interval_s * 2)
     determinism = (
         request_performance_determinism(gpu.amdsmi, LABORATORY_GFX_CLOCK_MHZ)
@@ -341,7 +345,7 @@ def _run_plan(
     host_samples, observed = [], []
     try:
         for call in calls:
-            samples, seen = _watch_worker(request, call, staging, limits, say)
+            samples, seen = _watch_measuring_process(request, call, staging, limits, say)
             host_samples.append(samples)
             observed.append(seen)
     finally:
@@ -369,8 +373,9 @@ def _run_plan(
 
 
 def _counter_results(staging: Path, counters: dict) -> dict:
-    """The counters record with each pass's window and iteration count, from its worker's
-    files (its latencies stay in latencies.counters_<k>.json, out of the latency figures)."""
+    """The counters record with each pass's window and iteration count, from its measuring
+    process's files (its latencies stay in latencies.counters_<k>.json, out of the latency
+    figures)."""
     passes = []
     for number, planned in enumerate(counters["passes"], start=1):
         which = f"{COUNTER_PASS_PREFIX}{number}"
@@ -380,8 +385,8 @@ def _counter_results(staging: Path, counters: dict) -> dict:
     return {**counters, "passes": passes}
 
 
-def _merge_worker_results(staging: Path, passes: list[str]) -> dict:
-    """One worker_result.json and latencies.json from the worker calls of the plan."""
+def _merge_results(staging: Path, passes: list[str]) -> dict:
+    """One worker_result.json and latencies.json from the measuring calls of the plan."""
     result: dict = {"passes": {}}
     latencies: dict = {}
     for which in passes:
@@ -394,10 +399,14 @@ def _merge_worker_results(staging: Path, passes: list[str]) -> dict:
     return result
 
 
-def _watch_worker(
-    request: BenchmarkRequest, call: WorkerCall, staging: Path, limits: RunnerLimits, say: Progress
+def _watch_measuring_process(
+    request: BenchmarkRequest,
+    call: MeasuringCall,
+    staging: Path,
+    limits: RunnerLimits,
+    say: Progress,
 ) -> tuple[pa.Table, dict]:
-    """Run one worker call to completion under the limits; its host samples and what the
+    """Run one measuring call to completion under the limits; its host samples and what the
     parent observed."""
     log = open(staging / "worker.log", "a")  # noqa: SIM115 - closed below, also on failure
     lifeline = Lifeline()
@@ -452,7 +461,7 @@ def _watch_worker(
     }
     if killed_for or process.returncode != 0:
         pq.write_table(raw_samples, staging / f"host_samples.{call.passes}.parquet")
-        _raise_worker_failure(request, staging, process.returncode, killed_for, limits, sampler)
+        _raise_measuring_failure(request, staging, process.returncode, killed_for, limits, sampler)
     return raw_samples, observed
 
 
@@ -488,15 +497,15 @@ def _forward_progress(stream, log, say: Progress) -> None:
             say(line[6:].rstrip())
 
 
-def _raise_worker_failure(request, staging, returncode, killed_for, limits, sampler) -> None:
+def _raise_measuring_failure(request, staging, returncode, killed_for, limits, sampler) -> None:
     model = request.model_name
     if killed_for == "timeout":
-        raise WorkerFailure(
+        raise MeasuringFailure(
             f"benchmark of {model} timed out after {limits.timeout_s:.0f} s and was killed; "
             "raise timeout_s in the runner config or reduce the sidecar's iteration counts"
         )
     if killed_for == "memory":
-        raise WorkerFailure(
+        raise MeasuringFailure(
             f"benchmark of {model} exceeded the memory limit of {limits.memory_limit_mb} MiB "
             f"(RSS reached {sampler.peak_rss_bytes >> 20} MiB) and was killed; set "
             "memory_limit_mb in the runner config (aaco run --memory-limit-mb) or use smaller "
@@ -507,17 +516,19 @@ def _raise_worker_failure(request, staging, returncode, killed_for, limits, samp
         error = json.loads(error_file.read_text())
         if error["type"] == "AacoInputError":
             raise AacoInputError(error["problem"], path=error.get("path"), fix=error.get("fix"))
-        raise WorkerFailure(
-            f"benchmark of {model} failed in the worker: {error['type']}: {error['problem']}"
+        raise MeasuringFailure(
+            f"benchmark of {model} failed in the measuring process: {error['type']}: "
+            f"{error['problem']}"
         )
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
-        raise WorkerFailure(
-            f"the benchmark worker for {model} crashed (killed by {name}); this is a crash inside "
-            "ONNX Runtime or a provider library: see worker.log, try the CPU provider"
+        raise MeasuringFailure(
+            f"the measuring process for {model} crashed (killed by {name}); this is a crash "
+            "inside ONNX Runtime or a provider library: see its log, worker.log, try the CPU "
+            "provider"
         )
-    raise WorkerFailure(
-        f"the benchmark worker for {model} exited with code {returncode}; see worker.log"
+    raise MeasuringFailure(
+        f"the measuring process for {model} exited with code {returncode}; see its log, worker.log"
     )
 
 
@@ -533,7 +544,7 @@ def _keep_failure(staging: Path, paths: AacoPaths, session_id: str, exc: BaseExc
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)
         return
-    if isinstance(exc, (WorkerFailure, Interrupted)):
+    if isinstance(exc, (MeasuringFailure, Interrupted)):
         exc.evidence_dir = str(target)
-    if isinstance(exc, WorkerFailure):
-        exc.args = (f"{exc.args[0]} (worker output kept in {target})",)
+    if isinstance(exc, MeasuringFailure):
+        exc.args = (f"{exc.args[0]} (its output kept in {target})",)

@@ -17,7 +17,7 @@ from pathlib import Path
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.environment import runtime_fingerprint
 
-WORKER = Path(__file__).with_name("runtime_process.py")
+RUNTIME_PROCESS = Path(__file__).with_name("runtime_process.py")
 PROBE_TIMEOUT_S = 120.0
 INSTALL_HINT = "python -m venv ENV && ENV/bin/pip install onnxruntime==VERSION numpy"
 
@@ -67,7 +67,7 @@ def find_runtime(environment: str | Path) -> Runtime:
     python = interpreter(environment)
     try:
         done = subprocess.run(
-            [str(python), "-I", str(WORKER), "--probe"],
+            [str(python), "-I", str(RUNTIME_PROCESS), "--probe"],
             capture_output=True,
             text=True,
             timeout=PROBE_TIMEOUT_S,

@@ -1,7 +1,8 @@
-"""A measuring worker that runs under another environment's interpreter: another ONNX Runtime.
+"""The runtime process: measures under another environment's interpreter, another ONNX Runtime.
 
-Two ONNX Runtimes cannot share a process, so comparing runtimes side by side takes two workers,
-one per environment, that the caller (execution.across_runtimes) drives in alternating blocks.
+Two ONNX Runtimes cannot share a process, so comparing runtimes side by side takes two runtime
+processes, one per environment, that the caller (execution.across_runtimes) drives in
+alternating blocks.
 Started as `ENV/bin/python -I runtime_process.py PACKAGE_DIR`: isolated (no PYTHONPATH, no user
 site, not the script's folder), so `onnxruntime` and `numpy` are that environment's own. Of this
 project it imports only the session opener (execution.ort_session, standard library only) from
@@ -11,7 +12,7 @@ never leaks in. Every session opens exactly as a measurement opens it.
 Standard input and output carry one JSON object per line:
   -> {"request": {...}, "inputs": "feeds.npz"}  <- {"ready": true, "providers": [...], ...}
   -> {"block": N}                                <- {"ns": [N latencies]}
-End of input ends the worker. A failure answers {"error": {"type", "problem", "path", "fix"}}.
+End of input ends the process. A failure answers {"error": {"type", "problem", "path", "fix"}}.
 `runtime_process.py --probe` prints what the environment holds and exits.
 """
 
@@ -61,7 +62,7 @@ def _open(job: dict):
 
 def timed_block(session, feeds: dict, count: int) -> list[int]:
     """`count` inferences back to back, each one's latency (ns). (Also side by side's: this
-    module imports nothing a worker in another environment lacks.)"""
+    module imports nothing a runtime process in another environment lacks.)"""
     run, clock, latencies = session.run, time.perf_counter_ns, []
     for _ in range(count):
         t0 = clock()

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from aaco_pipelines.bundle.session_bundle import write_json
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
 from aaco_pipelines.execution.lifeline import watch_parent
 from aaco_pipelines.execution.measuring_process import progress
@@ -101,7 +101,7 @@ def measure_side_by_side(
             error = _error(Path(tmp) / "error.json")
             if error and error["type"] == "AacoInputError":
                 raise AacoInputError(error["problem"], path=error.get("path"), fix=error.get("fix"))
-            raise WorkerFailure(
+            raise MeasuringFailure(
                 "the side-by-side measurement failed: "
                 + (f"{error['type']}: {error['problem']}" if error else done.stderr[-2000:])
             )

@@ -41,7 +41,7 @@ def redact_values(data):
 
 
 def redact_file(path: Path) -> None:
-    """A log another program wrote (a benchmark worker's output), redacted in place."""
+    """A log another program wrote (the measuring process's output), redacted in place."""
     text = path.read_text(errors="replace")
     redacted = redact(text)
     if redacted != text:

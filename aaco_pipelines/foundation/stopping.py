@@ -1,10 +1,10 @@
 """Stop signals: SIGTERM, SIGINT and SIGHUP end `aaco` cleanly wherever it is.
 
-Each raises `Interrupted` at the point aaco has reached, so the worker group is killed and the
-unfinished session kept as failed evidence on the way out. Further stop signals are ignored
-meanwhile: the clean-up runs once, to the end (SIGKILL still works, and the worker dies with
-aaco through its lifeline). Code that runs others' code which may swallow the exception (a
-Dagster run executed in process) asks `stop_requested` before going on.
+Each raises `Interrupted` at the point aaco has reached, so the measuring process's group is
+killed and the unfinished session kept as failed evidence on the way out. Further stop signals
+are ignored meanwhile: the clean-up runs once, to the end (SIGKILL still works, and the measuring
+process dies with aaco through its lifeline). Code that runs others' code which may swallow the
+exception (a Dagster run executed in process) asks `stop_requested` before going on.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Dims = tuple[int | str | None, ...]  # declared dims: a number, a dim_param name
 
 def load_model(path: Path) -> onnx.ModelProto:
     """The parsed model without the contents of external weight files (those stay on disk:
-    only the worker's ONNX Runtime maps them), which are checked to be there; or an
+    only the measuring process's ONNX Runtime maps them), which are checked to be there; or an
     AacoInputError for anything that is not a usable ONNX file."""
     try:
         model = onnx.load(str(path), load_external_data=False)
@@ -90,7 +90,7 @@ def resolve_input_specs(
             fix="rename or remove those entries under inputs:",
         )
     specs = {vi.name: _resolve(vi, sidecar_inputs.get(vi.name), path) for vi in inputs}
-    for name, spec in specs.items():  # refused here, naming the file, not in the worker
+    for name, spec in specs.items():  # refused here, naming the file, not in the measuring process
         if _kind(spec.dtype) is None:
             raise _no_test_data(name, spec.dtype, path)
     return specs

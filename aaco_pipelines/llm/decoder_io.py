@@ -146,7 +146,8 @@ def check_positions(
 ) -> None:
     """Refuse, before any work, a workload whose longest request needs more positions than the
     decoder has: positions 0 .. prompt + output_tokens - 2 are fed (the last token is sampled,
-    never fed), and ONNX Runtime would fail the worker on an index out of the table."""
+    never fed), and ONNX Runtime would fail the measuring process on an index out of the
+    table."""
     if limit is None:
         return
     rows, table = limit
@@ -174,7 +175,7 @@ def check_positions(
 
 
 def generation_plan(model: onnx.ModelProto, sidecar: ModelSidecar, path: Path) -> dict | None:
-    """What the worker needs to run the model as a generation workload, or None for a
+    """What the measuring process needs to run the model as a generation workload, or None for a
     forward-pass workload. A decoder is generated from when the sidecar has a `generation`
     section, or when it is found in the graph and the sidecar gives no shapes for its past (a
     sidecar that does measures single forward passes of those shapes)."""

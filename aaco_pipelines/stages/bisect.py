@@ -9,8 +9,8 @@ The answer is stored (bisections) and, for an alert, attached to it as an event.
 
 Across runtimes (bisect_runtimes), the "versions" are environments that each hold another
 ONNX Runtime (execution.runtime_envs), oldest to newest as the user names them: one model
-version, the session's request, measured under two of them at a time in two workers
-(execution.across_runtimes), by the same search.
+version, the session's request, measured under two of them at a time in two runtime
+processes (execution.across_runtimes), by the same search.
 """
 
 from __future__ import annotations

@@ -123,7 +123,7 @@ def _with_alerts(lake: TraceLake, judgement: DriftJudgement) -> DriftJudgement:
 
 def session_objectives(lake: TraceLake, bundle: SessionBundle):
     """The session's objectives judged (governance.alerts.objectives): the limits its request
-    recorded, its worker's peak memory and its generation SLO."""
+    recorded, its measuring process's peak memory and its generation SLO."""
     request = bundle.request
     observed = bundle.read_json("observed.json") if bundle.file("observed.json").is_file() else {}
     slo = ((request.get("generation") or {}).get("workload") or {}).get("slo") or {}

@@ -79,7 +79,7 @@ class Sweep:
         return "".join(self.lines)
 
     def kill(self) -> None:
-        """The sweep's whole process group (its benchmark worker too, should one be left)."""
+        """The sweep's whole process group (its measuring process too, should one be left)."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -142,7 +142,7 @@ def test_a_sweep_after_a_killed_one_fails_its_run_frees_the_slot_and_measures(aa
             killed.process.wait(30)
             assert instance.get_run_by_id(run_id).status == dg.DagsterRunStatus.STARTED
         finally:
-            killed.kill()  # its worker too, should the lifeline not have taken it
+            killed.kill()  # its measuring process too, should the lifeline not have taken it
             if waiting is not None:
                 waiting.kill()
 

@@ -91,7 +91,7 @@ PLOT_ENTRIES = {  # asset -> its plot's metadata entry
 REPORT_ENTRY, TRACE_ENTRY = "html_report (all plots)", "perfetto_trace (ui.perfetto.dev)"
 SIGN_UP = "Join the Dagster community"
 ENDLESS = "endless"  # a model whose measurement runs for minutes: stopped from the UI
-WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
+MEASURING_MODULE = "aaco_pipelines.execution.measuring_process"
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def ui(aaco_paths, tmp_path):
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         if server.log.exists():
             shutil.copyfile(server.log, ARTIFACTS / "aaco-ui.log")
-        # Nothing may outlive the UI: not in its process group, nor (benchmark workers run in
+        # Nothing may outlive the UI: not in its process group, nor (measuring processes run in
         # their own session) anywhere with this test's DAGSTER_HOME in its environment.
         in_group = group_members(server.process.pid)
         strays = processes_with_env("DAGSTER_HOME", str(dagster_home))
@@ -200,12 +200,12 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
         ),
         timeout=90,
     )
-    workers = ui.wait_for(
-        "its benchmark worker",
+    measuring = ui.wait_for(
+        "its measuring process",
         lambda: [
             pid
             for pid in processes_with_env("AACO_HOME", str(aaco_paths.home))
-            if WORKER_MODULE in describe([pid])
+            if MEASURING_MODULE in describe([pid])
         ],
         timeout=90,
     )
@@ -217,8 +217,8 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
         timeout=60,
     )
     ui.wait_for(
-        "the worker to be gone",
-        lambda: not [pid for pid in workers if os.path.exists(f"/proc/{pid}")],
+        "the measuring process to be gone",
+        lambda: not [pid for pid in measuring if os.path.exists(f"/proc/{pid}")],
         timeout=30,
     )
     (failed,) = aaco_paths.failed_sessions.glob(f"*/*-{ENDLESS}-*")
@@ -300,7 +300,7 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     assert first["endTime"] <= second["startTime"], "two runs on one device overlapped"
     measured = time.monotonic()
 
-    # 3b. A run terminated from the UI takes its benchmark worker with it and keeps the
+    # 3b. A run terminated from the UI takes its measuring process with it and keeps the
     # unfinished session as failed evidence, visible nowhere.
     _terminate_a_measurement(ui, aaco_paths)
 

@@ -3,8 +3,8 @@ run of its own under `rocprofv3 --pmc`, never in the latency figures.
 
 No AMD GPU here: the command lines are checked against rocprofv3's documented syntax, and the
 end-to-end run uses tests/fake_rocprofv3/rocprofv3 (first on PATH), which parses that syntax,
-runs the worker and writes the real recorded sLLM rocprofv3 output (gfx1201) of the counters
-each pass asked for.
+runs the measuring process and writes the real recorded sLLM rocprofv3 output (gfx1201) of the
+counters each pass asked for.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from aaco_pipelines.execution.counter_passes import (
     trace_output_format,
 )
 from aaco_pipelines.execution.gpu_counters import counters_for
-from aaco_pipelines.execution.runner import worker_plan
+from aaco_pipelines.execution.runner import measuring_plan
 from aaco_pipelines.registry.sidecar import parse_sidecar
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
@@ -102,8 +102,8 @@ def test_blocks_are_the_name_prefix_and_unknown_ones_get_a_pass_of_their_own():
 
 def test_counter_passes_follow_the_profiled_pass_with_documented_pmc_command_lines(tmp_path):
     request = tmp_path / "request.json"
-    worker = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process"]
-    calls = worker_plan(
+    measuring = [sys.executable, "-m", "aaco_pipelines.execution.measuring_process"]
+    calls = measuring_plan(
         request,
         "/opt/rocm/bin/rocprofv3",
         tmp_path / "rocprof",
@@ -124,15 +124,14 @@ def test_counter_passes_follow_the_profiled_pass_with_documented_pmc_command_lin
         "--output-file",
         "counters",
         "--",
-        *worker,
+        *measuring,
         str(request),
         "counters_1",
     ]
     assert calls[3].command[1:3] == ["--pmc", "GL2C_EA_RDREQ_32B"]
     assert calls[3].command[6] == str(tmp_path / "rocprof" / "pmc_2")
-    assert [c.passes for c in worker_plan(request, None, tmp_path, "csv", ((("SQ_WAVES",),)))] == [
-        "all"
-    ]  # no rocprofv3: no counter passes either
+    untraced = measuring_plan(request, None, tmp_path, "csv", ((("SQ_WAVES",),)))
+    assert [c.passes for c in untraced] == ["all"]  # no rocprofv3: no counter passes either
 
 
 @pytest.mark.parametrize(

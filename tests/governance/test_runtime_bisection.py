@@ -1,11 +1,12 @@
 """Bisection across runtime environments: one model version measured side by side under two
-ONNX Runtimes at a time, each in a worker under its own environment's interpreter.
+ONNX Runtimes at a time, each in a runtime process under its own environment's interpreter.
 
 Two kinds of environment are made here. A real other ONNX Runtime (1.20.1 from PyPI, in an
-environment of its own with nothing else but this environment's numpy linked in): the workers really run two runtimes, and the
-worker needs nothing of this project's dependencies. And environments that share this one's
-ONNX Runtime, where from the third on `InferenceSession.run` does its work twice (a runtime that
-got 2x slower, as a regression in a release would): the search must pin the third.
+environment of its own with nothing else but this environment's numpy linked in): the runtime
+processes really run two runtimes, and the runtime process needs nothing of this project's
+dependencies. And environments that share this one's ONNX Runtime, where from the third on
+`InferenceSession.run` does its work twice (a runtime that got 2x slower, as a regression in a
+release would): the search must pin the third.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy
 import pytest
 
 from aaco_pipelines.cli import main
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.execution.across_runtimes import measure_across_runtimes
 from aaco_pipelines.execution.environment import capture_environment
 from aaco_pipelines.execution.runtime_envs import find_runtime
@@ -125,7 +126,7 @@ def test_two_real_onnx_runtimes_run_side_by_side_each_in_its_own_environment(
     )
     assert stored["runtime_fingerprint"].to_pylist() == [current.fingerprint(host)]
 
-    # each worker reports the runtime it imported (a mismatch with the probe fails the
+    # each runtime process reports the runtime it imported (a mismatch with the probe fails the
     # measurement); the older environment holds no package of this project's but numpy
     measured = measure_across_runtimes(session_request(aaco_paths, session), older, current, 4)
     assert measured.order == "AB BA AB BA"
@@ -190,7 +191,7 @@ def test_an_environment_that_cannot_measure_is_refused_naming_it(aaco_paths, tmp
         find_runtime(tmp_path / "nowhere")
     current = find_runtime(sys.executable)
     request = session_request(aaco_paths, session)
-    with pytest.raises(WorkerFailure, match="ran past its 0 s"):  # killed, and says why
+    with pytest.raises(MeasuringFailure, match="ran past its 0 s"):  # killed, and says why
         measure_across_runtimes(request, current, current, rounds=2, timeout_s=0.01)
     assert main(["bisect", "--bad", session, "--runtime", sys.executable]) == 2
     assert "two or more different environments" in capsys.readouterr().err

@@ -1,8 +1,8 @@
 """Faults, for real: `aaco run` and `aaco sweep` killed (SIGKILL) or stopped (SIGTERM, SIGINT)
-at each stage — in the worker, while loading, while analysing — and a full disk.
+at each stage — in the measuring process, while loading, while analysing — and a full disk.
 
-After each: no worker survives, nothing is left in staging, no session is partly visible, the
-TraceLake opens, and the next start quarantines what the interruption left.
+After each: no measuring process survives, nothing is left in staging, no session is partly
+visible, the TraceLake opens, and the next start quarantines what the interruption left.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
 from tests.helpers import add_model, fill
 
-WORKER_MODULE = "aaco_pipelines.execution.measuring_process"
+MEASURING_MODULE = "aaco_pipelines.execution.measuring_process"
 # Runs for minutes unless stopped: a 1024² MatMul chain, 100k measured iterations.
 ENDLESS = ModelSidecar(warmup_iterations=1, measured_iterations=100_000, profiled_iterations=2)
 
@@ -49,7 +49,8 @@ def _start_aaco(paths: AacoPaths, *args: str, **env) -> subprocess.Popen:
 
 def _wait_for_stage(process: subprocess.Popen, stage: str, timeout_s: float = 90) -> list[str]:
     """stderr lines up to and including the progress line whose message starts with `stage`
-    (`  [####----]   1.2s  measured pass: ...`, or the worker's own `aaco: measured pass`)."""
+    (`  [####----]   1.2s  measured pass: ...`, or the measuring process's own
+    `aaco: measured pass`)."""
     seen, deadline = [], time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = process.stderr.readline()
@@ -61,12 +62,12 @@ def _wait_for_stage(process: subprocess.Popen, stage: str, timeout_s: float = 90
     raise AssertionError(f"no {stage!r} stage on stderr; saw: {''.join(seen)[-2000:]}")
 
 
-def _workers(process: subprocess.Popen) -> list[psutil.Process]:
+def _measuring_processes(process: subprocess.Popen) -> list[psutil.Process]:
     try:
         children = psutil.Process(process.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return []
-    return [c for c in children if WORKER_MODULE in " ".join(_cmdline(c))]
+    return [c for c in children if MEASURING_MODULE in " ".join(_cmdline(c))]
 
 
 def _cmdline(process: psutil.Process) -> list[str]:
@@ -104,15 +105,15 @@ def endless_model(aaco_paths) -> Path:
 
 
 @pytest.mark.timeout(120)
-def test_kill_9_of_aaco_run_takes_the_worker_with_it(aaco_paths, endless_model):
+def test_kill_9_of_aaco_run_takes_the_measuring_process_with_it(aaco_paths, endless_model):
     aaco = _start_aaco(aaco_paths, "run", "--model", str(endless_model))
     try:
         _wait_for_stage(aaco, "measured pass")
-        workers = _workers(aaco)
-        assert workers, "the worker should be running"
+        measuring = _measuring_processes(aaco)
+        assert measuring, "the measuring process should be running"
         os.kill(aaco.pid, signal.SIGKILL)
         aaco.wait(10)
-        assert _gone_within(workers, 10), "the worker outlived aaco run"
+        assert _gone_within(measuring, 10), "the measuring process outlived aaco run"
     finally:
         aaco.kill()
     # The killed run left its staging folder; the doctor sees it, the next start quarantines it.
@@ -129,20 +130,20 @@ def test_kill_9_of_aaco_run_takes_the_worker_with_it(aaco_paths, endless_model):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
-def test_a_stop_signal_ends_the_worker_and_records_the_session_as_failed(
+def test_a_stop_signal_ends_the_measuring_process_and_records_the_session_as_failed(
     aaco_paths, endless_model, stop
 ):
     aaco = _start_aaco(aaco_paths, "run", "--model", str(endless_model))
     try:
         _wait_for_stage(aaco, "measured pass")
-        workers = _workers(aaco)
+        measuring = _measuring_processes(aaco)
         os.kill(aaco.pid, stop)
         _, err = aaco.communicate(timeout=30)
     finally:
         aaco.kill()
     assert aaco.returncode == 128 + stop
     assert f"stopped by {stop.name}" in err and "Traceback" not in err
-    assert _gone_within(workers, 5)
+    assert _gone_within(measuring, 5)
     assert _staging_empty(aaco_paths) and not list(aaco_paths.sessions.glob("2*/*"))
     failure = _failure(aaco_paths)
     assert failure == {"type": "Interrupted", "message": f"stopped by {stop.name}"}
@@ -200,26 +201,28 @@ def test_sigterm_while_analysing_abandons_the_session_at_once(aaco_paths):
 
 
 @pytest.mark.timeout(180)
-def test_sigterm_of_aaco_sweep_stops_the_worker(aaco_paths, endless_model):
+def test_sigterm_of_aaco_sweep_stops_the_measuring_process(aaco_paths, endless_model):
     aaco = _start_aaco(aaco_paths, "sweep", DAGSTER_HOME=str(aaco_paths.home / "dagster"))
     try:
         deadline = time.monotonic() + 120
-        while not (workers := _workers(aaco)) and time.monotonic() < deadline:
+        while not (measuring := _measuring_processes(aaco)) and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert workers, "the sweep should have started a worker"
+        assert measuring, "the sweep should have started a measuring process"
         os.kill(aaco.pid, signal.SIGTERM)
         _, err = aaco.communicate(timeout=60)
     finally:
         aaco.kill()
     assert aaco.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert _gone_within(workers, 5)
+    assert _gone_within(measuring, 5)
     assert _staging_empty(aaco_paths) and _visible_sessions(aaco_paths) == []
 
 
 @pytest.mark.timeout(120)
-def test_a_process_killed_without_aaco_handlers_still_takes_its_worker(aaco_paths, endless_model):
+def test_a_process_killed_without_aaco_handlers_still_takes_its_measuring_process(
+    aaco_paths, endless_model
+):
     """A Dagster step process killed outright (SIGKILL, the OOM killer, a host's kill of the
-    run) runs no handler at all: the lifeline alone must end the worker."""
+    run) runs no handler at all: the lifeline alone must end the measuring process."""
     script = (
         "import sys; from pathlib import Path\n"
         "from aaco_pipelines.config import AacoPaths\n"
@@ -239,11 +242,11 @@ def test_a_process_killed_without_aaco_handlers_still_takes_its_worker(aaco_path
     )
     try:
         _wait_for_stage(step, "measured pass")
-        workers = _workers(step)
-        assert workers
+        measuring = _measuring_processes(step)
+        assert measuring
         step.kill()  # no SIGTERM handler in this process: nothing runs on the way out
         step.wait(10)
-        assert _gone_within(workers, 10)
+        assert _gone_within(measuring, 10)
     finally:
         step.kill()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
-from aaco_pipelines.execution.runner import device_tracer, worker_plan
+from aaco_pipelines.execution.runner import device_tracer, measuring_plan
 from aaco_pipelines.stages.ingest_trace import ingest_trace
 from aaco_pipelines.stages.load import load_session
 from aaco_pipelines.stages.pipeline import analyze_session
@@ -68,9 +68,11 @@ def test_bad_traces_are_refused_and_leave_nothing(aaco_paths, tmp_path):
 
 
 def test_the_profiled_pass_runs_under_rocprofv3_only_when_it_can(tmp_path):
-    plain = worker_plan(tmp_path / "request.json", None, tmp_path / "rocprof")
+    plain = measuring_plan(tmp_path / "request.json", None, tmp_path / "rocprof")
     assert [c.passes for c in plain] == ["all"]
-    traced = worker_plan(tmp_path / "request.json", "/opt/rocm/bin/rocprofv3", tmp_path / "rocprof")
+    traced = measuring_plan(
+        tmp_path / "request.json", "/opt/rocm/bin/rocprofv3", tmp_path / "rocprof"
+    )
     assert [c.passes for c in traced] == ["measured", "profiled"]
     command = traced[1].command
     assert command[0] == "/opt/rocm/bin/rocprofv3"

@@ -1,4 +1,4 @@
-"""The isolated worker: what a good run leaves behind, and how bad runs fail."""
+"""The isolated measuring process: what a good run leaves behind, and how bad runs fail."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from aaco_pipelines.errors import AacoInputError, WorkerFailure
+from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
 from aaco_pipelines.registry.scan import registered_model
 from aaco_pipelines.registry.sidecar import ModelSidecar
@@ -96,7 +96,7 @@ def test_the_default_memory_limit_follows_the_model_and_the_host(aaco_paths, mon
 
 def test_a_run_records_its_memory_limit_and_peak(aaco_paths):
     """No limit configured: the one derived for the model, recorded with its rule beside the
-    peak the worker reached."""
+    peak the measuring process reached."""
     version = _version(aaco_paths, "mlp", models.tiny_mlp(), ModelSidecar(measured_iterations=2))
     bundle = measure(version, aaco_paths, MeasureOptions()).bundle
     limits = bundle.request["limits"]
@@ -106,7 +106,7 @@ def test_a_run_records_its_memory_limit_and_peak(aaco_paths):
     assert 10 << 20 < observed["worker_peak_rss_bytes"] < observed["memory_limit_bytes"]
 
 
-def test_memory_limit_kills_the_worker_and_keeps_the_evidence(aaco_paths):
+def test_memory_limit_kills_the_measuring_process_and_keeps_the_evidence(aaco_paths):
     version = _version(
         aaco_paths,
         "hog",
@@ -114,27 +114,27 @@ def test_memory_limit_kills_the_worker_and_keeps_the_evidence(aaco_paths):
         ModelSidecar(warmup_iterations=0, measured_iterations=1),
     )
     options = MeasureOptions(limits=RunnerLimits(timeout_s=120, memory_limit_mb=600))
-    with pytest.raises(WorkerFailure) as err:
+    with pytest.raises(MeasuringFailure) as err:
         measure(version, aaco_paths, options)
     message = str(err.value)
     assert "memory limit of 600 MiB" in message and "memory_limit_mb" in message
     failed = list(aaco_paths.failed_sessions.glob("*/*"))
     assert len(failed) == 1
-    assert json.loads((failed[0] / "failure.json").read_text())["type"] == "WorkerFailure"
+    assert json.loads((failed[0] / "failure.json").read_text())["type"] == "MeasuringFailure"
     assert list(failed[0].glob("host_samples*.parquet"))
     assert not list(aaco_paths.sessions.glob("2*/*")) and _no_staging_left(aaco_paths)
 
 
-def test_timeout_kills_a_hung_worker(aaco_paths):
+def test_timeout_kills_a_hung_measuring_process(aaco_paths):
     sidecar = ModelSidecar(warmup_iterations=0, measured_iterations=10_000)
     version = _version(aaco_paths, "slow", models.slow_model(), sidecar)
     options = MeasureOptions(limits=RunnerLimits(timeout_s=3, memory_limit_mb=4096))
-    with pytest.raises(WorkerFailure, match="timed out after 3 s"):
+    with pytest.raises(MeasuringFailure, match="timed out after 3 s"):
         measure(version, aaco_paths, options)
     assert not list(aaco_paths.sessions.glob("2*/*"))
 
 
-def test_laboratory_mode_pins_the_worker_and_records_what_it_could_not_do(aaco_paths):
+def test_laboratory_mode_pins_the_measuring_process_and_records_what_it_could_not_do(aaco_paths):
     import os
 
     version = _version(

@@ -146,11 +146,11 @@ SIGNAL_RULES: dict[str, SignalRule] = {
     "runqueue_wait_ratio": SignalRule(
         # Calibrated on this project's 2-core CI host: a quiet run of the zoo waits 0.002-0.05 s
         # per s; one competing busy process raises it to 0.8-0.95, two to ~1.0. Above 0.6 the
-        # worker waits for a core more than half as long as it runs: whatever its kernels are,
-        # the measurement is the host's. That bin outweighs two strong kernel-side signals: a
-        # kernel preempted or not is the scheduler's luck, so under two busy loops the zoo's mlp
-        # read compute utilization 0.06-0.64 and launch tax under 0.1 from run to run (a top bin
-        # of 0.02 for the other classes let compute-bound win 2 runs in 5).
+        # measuring process waits for a core more than half as long as it runs: whatever its
+        # kernels are, the measurement is the host's. That bin outweighs two strong kernel-side
+        # signals: a kernel preempted or not is the scheduler's luck, so under two busy loops the
+        # zoo's mlp read compute utilization 0.06-0.64 and launch tax under 0.1 from run to run (a
+        # top bin of 0.02 for the other classes let compute-bound win 2 runs in 5).
         edges=(0.1, 0.3, 0.6),
         likelihoods={
             LAUNCH: (0.60, 0.30, 0.095, 0.005),
@@ -174,7 +174,7 @@ SIGNAL_RULES: dict[str, SignalRule] = {
             THROTTLED: (0.50, 0.30, 0.20),
             BALANCED: (0.55, 0.35, 0.10),
         },
-        rationale="the scheduler keeps preempting the worker: something competes for its cores",
+        rationale="the scheduler keeps preempting the measuring process: something competes for its cores",
     ),
     "clock_drop": SignalRule(
         edges=(0.03, 0.1),
@@ -269,7 +269,7 @@ ACTIONS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
             ("runqueue_wait_ratio", "involuntary_switches_per_s"),
         ),
         (
-            "Pin the worker with laboratory mode (aaco run --laboratory)",
+            "Pin the measuring process with laboratory mode (aaco run --laboratory)",
             ("involuntary_switches_per_s",),
         ),
         ("Remove competing host work while measuring", ("runqueue_wait_ratio",)),

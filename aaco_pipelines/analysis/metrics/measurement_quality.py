@@ -5,12 +5,13 @@ few preempted iterations 40x the rest, looks like any other in a summary, a base
 So every session gets a verdict from what was recorded during its measured pass:
 
   host_contention   other processes' share of the host's CPU time (every CPU's utilization
-                    less the measuring worker's own), mean over the measured pass's telemetry
+                    less the measuring process's own), mean over the measured pass's telemetry
                     ticks (over the whole session's when the pass was shorter than a tick)
   laboratory_contention  in laboratory mode, other processes' share of the pinned cores' time
-                    (their utilization less the worker's own, which runs only there), over the
-                    same ticks: pinned threads cannot move away from a busy core, so this judges
-                    a run whose host looks quiet overall (one busy core of many)
+                    (their utilization less the measuring process's own, which runs only
+                    there), over the same ticks: pinned threads cannot move away from a busy
+                    core, so this judges a run whose host looks quiet overall (one busy core of
+                    many)
   p99_over_p50      tail against median
   mean_over_p50     a mean pulled up by a few very slow iterations
   outlier_share     iterations beyond Tukey's far fence (Q3 + 3 IQR), MIN_OUTLIERS at least
@@ -55,7 +56,7 @@ all_ticks AS (
            count(*) FILTER (WHERE device LIKE 'cpu%') AS cpus,
            sum(value) FILTER (WHERE list_contains($lab::VARCHAR[], device)) AS lab_pct,
            count(*) FILTER (WHERE list_contains($lab::VARCHAR[], device)) AS lab_cpus,
-           any_value(value) FILTER (WHERE device = 'process') AS worker_pct
+           any_value(value) FILTER (WHERE device = 'process') AS measuring_pct
     FROM telemetry
     WHERE session_id = $sid AND metric = 'cpu_utilization'
     GROUP BY timestamp_ns
@@ -66,9 +67,9 @@ ticks AS (  -- the measured pass's, or every tick when it was shorter than one
 )
 SELECT f.n AS iterations, f.p50, f.p99, f.mean, f.sd,
        (SELECT count(*) FROM measured, fences WHERE ns > q3 + 3 * (q3 - q1)) AS outliers,
-       (SELECT avg(greatest(host_pct - coalesce(worker_pct, 0) / cpus, 0)) / 100
+       (SELECT avg(greatest(host_pct - coalesce(measuring_pct, 0) / cpus, 0)) / 100
         FROM ticks WHERE cpus > 0) AS host_contention,
-       (SELECT avg(greatest(lab_pct - coalesce(worker_pct, 0), 0) / lab_cpus) / 100
+       (SELECT avg(greatest(lab_pct - coalesce(measuring_pct, 0), 0) / lab_cpus) / 100
         FROM ticks WHERE lab_cpus > 0) AS laboratory_contention,
        (SELECT profiling_overhead_pct FROM session_records WHERE session_id = $sid)
            AS profiling_overhead_pct
@@ -126,7 +127,7 @@ def measurement_quality(
     lake, session_id: str, laboratory_cores: Sequence[int] = ()
 ) -> MeasurementQuality:
     """The session's verdict from its stored iterations and telemetry; `laboratory_cores`, the
-    cores a laboratory session's worker was pinned to, are judged on their own too."""
+    cores a laboratory session's measuring process was pinned to, are judged on their own too."""
     params = {"sid": session_id, "lab": [f"cpu{core}" for core in laboratory_cores]}
     [figures] = lake.query(QUALITY_SQL, params).to_pylist()
     return judge(session_id, figures)

@@ -164,7 +164,9 @@ def _reading(peak_bytes: int | None, kind: ObjectiveKind) -> Figure:
     if peak_bytes is None:
         return Figure(None, None, None, 0, "no peak memory recorded (an ingested trace)")
     value = peak_bytes * TO_UNIT[kind.unit]
-    return Figure(value, value, value, 1, "one reading: the worker's peak resident memory")
+    return Figure(
+        value, value, value, 1, "one reading: the measuring process's peak resident memory"
+    )
 
 
 class _Samples:
