@@ -18,7 +18,11 @@ format", and source/share/rocprofiler-sdk-rocpd/data_views.sql), never the per-r
   kernels.kernel_id when the kernels view does not carry the register counts itself.
 
 A later rocprofiler-sdk revision renamed some view columns (agent_logical_index for
-agent_log_index, correlation_id for corr_id); both spellings are accepted. Agents are named
+agent_log_index, correlation_id for corr_id) and carries the register counts in the kernels
+view itself under its own names (`S.arch_vgpr_count AS vgpr_count, S.accum_vgpr_count,
+S.sgpr_count`, beside `lds_size` and `scratch_size`): every spelling is accepted, so a real
+capture's registers are never dropped for a name (an MI300X capture read "no VGPR count" for
+every kernel). Agents are named
 "Agent <logical index>" and device_id is that index, as in rocprofv3's CSV (its default
 "relative" agent index).
 """
@@ -110,10 +114,10 @@ def _kernel_events(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:
             "dispatch_id": pick(c, "dispatch_id", alias="K"),
             "grid_size": _product(c, "grid"),
             "workgroup_size": _product(c, "workgroup"),
-            "lds_bytes": pick(c, "lds_size", alias="K"),
-            "scratch_bytes": pick(c, "scratch_size", alias="K"),
-            "vgpr_count": registers("arch_vgpr_count"),
-            "accum_vgpr_count": registers("accum_vgpr_count"),
+            "lds_bytes": pick(c, "lds_size", "lds_block_size", "group_segment_size", alias="K"),
+            "scratch_bytes": pick(c, "scratch_size", "private_segment_size", alias="K"),
+            "vgpr_count": registers("arch_vgpr_count", "vgpr_count"),
+            "accum_vgpr_count": registers("accum_vgpr_count", "agpr_count"),
             "sgpr_count": registers("sgpr_count"),
         }
     )
@@ -124,11 +128,11 @@ def _with_registers(db: sqlite3.Connection, view: str, c: set[str], names: set[s
     revisions) or, joined in, its kernel symbol (ROCm 7.0's view does not carry them)."""
     source = f"{sql_identifier(view)} K"
     if "sgpr_count" in c or "rocpd_info_kernel_symbol" not in names:
-        return source, lambda name: pick(c, name, alias="K")
+        return source, lambda *spellings: pick(c, *spellings, alias="K")
     symbols = columns_of(db, "rocpd_info_kernel_symbol")
     same_run = " AND S.guid = K.guid" if "guid" in c & symbols else ""
     source += f" LEFT JOIN rocpd_info_kernel_symbol S ON S.id = K.kernel_id{same_run}"
-    return source, lambda name: pick(symbols, name, alias="S")
+    return source, lambda *spellings: pick(symbols, *spellings, alias="S")
 
 
 def _api_calls(db: sqlite3.Connection, view: str, names: set[str]) -> Plan:

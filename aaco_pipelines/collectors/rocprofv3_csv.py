@@ -62,6 +62,7 @@ import duckdb
 from aaco_pipelines.collectors import trace_paths
 from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.quoting import excerpt
 from aaco_pipelines.foundation.sql import sql_identifier, sql_literal, sql_path
 
 SOURCE = "rocprofv3_csv"
@@ -114,7 +115,15 @@ def csv_header(path: Path) -> list[str]:
             path=path,
             fix="give rocprofv3's or rocprof's own CSV; re-collect it if it was damaged",
         ) from None
-    return [name.strip().lower() for name in first]
+    names = [name.strip().lower() for name in first]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # DuckDB would say "Duplicate named argument" in a binder message
+        raise AacoInputError(
+            f"the CSV header names {excerpt(', '.join(twice))} twice: no profiler writes that",
+            path=path,
+            fix="re-collect the trace, or remove the repeated column",
+        )
+    return names
 
 
 def classify(header: list[str]) -> str | None:
@@ -136,6 +145,14 @@ def trace_files(path: Path) -> dict[str, list[Path]]:
     for candidate in candidates:
         named = single or _named_kind(candidate)
         kind = _kind_of(candidate, named)
+        if isinstance(named, str) and kind is not None and kind != named:
+            missing = ", ".join(sorted(dict(_SIGNATURES)[named] - set(csv_header(candidate))))
+            raise AacoInputError(
+                f"named a {named} CSV, but its header has no {missing} (it reads as a {kind} "
+                "one): a column was renamed or the file is another's",
+                path=candidate,
+                fix=f"give rocprofv3's own {named}.csv, or rename the file if it is a {kind}",
+            )
         if kind is None and named:
             raise AacoInputError(
                 "not a rocprofv3 CSV this reader knows (unrecognised header)",

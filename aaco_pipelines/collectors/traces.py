@@ -53,6 +53,7 @@ from aaco_pipelines.collectors.plan import Plan
 from aaco_pipelines.collectors.streamed_insert import streamed_insert
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.foundation.quoting import excerpt
 from aaco_pipelines.foundation.sql import sql_identifier, sql_literal
 from aaco_pipelines.foundation.stopping import raise_if_stopped
 from aaco_pipelines.tracelake import engine
@@ -141,6 +142,8 @@ def load_trace(
             counts["counters"] = counts.get("counters", 0) + _insert_counters(
                 con, database, session, scratch
             )
+        if counts.get("counters"):
+            _refuse_unusable_counters(con, session_id, source)
     except duckdb.OutOfMemoryException as exc:
         raise MemoryError(str(exc)) from exc  # the process's limit, not the trace
     except _READ_ERRORS as exc:
@@ -149,6 +152,24 @@ def load_trace(
         raise_if_stopped()  # DuckDB caught the stop signal and said "Query interrupted"
         raise
     return {table: rows for table, rows in counts.items() if rows}
+
+
+def _refuse_unusable_counters(con, session_id: str, source: Path) -> None:
+    """Hardware counters count up from zero: a NaN, an infinity or a negative value is a
+    damaged file, refused in one line rather than stored as if measured."""
+    bad, counter, value = con.execute(
+        "SELECT count(*), arg_min(counter, value), min(value) FROM counters "
+        "WHERE session_id = ? AND NOT (isfinite(value) AND value >= 0)",
+        [session_id],
+    ).fetchall()[0]
+    if bad:
+        raise AacoInputError(
+            f"{bad} counter value(s) are not finite, non-negative counts (for example "
+            f"{excerpt(counter)} = {value})",
+            path=source,
+            fix="re-collect the counters (rocprofv3 --pmc), or ingest the trace without its "
+            "counter files",
+        )
 
 
 def _refuse_host_profile(trace_format: str, source: Path) -> None:

@@ -19,7 +19,11 @@ writes RESULT.json beside the job: each version's latencies (ns) per round.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +36,7 @@ import numpy as np
 from aaco_pipelines.bundle.session_bundle import write_json
 from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.execution.laboratory import LaboratorySettings, pin_current_process
-from aaco_pipelines.execution.lifeline import watch_parent
+from aaco_pipelines.execution.lifeline import Lifeline, watch_parent
 from aaco_pipelines.execution.measuring_process import progress
 from aaco_pipelines.execution.ort_session import create_session, resolve_providers, session_options
 from aaco_pipelines.execution.runtime_process import timed_block
@@ -90,22 +94,41 @@ def measure_side_by_side(
     with tempfile.TemporaryDirectory(prefix="aaco-side-by-side-") as tmp:
         job = Path(tmp) / "job.json"
         write_json(job, {"a": request_a, "b": request_b, "rounds": rounds})
-        done = subprocess.run(
-            [sys.executable, "-m", "aaco_pipelines.execution.side_by_side", str(job)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
+        returncode, stderr = _run_tied(
+            [sys.executable, "-m", "aaco_pipelines.execution.side_by_side", str(job)], timeout_s
         )
         result = Path(tmp) / "result.json"
-        if done.returncode != 0 or not result.is_file():
+        if returncode != 0 or not result.is_file():
             error = _error(Path(tmp) / "error.json")
             if error and error["type"] == "AacoInputError":
                 raise AacoInputError(error["problem"], path=error.get("path"), fix=error.get("fix"))
             raise MeasuringFailure(
                 "the side-by-side measurement failed: "
-                + (f"{error['type']}: {error['problem']}" if error else done.stderr[-2000:])
+                + (f"{error['type']}: {error['problem']}" if error else stderr[-2000:])
             )
         return SideBySide.of(json.loads(result.read_text()))
+
+
+def _run_tied(command: list[str], timeout_s: float) -> tuple[int, str]:
+    """The command in a process group of its own, tied to this process by a lifeline (it dies
+    with us, even of a kill -9, and removes its job folder); killed whole past `timeout_s`.
+    Its exit status and stderr."""
+    lifeline = Lifeline()
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **lifeline.env}, pass_fds=lifeline.pass_fds, start_new_session=True,
+    )  # fmt: skip
+    lifeline.started()
+    try:
+        _, stderr = process.communicate(timeout=timeout_s)
+        return process.returncode, stderr
+    except BaseException:  # a timeout, or this process stopped: the measurement goes with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    finally:
+        lifeline.close()
 
 
 def _error(path: Path) -> dict | None:
@@ -162,9 +185,9 @@ def alternate(
 
 
 def main(argv: list[str]) -> int:
-    watch_parent()
     job_path = Path(argv[1])
     out = job_path.parent
+    watch_parent(on_death=lambda: shutil.rmtree(out, ignore_errors=True))
     job = json.loads(job_path.read_text())
     try:
         lab = job["b"].get("laboratory")

@@ -7,6 +7,7 @@ here and are written in tmp with the documented column names.
 
 from __future__ import annotations
 
+import csv
 import json
 import shutil
 import sqlite3
@@ -633,3 +634,72 @@ def test_rocpd_database(rocpd_db, tmp_path):
         304,
     )
     assert gpu["max_clock_mhz"] == 2100.0
+
+
+def test_a_kernels_view_carrying_its_registers_keeps_them(rocpd_db, tmp_path):
+    """rocprofiler-sdk's later kernels view carries the registers itself, under its own names
+    (`S.arch_vgpr_count AS vgpr_count, S.accum_vgpr_count, S.sgpr_count`): read, not dropped
+    to "occupancy unknown" for a name."""
+    with sqlite3.connect(rocpd_db) as db:
+        for column in ("vgpr_count", "accum_vgpr_count", "sgpr_count"):
+            db.execute(f"ALTER TABLE kernels ADD COLUMN {column} INTEGER")
+        db.execute("UPDATE kernels SET vgpr_count = 96, accum_vgpr_count = 32, sgpr_count = 80")
+        db.execute("DELETE FROM rocpd_info_kernel_symbol")  # the view alone must say them
+    _, tables = collected(rocpd_db, tmp_path / "out")
+    kernel = tables["kernel_events"].to_pylist()[0]
+    assert (kernel["vgpr_count"], kernel["accum_vgpr_count"], kernel["sgpr_count"]) == (96, 32, 80)
+    assert kernel["lds_bytes"] == 1024
+
+
+def _counter_run(folder: Path, edit) -> Path:
+    """The sLLM capture's three files, its counter file rewritten by `edit(rows)`."""
+    folder.mkdir()
+    for sample in (KERNEL_CSV, COUNTER_CSV, AGENT_CSV):
+        shutil.copy(sample, folder / sample.name.removeprefix("sllm_r9700_decode_attn_"))
+    counters = folder / COUNTER_CSV.name.removeprefix("sllm_r9700_decode_attn_")
+    rows = list(csv.reader(counters.read_text().splitlines()))
+    with open(counters, "w", newline="") as handle:
+        csv.writer(handle).writerows(edit(rows))
+    return folder
+
+
+def _value(value: str):
+    def edit(rows):
+        column = rows[0].index("Counter_Value")
+        for row in rows[1:3]:
+            row[column] = value
+        return rows
+
+    return edit
+
+
+def _renamed(rows):
+    rows[0][rows[0].index("Counter_Name")] = "Counter"
+    return rows
+
+
+def _twice(rows):
+    return [rows[0] + ["Counter_Name"], *(row + ["X"] for row in rows[1:])]
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (_renamed, "named a counter_collection CSV, but its header has no counter_name"),
+        (_twice, "the CSV header names 'counter_name' twice"),
+        (_value("nan"), "2 counter value(s) are not finite, non-negative counts"),
+        (_value("inf"), "2 counter value(s) are not finite, non-negative counts"),
+        (_value("-5"), "2 counter value(s) are not finite, non-negative counts"),
+    ],
+    ids=["renamed column", "column twice", "nan", "inf", "negative"],
+)
+def test_an_unusable_counter_file_is_refused_in_one_line(tmp_path, edit, said):
+    """Never counter rows loaded as kernels (a renamed Counter_Name made the file read as a
+    kernel trace), never a DuckDB binder message, never NaN stored as a count."""
+    run = _counter_run(tmp_path / "run", edit)
+    with pytest.raises(AacoInputError) as error:
+        collect_trace(run, "s1", tmp_path / "out")
+    message = str(error.value)
+    assert said in message and "\n" not in message, message
+    assert "Binder Error" not in message and "Fix:" in message
+    assert not list((tmp_path / "out").glob("*.parquet"))  # nothing half-written

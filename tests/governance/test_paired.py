@@ -6,15 +6,26 @@ made busy by the test while it measures; a paired statistic cancels what hits bo
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
+import psutil
 import pytest
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.side_by_side import SideBySide
 from aaco_pipelines.governance.gate.decision import gate_verdict
-from aaco_pipelines.governance.gate.paired import judge_side_by_side, paired_comparison, unsure
+from aaco_pipelines.governance.gate.paired import (
+    judge_side_by_side,
+    paired_comparison,
+    session_request,
+    unsure,
+)
 from aaco_pipelines.report.verdict_text import diff_text
 from aaco_pipelines.tracelake.store import TraceLake
 from tests.helpers import busy_loops, copy_home, replay_session
@@ -205,3 +216,47 @@ def test_a_regression_one_process_alone_finds_is_not_decided_on():
     differ = paired_comparison(rounds(1.06).extended(rounds(1.005)), 3.0, 0.95, 0, "s", "x", "y")
     assert differ.decision == "uncertain"
     assert [round(p["effect_pct"], 1) for p in differ.processes] == [6.4, 0.9]
+
+
+# A parent that measures two versions side by side for minutes, then is killed outright.
+PARENT = """
+import json, sys
+from aaco_pipelines.execution.side_by_side import measure_side_by_side
+a, b = (json.load(open(path)) for path in sys.argv[1:3])
+measure_side_by_side(a, b, rounds=100_000)
+"""
+
+
+def test_the_side_by_side_process_dies_with_its_parent_and_leaves_no_folder(swap, tmp_path):
+    """kill -9 of `aaco diff --paired` (or bisect) mid-measurement: its measuring process and
+    temporary folder go with it, not an orphan at 70-195 % CPU for ever."""
+    paths, _, (t0, _, _, slower) = swap
+    requests = []
+    for side, session in (("a", t0), ("b", slower)):
+        requests.append(tmp_path / f"{side}.json")
+        requests[-1].write_text(json.dumps(session_request(paths, session)))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, *map(str, requests)],
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := psutil.Process(parent.pid).children()):
+            assert time.monotonic() < deadline and parent.poll() is None, "never started"
+            time.sleep(0.1)
+        (child,) = children
+        time.sleep(2)  # measuring now
+        assert list(scratch.glob("aaco-side-by-side-*"))
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        gone = time.monotonic() + 10
+        while child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < gone, "the side-by-side process outlived its parent"
+            time.sleep(0.1)
+        assert not list(scratch.glob("aaco-side-by-side-*"))  # removed as it died
+    finally:
+        parent.kill()
+        for process in psutil.Process().children(recursive=True):
+            process.kill()
