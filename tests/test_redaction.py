@@ -170,3 +170,27 @@ def test_a_log_another_program_wrote_is_redacted_in_place(tmp_path):
     log.write_text("loading\nerror: could not connect to postgresql://aaco:Sentinel-77@db/x\n")
     redact_file(log)
     assert log.read_text() == "loading\nerror: could not connect to postgresql://aaco:***@db/x\n"
+
+
+@pytest.mark.parametrize(
+    "variable, url",
+    [
+        ("AACO_DAGSTER_POSTGRES_URL", "postgresql://aaco:hunt@er2@db.example:5432/dagster"),
+        ("AACO_CELERY_BROKER", "redis://:hunt@er2@broker:6379/0"),
+    ],
+)
+def test_an_unencoded_at_in_a_password_is_refused_before_any_service_sees_it(
+    tmp_path, monkeypatch, variable, url
+):
+    """libpq and redis split `user:hunt@er2@host` at the first '@' and print `er2@host` as the
+    host they could not reach: the password's tail, where no mask sees it. Refused first,
+    naming the variable and never the URL."""
+    from aaco_pipelines.instance import prepare_dagster_home
+
+    monkeypatch.setenv("AACO_DAGSTER_POSTGRES_URL", "postgresql://aaco@db.example:5432/dagster")
+    monkeypatch.setenv(variable, url)
+    with pytest.raises(AacoInputError) as error:
+        prepare_dagster_home(tmp_path / "dagster")
+    said = str(error.value)
+    assert f"the password in {variable} holds an unencoded '@'" in said and "%40" in said
+    assert "er2" not in said and "hunt" not in said

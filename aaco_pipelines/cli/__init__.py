@@ -105,8 +105,14 @@ def _main(argv: list[str] | None) -> int:
         kept = f"; the unfinished session is kept in {exc.evidence_dir}" if exc.evidence_dir else ""
         print(f"aaco: stopped by {exc.signal_name}{kept}", file=sys.stderr)
         return exit_code(exc)
-    except (MemoryError, ImportError, RuntimeError, SystemError) as exc:
-        if not isinstance(exc, MemoryError) and not _out_of_address_space(exc):
+    except OSError as exc:
+        problem = out_of_space(exc, paths.home)
+        if problem is None:
+            raise
+        print(f"aaco: error: {problem}", file=sys.stderr)  # an AacoInputError: redacted
+        return 2
+    except Exception as exc:  # noqa: BLE001 - out of memory in any of its guises, else raised
+        if not _out_of_memory(exc):
             raise
         print(
             "aaco: error: out of memory in the aaco process. Fix: raise the memory limit "
@@ -114,12 +120,18 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return 2
-    except OSError as exc:
-        problem = out_of_space(exc, paths.home)
-        if problem is None:
-            raise
-        print(f"aaco: error: {problem}", file=sys.stderr)  # an AacoInputError: redacted
-        return 2
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """Python's MemoryError (numpy's, pyarrow's), DuckDB's own out-of-memory error from any
+    query (not only the trace read that turns it into a MemoryError: label_kernels, an
+    analysis), or the address-space limit in disguise (below)."""
+    if isinstance(exc, MemoryError):
+        return True
+    kind = type(exc)
+    if "duckdb" in kind.__module__ and kind.__name__ == "OutOfMemoryException":
+        return True
+    return isinstance(exc, ImportError | RuntimeError | SystemError) and _out_of_address_space(exc)
 
 
 def _out_of_address_space(exc: ImportError | RuntimeError | SystemError) -> bool:

@@ -202,6 +202,7 @@ def model_named(given: str, paths: AacoPaths):
 def cmd_run(args, paths: AacoPaths) -> int:
     """Measure and analyse one model through the same pipeline the Dagster assets run."""
     from aaco_pipelines.execution.runner import RunnerLimits
+    from aaco_pipelines.registry.sidecar import TIMEOUT_RANGE_S
     from aaco_pipelines.stages.measure import MeasureOptions
     from aaco_pipelines.stages.pipeline import measure_model
 
@@ -210,6 +211,11 @@ def cmd_run(args, paths: AacoPaths) -> int:
     if args.memory_limit_mb is not None and args.memory_limit_mb < 64:
         raise AacoInputError(
             "--memory-limit-mb must be at least 64", fix="e.g. --memory-limit-mb 16384"
+        )
+    low, high = TIMEOUT_RANGE_S
+    if args.timeout is not None and not low <= args.timeout <= high:  # NaN fails too
+        raise AacoInputError(
+            f"--timeout must be from {low:g} to {high:g} seconds", fix="e.g. --timeout 600"
         )
     model = model_named(args.model, paths)
     cores = laboratory_cores(args.laboratory_cores)
@@ -220,7 +226,11 @@ def cmd_run(args, paths: AacoPaths) -> int:
         providers=run_providers(args.provider),
         measured_iterations=args.iterations,
         profiled_iterations=None if args.profile else 1,
-        limits=RunnerLimits(memory_limit_mb=args.memory_limit_mb),
+        limits=RunnerLimits(
+            memory_limit_mb=args.memory_limit_mb,
+            **({"timeout_s": args.timeout} if args.timeout is not None else {}),
+        ),
+        timeout_given=args.timeout is not None,
         counters=args.counters,
     )
     say = progress_printer()
@@ -314,6 +324,12 @@ def add_parser(sub) -> None:
         type=int,
         help="kill the measuring process above this RSS (default: 3 x (weights + inputs) + 4 GiB, "
         "at most 80%% of the host's memory)",
+    )
+    run.add_argument(
+        "--timeout",
+        type=float,
+        help="kill each measuring process that runs longer than this many seconds (default: "
+        "the sidecar's timeout_s, else 600)",
     )
     run.add_argument(
         "--profile",

@@ -348,6 +348,7 @@ def _run_plan(
             samples, seen = _watch_measuring_process(request, call, staging, limits, say)
             host_samples.append(samples)
             observed.append(seen)
+            _check_traced(call, staging, tracing)
     finally:
         gpu_samples = gpu.stop()
         if host_samples:
@@ -370,6 +371,27 @@ def _run_plan(
         staging / "observed.json", {**outcome, "calls": [dataclasses.asdict(c) for c in calls]}
     )
     return outcome
+
+
+def _check_traced(call: MeasuringCall, staging: Path, tracing: dict) -> None:
+    """A call rocprofv3 wrapped left a trace (the profiled pass in rocprof/, a counter pass in
+    rocprof/pmc_<k>/): a rocprofv3 that exits 0 and writes nothing is a failed measurement
+    that says so, not a FileNotFoundError when the session is collected."""
+    if tracing["device_trace"]["tool"] is None or call.passes == "measured":
+        return
+    counted = _counts(call)
+    folder = staging / "rocprof"
+    if counted:
+        folder = folder / COUNTER_PASS_FOLDER.format(call.passes.removeprefix(COUNTER_PASS_PREFIX))
+    files = [f for f in folder.rglob("*") if f.is_file()] if folder.is_dir() else []
+    if not counted:  # the counter passes' own folders are not the profiled pass's trace
+        files = [f for f in files if not f.relative_to(folder).parts[0].startswith("pmc_")]
+    if not files:
+        raise MeasuringFailure(
+            f"rocprofv3 ran the {'counter' if counted else 'profiled'} pass and wrote no trace "
+            f"under {folder.relative_to(staging)}/: see worker.log for what it said (a "
+            "rocprofv3 too old for these options, or a GPU it cannot see)"
+        )
 
 
 def _counter_results(staging: Path, counters: dict) -> dict:
@@ -501,8 +523,9 @@ def _raise_measuring_failure(request, staging, returncode, killed_for, limits, s
     model = request.model_name
     if killed_for == "timeout":
         raise MeasuringFailure(
-            f"benchmark of {model} timed out after {limits.timeout_s:.0f} s and was killed; "
-            "raise timeout_s in the runner config or reduce the sidecar's iteration counts"
+            f"benchmark of {model} timed out after {limits.timeout_s:g} s and was killed; "
+            "raise its time limit (the sidecar's timeout_s, aaco run --timeout, or timeout_s in "
+            "the runner config) or reduce the sidecar's iteration counts"
         )
     if killed_for == "memory":
         raise MeasuringFailure(

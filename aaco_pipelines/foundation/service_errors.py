@@ -121,3 +121,19 @@ def _login() -> str:
         return getpass.getuser()
     except Exception:  # noqa: BLE001 - no login name: say so
         return "?"
+
+
+def refuse_unencoded_at(url: str, variable: str) -> None:
+    """A URL whose user information holds an unencoded '@' (`postgresql://u:p@ss@host/db`):
+    libpq and redis split it at the first '@', take `ss@host` for the host and print it in
+    their errors, the password's tail with it, where no mask can see it. Refused naming the
+    variable, never the URL."""
+
+    scheme, sep, rest = url.partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    if sep and authority.count("@") > 1:
+        raise AacoInputError(
+            f"the password in {variable} holds an unencoded '@'",
+            fix="URL-encode it: '@' is %40 (python3 -c \"import urllib.parse; "
+            "print(urllib.parse.quote(input(), safe=''))\")",
+        )

@@ -24,7 +24,7 @@ import yaml
 from aaco_pipelines.config import TRACELAKE_WRITER_POOL, default_target, device_pool
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.foundation.extras import needed
-from aaco_pipelines.foundation.service_errors import cannot_connect
+from aaco_pipelines.foundation.service_errors import cannot_connect, refuse_unencoded_at
 from aaco_pipelines.instance.variables import BROKER_ENV, POSTGRES_ENV
 
 TEMPLATE = Path(__file__).with_name("dagster.yaml")
@@ -146,6 +146,9 @@ def prepare_dagster_home(dagster_home: Path) -> Path:
     dagster_home.mkdir(parents=True, exist_ok=True)
     config = dagster_home / "dagster.yaml"
     raw, broker = os.environ.get(POSTGRES_ENV), os.environ.get(BROKER_ENV)
+    for variable, url in ((POSTGRES_ENV, raw), (BROKER_ENV, broker)):
+        if url:
+            refuse_unencoded_at(url, variable)
     if broker and not raw:
         raise AacoInputError(
             f"{BROKER_ENV} is set without {POSTGRES_ENV}: device workers on other hosts must "

@@ -49,6 +49,7 @@ from aaco_pipelines.registry.workload import (
 SIDECAR_SUFFIXES = (".yaml", ".yml", ".json")
 KNOWN_KEYS = {
     "inputs",
+    "timeout_s",
     "warmup_iterations",
     "measured_iterations",
     "min_measured_seconds",
@@ -82,6 +83,8 @@ SIDECAR_HELP = "see the sidecar format in README (inputs: NAME: {shape: [...], d
 # the runner's default 600 s timeout; beyond it a value is a typo (1e300 s) that the worker
 # would only find out by running into that timeout.
 MAX_MEASURED_SECONDS = 3600.0
+# A run's time limit (the measuring process killed past it): a day at most, a second at least.
+TIMEOUT_RANGE_S = (1.0, 86400.0)
 # TPOT is the time per output token after the first: (end - first token) / (tokens - 1).
 MIN_OUTPUT_TOKENS = 2
 
@@ -124,6 +127,8 @@ class ModelSidecar:
     )
     counters: bool = False  # the runner's counter passes (execution.counter_passes)
     objectives: Objectives = NO_OBJECTIVES  # absolute limits (registry.objectives)
+    # the model's own time limit for each measuring process (None: the runner's, 600 s)
+    timeout_s: float | None = None
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -224,6 +229,9 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         min_measured_seconds=min_seconds,
         counters=counters,
         objectives=parse_objectives(data.get("objectives"), path),
+        timeout_s=_number(data, "timeout_s", 600.0, path, *TIMEOUT_RANGE_S)
+        if data.get("timeout_s") is not None
+        else None,
         **counts,
     )
 

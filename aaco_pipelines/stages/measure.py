@@ -39,6 +39,7 @@ class MeasureOptions:
     providers: tuple[str, ...] | None = None  # overrides the sidecar's preference
     seed: int = 0
     limits: RunnerLimits = field(default_factory=RunnerLimits)
+    timeout_given: bool = False  # limits.timeout_s was asked for (aaco run --timeout)
     # Override the sidecar's counts; an explicit count is exact: measured, with no minimum
     # duration; profiled, never grown for a noisy measured pass (execution.profiled_count).
     measured_iterations: int | None = None
@@ -68,6 +69,14 @@ def iteration_counts(sidecar: ModelSidecar, options: MeasureOptions) -> ModelSid
     if options.profiled_iterations is not None:
         changes["profiled_iterations"] = options.profiled_iterations
     return replace(sidecar, **changes)
+
+
+def run_limits(options: MeasureOptions, sidecar: ModelSidecar) -> RunnerLimits:
+    """The runner's limits, with the model's own time limit (the sidecar's `timeout_s`) unless
+    one was asked for on the command line (aaco run --timeout)."""
+    if sidecar.timeout_s is None or options.timeout_given:
+        return options.limits
+    return replace(options.limits, timeout_s=sidecar.timeout_s)
 
 
 def check_target(target: str, options: MeasureOptions) -> None:
@@ -130,7 +139,11 @@ def measure(
     if request.laboratory and request.laboratory.warning and on_progress:
         on_progress(request.laboratory.warning)  # busy cores are said, never silently used
     bundle = run_benchmark(
-        request, paths, limits=options.limits, graph_dir=version.graph_dir, on_progress=on_progress
+        request,
+        paths,
+        limits=run_limits(options, sidecar),
+        graph_dir=version.graph_dir,
+        on_progress=on_progress,
     )
     latencies = bundle.read_json("latencies.json")
     measured = np.asarray(latencies["measured"]["latency_ns"], dtype=np.float64)

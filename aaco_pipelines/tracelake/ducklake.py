@@ -28,7 +28,11 @@ import duckdb
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.foundation.redaction import redact
-from aaco_pipelines.foundation.service_errors import cannot_connect, postgres_failure
+from aaco_pipelines.foundation.service_errors import (
+    cannot_connect,
+    postgres_failure,
+    refuse_unencoded_at,
+)
 from aaco_pipelines.foundation.sql import sql_literal
 from aaco_pipelines.tracelake import engine
 from aaco_pipelines.tracelake.locking import TraceLakeBusy
@@ -68,6 +72,7 @@ def shared_lake() -> SharedLake | None:
             f"{CATALOG_ENV} is set without {DATA_ENV}",
             fix=f"set {DATA_ENV} to the folder (or object-store URL) every host sees",
         )
+    refuse_unencoded_at(catalog, CATALOG_ENV)
     return SharedLake(with_connect_timeout(catalog), data.rstrip("/") + "/")
 
 

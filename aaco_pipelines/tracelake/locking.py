@@ -126,7 +126,10 @@ class LockWait:
         if holder.endswith("stopped"):
             fix = f"resume it (kill -CONT {pid}) or end it (kill {pid})"
         else:
-            fix = "close that process (a duckdb shell opened without -readonly?)"
+            fix = (
+                "close that process: DuckDB lets no one write while another process has the "
+                "file open, even read-only (a duckdb shell, with -readonly or not)"
+            )
         return TraceLakeBusy(
             f"gave up after {waited:.0f} s waiting for {lock}, held by {holder}",
             path=self.lake,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 from types import SimpleNamespace
 
 import numpy as np
@@ -351,6 +352,13 @@ def test_a_gpu_trace_gets_its_critical_path_and_answers_what_ifs_by_node_and_fam
         assert result["dag"] == "device_queues"
         assert 0 < result["predicted_p50_ms"] <= result["current_p50_ms"]
         assert result["change_low_ms"] <= result["change_ms"] <= result["change_high_ms"] <= 0
+    # a factor no what-if can mean is one line, not a ZeroDivisionError or an int64 overflow
+    for factor in ("inf", "1e-300", "nan"):
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors):
+            assert main(["whatif", "--node", top["onnx_node"], "--speedup", factor]) == 2
+        said = errors.getvalue()
+        assert said.count("\n") == 1 and "speedup must be a number from 0.001 to 1e+06" in said
 
 
 def test_calibration_takes_the_profilers_time_out_of_the_waits_first_then_every_node():

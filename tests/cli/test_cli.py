@@ -11,7 +11,7 @@ from pathlib import Path
 from aaco_pipelines.cli import main
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import add_model
+from tests.helpers import SHARED, add_model
 
 
 def test_zoo_build_if_empty_and_registry_list(aaco_paths, capsys):
@@ -100,3 +100,25 @@ def test_user_errors_are_one_line_with_the_fix(aaco_paths, tmp_path):
         [str(aaco), "run", "--model", "nope"], env=env, capture_output=True, text=True
     )
     assert missing.returncode == 2 and "no model 'nope' in the registry" in missing.stderr
+
+
+def test_duckdbs_own_out_of_memory_anywhere_is_one_line(aaco_paths, monkeypatch, capsys):
+    """DuckDB runs out of memory in the analysis after a trace's read (label_kernels, an
+    attribution query), not only in the read that turns it into a MemoryError: the same one
+    line, never a traceback (2 ingests in 3 under a tight limit printed one)."""
+    import duckdb
+
+    from aaco_pipelines.stages import pipeline
+
+    def analysis_out_of_memory(*args, **kwargs):
+        con = duckdb.connect(config={"memory_limit": "16MB", "threads": "1"})
+        con.execute(
+            "SELECT count(DISTINCT i::VARCHAR || repeat('x', 100)) FROM range(3000000) t(i)"
+        ).fetchall()
+
+    monkeypatch.setattr(pipeline, "ingest_and_analyze", analysis_out_of_memory)
+    trace = SHARED / "samples" / "profilers" / "hpctraining_mi250_laplacian_rocprofv1_results.csv"
+    assert main(["ingest", str(trace)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aaco: error: out of memory") and err.count("\n") == 1, err
+    assert "Traceback" not in err

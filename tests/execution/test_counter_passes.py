@@ -269,3 +269,24 @@ def test_counters_on_a_host_without_rocprofv3_are_skipped_with_the_reason(aaco_p
     session = json.loads((session_folder(aaco_paths) / "session.json").read_text())
     assert session["counters"]["asked"] is True and session["counters"]["passes"] == []
     assert "rocprofv3 not on PATH" in session["counters"]["reason"]
+
+
+def test_a_rocprofv3_that_writes_nothing_is_a_failed_measurement_saying_so(
+    aaco_paths, monkeypatch, capsys
+):
+    """rocprofv3 exits 0 and leaves no trace (too old for the options, a GPU it cannot see):
+    one line naming the pass and the folder, the run's evidence kept in failed/, no
+    FileNotFoundError traceback when the session is collected."""
+    monkeypatch.setenv("PATH", f"{FAKE_ROCPROFV3}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_ROCPROFV3_SAMPLES", str(SAMPLES))
+    monkeypatch.setenv("FAKE_ROCPROFV3_WRITE_NOTHING", "1")
+    monkeypatch.setattr(runner, "amd_gpu_visible", lambda: True)
+    monkeypatch.setattr(environment, "rocm_version", lambda: ("6.4.1", "the test"))
+    model = add_model(aaco_paths, "tiny", models.tiny_mlp())
+    assert main(["run", "--model", str(model), "--no-profile"]) == 2
+    said = capsys.readouterr().err
+    assert "rocprofv3 ran the profiled pass and wrote no trace under rocprof/" in said
+    assert "Traceback" not in said and "FileNotFoundError" not in said
+    assert list(aaco_paths.failed_sessions.glob("*/*")) and not list(
+        aaco_paths.sessions.glob("2*/*")
+    )

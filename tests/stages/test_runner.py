@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pyarrow.parquet as pq
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from aaco_pipelines.errors import AacoInputError, MeasuringFailure
 from aaco_pipelines.execution.runner import MEMORY_FLOOR_MB, RunnerLimits, derived_memory_limit
 from aaco_pipelines.registry.scan import registered_model
-from aaco_pipelines.registry.sidecar import ModelSidecar
+from aaco_pipelines.registry.sidecar import ModelSidecar, parse_sidecar
 from aaco_pipelines.stages.measure import MeasureOptions, measure
 from aaco_pipelines.stages.prepare import prepare_model_version
 from tests import models
@@ -199,3 +200,23 @@ def test_a_busy_requested_laboratory_core_is_kept_said_and_judged(aaco_paths):
         figures.to_pylist(),
         ticks,
     )
+
+
+def test_a_models_own_time_limit_stops_it_and_the_command_line_overrides_it(aaco_paths, capsys):
+    """`warmup_iterations: 10^12` (or a rocprofv3 that never exits) runs into the sidecar's
+    `timeout_s`, not the runner's 600 s; `aaco run --timeout` says otherwise for one run."""
+    from aaco_pipelines.cli import main
+
+    endless = ModelSidecar(warmup_iterations=10**12, timeout_s=2.0)
+    add_model(aaco_paths, "slow", models.slow_model(), endless)
+    started = time.monotonic()
+    assert main(["run", "--model", "slow"]) == 2
+    assert "timed out after 2 s" in capsys.readouterr().err
+    assert main(["run", "--model", "slow", "--timeout", "1"]) == 2
+    assert "timed out after 1 s" in capsys.readouterr().err
+    assert time.monotonic() - started < 60  # not 600 s each
+    for bad in ("0", "nan", "1e9"):
+        assert main(["run", "--model", "slow", "--timeout", bad]) == 2
+        assert "--timeout must be from 1 to 86400 seconds" in capsys.readouterr().err
+    with pytest.raises(AacoInputError, match="timeout_s must be a number >= 1"):
+        parse_sidecar({"timeout_s": 0.1}, aaco_paths.registry / "m.yaml")

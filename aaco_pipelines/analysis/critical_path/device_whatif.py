@@ -126,6 +126,16 @@ def predicted_spans(
     ]
 
 
+# A factor a what-if can mean: an infinitely fast node made the path zero long (a division by
+# zero), a 1e-300 one overflowed int64 nanoseconds into a faster p50.
+SPEEDUP_RANGE = (1e-3, 1e6)
+
+
+def usable_speedup(factor) -> bool:
+    low, high = SPEEDUP_RANGE
+    return isinstance(factor, int | float) and math.isfinite(factor) and low <= factor <= high
+
+
 def checked_speedups(speedups: pa.Table, key: str) -> pa.Table:
     """(value, speedup) rows, refused in one line when they cannot mean a what-if."""
     if key not in KEYS:
@@ -139,10 +149,11 @@ def checked_speedups(speedups: pa.Table, key: str) -> pa.Table:
     values = speedups[key].cast(pa.string()).to_pylist()
     factors = speedups["speedup"].cast(pa.float64()).to_pylist()
     for value, factor in zip(values, factors, strict=True):
-        if value is None or factor is None or not math.isfinite(factor) or factor <= 0:
+        if value is None or not usable_speedup(factor):
             raise AacoInputError(
-                f"speedup {factor!r} for {key} {value!r} is not a positive number",
-                fix="give a factor above 0: 2 halves its kernels' time, 0.5 doubles it",
+                f"speedup {factor!r} for {key} {value!r} is not a number from "
+                f"{SPEEDUP_RANGE[0]:g} to {SPEEDUP_RANGE[1]:g}",
+                fix="2 halves its kernels' time, 0.5 doubles it",
             )
     if len(set(values)) < len(values):
         raise AacoInputError(

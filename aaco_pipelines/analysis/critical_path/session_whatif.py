@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from scipy import stats
 
+from aaco_pipelines.analysis.critical_path.device_whatif import SPEEDUP_RANGE, usable_speedup
 from aaco_pipelines.analysis.critical_path.session_path import (
     SessionDag,
     current_p50,
@@ -64,8 +65,12 @@ def what_if(
     `selector` node: an original ONNX node or a runtime node; op_type: every original node of
     that type; kernel_family: a GPU trace's kernels of that family. A runtime node that fuses
     the chosen original node with others speeds up by its share only (Amdahl within the node)."""
-    if not speedup > 0:
-        raise AacoInputError(f"speedup must be > 0, not {speedup}", fix="e.g. --speedup 2")
+    if not usable_speedup(speedup):
+        low, high = SPEEDUP_RANGE
+        raise AacoInputError(
+            f"speedup must be a number from {low:g} to {high:g}, not {speedup}",
+            fix="e.g. --speedup 2 (twice as fast) or 0.5 (twice as slow)",
+        )
     dag = _require_dag(lake, session_id, optimized)
     speedups = _runtime_speedups(lake, session_id, dag, selector, value, speedup)
     key = "kernel_family" if selector == "kernel_family" else "node_name"
@@ -80,8 +85,10 @@ def what_if_nodes(
     what validating against a model with several nodes changed for real needs. A name that is
     no original node but a runtime node (a fused or inserted one) is re-timed whole, as
     `what_if` does with one."""
-    if not speedups or not all(k > 0 for k in speedups.values()):
-        raise AacoInputError("every speedup must be > 0", fix="e.g. {node: 2.0}")
+    if not speedups or not all(usable_speedup(k) for k in speedups.values()):
+        low, high = SPEEDUP_RANGE
+        raise AacoInputError(f"every speedup must be a number from {low:g} to {high:g}",
+                             fix="e.g. {node: 2.0}")  # fmt: skip
     dag = _require_dag(lake, session_id, optimized)
     shares = lake.query(
         "SELECT runtime_node, onnx_node, share FROM node_attribution WHERE session_id = $sid "

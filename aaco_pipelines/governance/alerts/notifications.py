@@ -230,7 +230,8 @@ def _post(webhook: Webhook, body: bytes, event_id: str) -> tuple[int | None, str
         return answer.status, None
     if 300 <= answer.status < 400:
         where = urlsplit(answer.location or "")
-        to = f"{where.scheme}://{where.netloc}" if where.netloc else "an address it did not give"
+        host = where.netloc.rsplit("@", 1)[-1]  # never a user or password it names
+        to = f"{where.scheme}://{host}" if host else "an address it did not give"
         return answer.status, (
             f"{webhook.endpoint} answered HTTP {answer.status}, a redirect to {to}: not "
             f"followed (set {URL_VARIABLE} to the address it names)"
