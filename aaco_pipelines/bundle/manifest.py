@@ -14,12 +14,17 @@ vouches for the manifest, the manifest for every file. Two depths of check:
 A session loaded before manifests has no digest in the lake: "not covered", passed by the
 cheap check. A bundle folder that is not there at all (a lake shared with other hosts) is
 passed by the cheap check and failed by `aaco verify`.
+
+Which folder is checked: the session's folder in this AACO_HOME (sessions/<date>/<id>) when it
+has one, else the path the lake recorded. The lake records absolute paths, so a copied home's
+lake names the original's bundles: checking those would vouch for files the copy does not use.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,15 +137,39 @@ class BundleCheck:
         }[self.state]
 
 
-def check_bundles(lake, session_ids: list[str] | None = None, *, full: bool = False):
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a folder name, never a path
+
+
+def home_bundle(sessions: Path, session_id: str) -> Path | None:
+    """sessions/<date>/<session_id> in this home, when there is one (found by the session's
+    id, never by a path a file names)."""
+    if not SESSION_ID.fullmatch(session_id) or not sessions.is_dir():
+        return None
+    found = [day / session_id for day in sessions.iterdir() if (day / session_id).is_dir()]
+    return found[0] if len(found) == 1 else None
+
+
+def check_bundles(
+    lake,
+    session_ids: list[str] | None = None,
+    *,
+    full: bool = False,
+    sessions: Path | None = None,
+):
     """The BundleCheck of each of these sessions (every complete one when None), cheap or
-    `full` (every file hashed). `lake`: a TraceLake (tracelake.store)."""
+    `full` (every file hashed). `lake`: a TraceLake (tracelake.store); `sessions`: this home's
+    sessions folder, whose copy of a bundle is checked before the path the lake recorded."""
     recorded = lake.manifest_digests(session_ids)
     unverified = lake.unverified_sessions(session_ids)
+
+    def folder(sid: str, path: str | None) -> str | None:
+        local = home_bundle(sessions, sid) if sessions is not None else None
+        return str(local) if local is not None else path
+
     return [
-        BundleCheck(sid, path, "unverified", (unverified[sid],))
+        BundleCheck(sid, folder(sid, path), "unverified", (unverified[sid],))
         if sid in unverified
-        else check_bundle(sid, path, digest, full=full)
+        else check_bundle(sid, folder(sid, path), digest, full=full)
         for sid, (path, digest) in recorded.items()
     ]
 
@@ -154,11 +183,11 @@ def check_bundle(session_id: str, bundle: str | None, digest: str | None, *, ful
     return BundleCheck(session_id, bundle, "changed" if found else "ok", tuple(found))
 
 
-def require_unchanged(lake, session_ids: list[str]) -> None:
+def require_unchanged(lake, session_ids: list[str], sessions: Path | None = None) -> None:
     """Refuse to use the numbers of a session whose bundle changed since it was loaded (a
     report or a verdict would no longer follow back to its evidence): one line naming the
     session and the file. The cheap check."""
-    for check in check_bundles(lake, session_ids):
+    for check in check_bundles(lake, session_ids, sessions=sessions):
         if check.state == "changed":
             raise AacoInputError(
                 f"the evidence of session {check.session_id} changed since it was recorded "

@@ -245,7 +245,7 @@ def check_evidence(paths: AacoPaths) -> Check:
     from aaco_pipelines.tracelake.store import TraceLake
 
     lake = TraceLake(paths.tracelake, lock_timeout_s=5)
-    checks = check_bundles(lake) if lake.exists() else []
+    checks = check_bundles(lake, sessions=paths.sessions) if lake.exists() else []
     changed = [c for c in checks if c.state == "changed"]
     if changed:
         first = changed[0]

@@ -19,7 +19,7 @@ def checked_session(paths: AacoPaths, session: str) -> str:
     lake = open_lake(paths.tracelake)
     with lake.reading():
         session_id = resolve_session(lake, session)
-        require_unchanged(lake, [session_id])
+        require_unchanged(lake, [session_id], paths.sessions)
     return session_id
 
 
@@ -32,7 +32,7 @@ def cmd_verify(args, paths: AacoPaths) -> int:
     lake = open_lake(paths.tracelake)
     with lake.reading():
         chosen = [resolve_session(lake, session) for session in args.sessions] or None
-        checks = check_bundles(lake, chosen, full=True)
+        checks = check_bundles(lake, chosen, full=True, sessions=paths.sessions)
     if not checks:
         print("no sessions to verify (aaco run --model NAME measures one)")
         return 0

@@ -38,7 +38,7 @@ def cmd_diff(args, paths: AacoPaths) -> int:
         confidence=args.confidence,
     )
     # Decided on these sessions' numbers: refused, before any is printed, if a bundle changed.
-    require_unchanged(lake, [verdict.session_id, *verdict.baseline["session_ids"]])
+    require_unchanged(lake, [verdict.session_id, *verdict.baseline["session_ids"]], paths.sessions)
     # args.paired None: --paired not written, so a refusal to measure again is no error
     verdict = settle(
         verdict,
@@ -93,7 +93,7 @@ def cmd_structure(args, paths: AacoPaths) -> int:
     lake = open_lake(paths.tracelake)
     a, b = (resolve_session(lake, s) if s == "latest" else s for s in args.structure)
     diff = structure_between(lake, a, b)  # an unknown id: one line from there
-    require_unchanged(lake, [a, b])  # aligned on their stored numbers: refused if they changed
+    require_unchanged(lake, [a, b], paths.sessions)  # refused if their bundles changed
     if args.json:
         print(json.dumps(diff.to_dict(), indent=2, default=str))
         return 0

@@ -12,6 +12,7 @@ from aaco_pipelines.errors import AacoInputError
 
 def cmd_whatif(args, paths: AacoPaths) -> int:
     from aaco_pipelines.analysis.critical_path.session_whatif import what_if
+    from aaco_pipelines.bundle.manifest import home_bundle
     from aaco_pipelines.bundle.session_bundle import SessionBundle
     from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.tracelake.queries import session_bundle_path
@@ -26,7 +27,7 @@ def cmd_whatif(args, paths: AacoPaths) -> int:
     session_id = checked_session(paths, args.session)
     lake = open_lake(paths.tracelake)
     with lake.reading():
-        folder = session_bundle_path(lake, session_id)
+        folder = home_bundle(paths.sessions, session_id) or session_bundle_path(lake, session_id)
         result = what_if(
             lake,
             session_id,

@@ -190,3 +190,26 @@ def test_a_v13_lake_reads_and_migrates_with_every_session_not_covered(tmp_path):
     assert lake.schema_version() == SCHEMA_VERSION
     assert lake.manifest_digests(["s"]) == {"s": ("/b", None)}
     assert [c.line() for c in check_bundles(lake)] == ["not covered (written before manifests)"]
+
+
+def test_a_copied_home_checks_its_own_bundles_not_the_originals(
+    measured_mlp_home, tmp_path, capsys
+):
+    """The lake records absolute bundle paths: a copied home's rows name the original's
+    bundles. Checks read the copy's own (found by session id): a change to the original is
+    not the copy's, a change to the copy is."""
+    paths, bundle = measured_mlp_home
+    original = TraceLake(paths.tracelake).query("SELECT bundle_path FROM session_records")
+    (named,) = original["bundle_path"].to_pylist()
+    assert not named.startswith(str(paths.home))  # the copy's row names the template's bundle
+    sid = bundle.session_id
+    profile = _writable(bundle.file("ort_profile.json"))  # the copy's file
+    assert main(["verify", sid]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split() == [sid, "ok"]
+    profile.write_bytes(profile.read_bytes() + b" ")  # changed in the copy only
+    assert main(["verify", sid]) == 2
+    out = capsys.readouterr().out
+    assert "ort_profile.json changed" in out
+    err = _one_line_error(capsys, ["report", "--session", sid, "--format", "md",
+                                   "--output", str(tmp_path / "r.md")])  # fmt: skip
+    assert "ort_profile.json" in err and str(paths.home) in err

@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from aaco_pipelines.bundle.manifest import home_bundle
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.execution.side_by_side import DEFAULT_ROUNDS, SideBySide, measure_side_by_side
@@ -48,7 +48,6 @@ RESAMPLES = 4000
 # they are needed, and a second process for every regression.
 BATCHES = 3
 CONFIRMING_SHARE = 0.5  # of the threshold: each process's own effect, for a regression
-SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a folder name, never a path
 
 
 @dataclass(frozen=True)
@@ -323,9 +322,5 @@ def session_request(paths: AacoPaths, session_id: str) -> dict:
 
 def session_folder(paths: AacoPaths, session_id: str) -> Path | None:
     """sessions/<date>/<session_id> in this home, when it holds a request.json."""
-    if not SESSION_ID.fullmatch(session_id) or not paths.sessions.is_dir():
-        return None
-    for day in paths.sessions.iterdir():
-        if (day / session_id / "request.json").is_file():
-            return day / session_id
-    return None
+    folder = home_bundle(paths.sessions, session_id)
+    return folder if folder is not None and (folder / "request.json").is_file() else None
