@@ -4,6 +4,7 @@ cron)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from aaco_pipelines.cli.common import comma_list
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+from aaco_pipelines.instance.cluster_processes import MARK_ENV
 
 UI_PORT_ENV = "AACO_UI_PORT"
 DEFAULT_UI_PORT = 3000
@@ -37,10 +39,15 @@ def cmd_ui(args, paths: AacoPaths) -> int:
 
     port = ui_port(args.port)
     other = port + 1 if port < 65535 else DEFAULT_UI_PORT
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home)
+    mark = os.environ.get(MARK_ENV) or ui_mark(dagster_home)  # a cluster's head keeps its own
+    if MARK_ENV not in os.environ:
+        stop_left_behind(mark)
     check_port_free(args.host, port, f"aaco ui --port {other} (or {UI_PORT_ENV}={other} make run)")
     build_zoo(paths.registry, only_if_empty=True)
-    dagster_home = prepare_dagster_home(Path(os.environ.get("DAGSTER_HOME") or paths.dagster_home))
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home)}
+    dagster_home = prepare_dagster_home(dagster_home)
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home),
+           MARK_ENV: mark}  # fmt: skip
     workspace = Path(args.workspace).absolute()
     command = [
         str(Path(sys.executable).with_name("dagster")),
@@ -56,6 +63,40 @@ def cmd_ui(args, paths: AacoPaths) -> int:
     os.chdir(workspace.parent)
     os.execve(command[0], command, env)
     return 0  # not reached
+
+
+def ui_mark(dagster_home: Path) -> str:
+    """The mark every process of this DAGSTER_HOME's `aaco ui` carries (instance.
+    cluster_processes): `dagster dev` and the webserver, daemon and code servers it starts."""
+    digest = hashlib.sha256(str(dagster_home.resolve()).encode()).hexdigest()[:16]
+    return f"ui:{digest}"
+
+
+def stop_left_behind(mark: str) -> None:
+    """What an `aaco ui` killed outright (kill -9 of `dagster dev`) left running: its webserver
+    holds the port, its daemon launches runs. Stopped, and said, when no `dagster dev` of this
+    home is alive; a live one is another `aaco ui`, left alone (the port check then says so)."""
+    from aaco_pipelines.instance.cluster_processes import marked, stop_marked
+
+    processes = marked([mark])
+    if not processes or any(_is_dagster_dev(p) for p in processes):
+        return
+    stopped = stop_marked([mark], timeout_s=30)
+    if stopped:
+        pids = ", ".join(map(str, sorted(stopped)))
+        print(f"aaco: stopped what an earlier aaco ui left running (pids {pids})", file=sys.stderr)
+
+
+def _is_dagster_dev(process) -> bool:
+    """Whether the process is `dagster dev` (the exec'd `aaco ui`: python .../dagster dev ...)."""
+    try:
+        command = process.cmdline()
+    except Exception:  # noqa: BLE001 - gone meanwhile: not a live `dagster dev`
+        return False
+    return any(
+        Path(part).name == "dagster" and command[i + 1 : i + 2] == ["dev"]
+        for i, part in enumerate(command)
+    )
 
 
 def cmd_worker(args, paths: AacoPaths) -> int:

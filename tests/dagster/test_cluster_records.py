@@ -12,12 +12,19 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import psutil
+import pytest
 
 from aaco_pipelines.cli import main
+from aaco_pipelines.cli.services import stop_left_behind, ui_mark
 from aaco_pipelines.instance import local_cluster
-from aaco_pipelines.instance.cluster_processes import ProcessRecord
+from aaco_pipelines.instance.cluster_processes import MARK_ENV, ProcessRecord, marked
+from aaco_pipelines.instance.local_services import listening
+from tests.ui_support import DagsterUI
+
+REPO = Path(__file__).resolve().parents[2]
 
 # A stand-in for the head: it starts a child in a session of its own (as code servers may)
 # that inherits its environment, prints the child's PID, and waits.
@@ -114,3 +121,30 @@ def test_up_on_a_taken_port_starts_nothing(aaco_paths, capsys):
         if str(aaco_paths.home) in " ".join(p.info["cmdline"] or [])
     ]  # fmt: skip
     assert mine == []
+
+
+@pytest.mark.timeout(300)
+def test_what_a_killed_aaco_ui_left_running_is_stopped_by_the_next(aaco_paths, tmp_path, capsys):
+    """kill -9 of `aaco ui` (it is `dagster dev` by then) leaves its webserver on the port, its
+    daemon and code servers running: all carry its DAGSTER_HOME's mark, and the next `aaco ui`
+    of that home stops them before it checks the port. A real Dagster, a real kill."""
+    env = {**os.environ, "AACO_HOME": str(aaco_paths.home)}
+    env.pop(MARK_ENV, None)
+    ui = DagsterUI(REPO, env, tmp_path / "ui.log").start()
+    try:
+        deadline = time.monotonic() + 180
+        while not listening(ui.port):
+            ui.check_alive()
+            assert time.monotonic() < deadline, ui.log_tail()
+            time.sleep(1)
+        os.kill(ui.process.pid, signal.SIGKILL)
+        ui.process.wait()
+        time.sleep(1)
+        assert listening(ui.port)  # the webserver outlived it: the port the next one wants
+        mark = ui_mark(Path(env.get("DAGSTER_HOME") or aaco_paths.dagster_home))
+        assert len(marked([mark])) >= 2  # webserver and daemon at least
+        stop_left_behind(mark)
+        assert "stopped what an earlier aaco ui left running (pids " in capsys.readouterr().err
+        assert not marked([mark]) and not listening(ui.port)
+    finally:
+        ui.stop()
