@@ -13,7 +13,7 @@ DUCKLAKE_STAMP := $(DUCKLAKE_VENV)/.aaco-installed
 RUNTIME ?= $(shell test -e /dev/kfd && echo rocm || echo cpu)
 ORT_PACKAGE := $(if $(filter rocm,$(RUNTIME)),onnxruntime-rocm,onnxruntime)
 OTHER_ORT := $(if $(filter rocm,$(RUNTIME)),onnxruntime,onnxruntime-rocm)
-EXTRAS := dev,cluster,$(RUNTIME)
+EXTRAS := dev,cluster,docs,$(RUNTIME)
 # Both builds present (a venv made before the choice): remove both, then install the chosen one.
 define one_runtime
 	@if $(1) -m pip show -q $(OTHER_ORT) 2>/dev/null; then \
@@ -22,7 +22,7 @@ define one_runtime
 	fi
 endef
 
-.PHONY: setup ducklake-setup browser services run test bench bench-gpu lint
+.PHONY: setup ducklake-setup browser services run test bench bench-gpu lint docs docs-check
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,3 +87,14 @@ bench-gpu: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The documentation site on http://127.0.0.1:8000 (DOCS_PORT=8001 make docs), rebuilt on change;
+# its reference pages are generated from the code (docs/hooks/generated_reference.py).
+DOCS_PORT ?= 8000
+docs: setup
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:$(DOCS_PORT)
+
+# What CI runs: the site built strictly, so a broken link, a missing page or an undocumented
+# command, sidecar key, asset, table or variable fails.
+docs-check: setup
+	$(VENV)/bin/mkdocs build --strict --site-dir $(VENV)/site

@@ -59,7 +59,9 @@ def postgres_server(password: str | None = None) -> Iterator[str]:
         login = {"PGPASSWORD": password}
     try:
         services.init_postgres(base, auth)
-        server["pid"] = services.start_postgres(base, port)
+        # a handle, not a bare PID: a server that died is never "stopped" through a PID reused
+        # by another test's process (a SIGINT once reached an `aaco run` that way)
+        server["pid"] = services.identified(services.start_postgres(base, port))
         services.create_database(port, login)
         user = POSTGRES_USER if password is None else f"{POSTGRES_USER}:{quote(password, safe='')}"
         url = services.postgres_url(port, user)
@@ -67,7 +69,7 @@ def postgres_server(password: str | None = None) -> Iterator[str]:
         def stop_then_start() -> Iterator[None]:
             services.stop_process(server["pid"])
             yield
-            server["pid"] = services.start_postgres(base, port)
+            server["pid"] = services.identified(services.start_postgres(base, port))
 
         _OUTAGES[url] = stop_then_start
         try:

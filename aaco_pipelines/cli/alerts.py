@@ -81,7 +81,7 @@ def add_parser(sub) -> None:
     listing = alert.add_parser("list", help="alerts, the ones waiting for someone first")
     listing.add_argument("--state", help="new, acknowledged, invalid, fixed or reopened")
     listing.add_argument("--model", help="only this model's")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print the alerts as JSON")
     listing.set_defaults(func=cmd_alert_list)
     show = alert.add_parser("show", help="one alert and every change of it")
     show.add_argument("alert", help="its id (a unique prefix will do)")

@@ -47,5 +47,5 @@ def add_parser(sub) -> None:
         "The bad session's (or --model's latest) model version is measured under each",
     )
     bisect.add_argument("--rounds", type=int, default=10, help="rounds per comparison (10)")
-    bisect.add_argument("--json", action="store_true")
+    bisect.add_argument("--json", action="store_true", help="print the bisection as JSON")
     bisect.set_defaults(func=cmd_bisect)

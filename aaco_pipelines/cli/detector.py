@@ -111,7 +111,9 @@ def add_parser(sub) -> None:
         "design", help="h or L for a target in-control ARL", allow_abbrev=False
     )
     for p in (run_length, design):
-        p.add_argument("--chart", required=True, choices=("cusum", "ewma"))
+        p.add_argument(
+            "--chart", required=True, choices=("cusum", "ewma"), help="the drift detector's chart"
+        )
         p.add_argument("--sides", type=int, choices=(1, 2), help="CUSUM: 1 = upward only (2)")
         p.add_argument("--k", type=float, help="CUSUM allowance in sd (0.5)")
         p.add_argument(

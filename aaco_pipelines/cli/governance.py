@@ -246,7 +246,7 @@ def add_baseline_parser(sub) -> None:
         "baseline", help="named baselines: the sessions a CI gate compares with"
     ).add_subparsers(dest="baseline_command", required=True)
     create = baseline.add_parser("create", help="store a baseline of sessions")
-    create.add_argument("name")
+    create.add_argument("name", help="the new baseline's name")
     chosen = create.add_mutually_exclusive_group(required=True)
     chosen.add_argument("--sessions", nargs="+", metavar="ID", help="these session ids")
     chosen.add_argument("--model", help="the last sessions of this model")
@@ -265,10 +265,10 @@ def add_baseline_parser(sub) -> None:
     listing.add_argument("--model", help="only this model's")
     listing.set_defaults(func=cmd_baseline_list)
     show = baseline.add_parser("show", help="one baseline in full")
-    show.add_argument("name")
+    show.add_argument("name", help="the baseline's name")
     show.set_defaults(func=cmd_baseline_show)
     pin = baseline.add_parser("pin", help="make a baseline the one its model+target gates on")
-    pin.add_argument("name")
+    pin.add_argument("name", help="the baseline's name")
     pin.set_defaults(func=cmd_baseline_pin)
 
 

@@ -147,11 +147,13 @@ def cmd_worker(args, paths: AacoPaths) -> int:
 def add_parser(sub) -> None:
     """`aaco ui` and `aaco worker` (`aaco sweep` comes later in the help: add_sweep_parser)."""
     ui = sub.add_parser("ui", help="start the Dagster webserver and daemon (same as make run)")
-    ui.add_argument("--host", default="127.0.0.1")
+    ui.add_argument("--host", default="127.0.0.1", help="the address the UI listens on")
     ui.add_argument(
         "--port", help=f"the UI's port ({UI_PORT_ENV}, else {DEFAULT_UI_PORT}); refused if busy"
     )
-    ui.add_argument("--workspace", default="workspace.yaml")
+    ui.add_argument(
+        "--workspace", default="workspace.yaml", help="the Dagster workspace file to load"
+    )
     ui.set_defaults(func=cmd_ui)
     worker = sub.add_parser(
         "worker", help="run a device's queue on this host (scaled-out instance, see README)"

@@ -184,22 +184,41 @@ def alive(pid: int | None) -> bool:
         return False
 
 
-def stop_process(pid: int, sig: int = signal.SIGINT, timeout_s: float = 30.0) -> None:
+def stop_process(
+    process: int | psutil.Process, sig: int = signal.SIGINT, timeout_s: float = 30.0
+) -> None:
     """`sig` (SIGINT: PostgreSQL's fast shutdown; SIGTERM: redis saves its snapshot), then
-    SIGKILL if it lingers. Waits on our own children so that no zombie looks alive."""
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
+    SIGKILL if it lingers. Waits on our own children so that no zombie looks alive. Given a
+    psutil handle taken when the process started (`identified`), a PID another process took
+    since (the server died, the PID was reused) is never signalled: a bare PID is trusted."""
+    try:
+        handle = process if isinstance(process, psutil.Process) else psutil.Process(process)
+        handle.send_signal(sig)  # psutil checks the handle's process is still this one
+    except psutil.Error:
+        return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        if not alive(pid):
+            os.waitpid(handle.pid, os.WNOHANG)
+        if not _still(handle):
             return
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(psutil.Error):
+        handle.kill()
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+        os.waitpid(handle.pid, 0)  # our own child: reaped, never left a zombie
+
+
+def identified(pid: int) -> psutil.Process:
+    """A handle on the process running as `pid` now (its start time kept with it)."""
+    return psutil.Process(pid)
+
+
+def _still(handle: psutil.Process) -> bool:
+    try:
+        return handle.is_running() and handle.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _run(command: list[str], base: Path) -> None:

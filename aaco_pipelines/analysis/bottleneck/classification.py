@@ -7,7 +7,7 @@ signal that was not measured (None, e.g. no GPU power telemetry on a CPU host) s
 so do the roofline signals of a session with no hardware envelope (a trace whose GPU has neither
 a measured envelope nor a datasheet): it is classified on its kernel-side signals alone.
 
-Every number lives in PRIORS and SIGNAL_RULES, one table that rules_markdown() prints for README
+Every number lives in PRIORS and SIGNAL_RULES, one table that rules_markdown() prints for the reference (docs/reference_pages.py)
 and that is meant to be recalibrated against measured sessions. Naive Bayes treats signals as
 independent; correlated ones (launch_tax, microkernel_share, mean_kernel_us) therefore push the
 confidence further than their joint information warrants, which calibration should absorb.
@@ -514,7 +514,7 @@ def _two_places_or_three(value: float) -> str:
 
 
 def rules_markdown() -> str:
-    """The priors and every signal rule as Markdown tables, for README."""
+    """The priors and every signal rule as Markdown tables, for the generated reference page."""
     lines = ["| class | prior |", "| --- | ---: |"]
     lines += [f"| {name} | {PRIORS[name]:.2f} |" for name in CLASSES]
     lines += ["", "| signal | bin | " + " | ".join(CLASSES) + " |"]

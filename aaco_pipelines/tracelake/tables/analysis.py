@@ -12,6 +12,7 @@ from aaco_pipelines.tracelake.tables.columns import F64, I64, STR
 
 # --- Analysis results (schema v2): one row set per session, replaced on re-analysis ---------
 
+# Which original ONNX node(s) each runtime node executes, and its time's share of each.
 NODE_ATTRIBUTION = pa.schema(
     [
         ("session_id", STR),
@@ -29,6 +30,7 @@ NODE_ATTRIBUTION = pa.schema(
     ]
 )
 
+# Where a session's kernel time goes, by ONNX node, op type and fusion group.
 OP_BREAKDOWN = pa.schema(
     [
         ("session_id", STR),
@@ -59,6 +61,7 @@ OP_BREAKDOWN = pa.schema(
 # v9: a generation session's breakdown per phase (prefill, decode): mean time per step
 PHASE_BREAKDOWN = pa.schema([("phase", STR), *((f.name, f.type) for f in OP_BREAKDOWN)])
 
+# A session's derived metrics (analysis/metrics/derived.py): launch tax, kernel counts...
 DERIVED_METRICS = pa.schema([("session_id", STR), ("metric", STR), ("value", F64), ("unit", STR)])
 
 # v11: whether a session's latencies can be trusted (analysis/metrics/measurement_quality.py)
@@ -78,6 +81,7 @@ MEASUREMENT_QUALITY = pa.schema(
     ]
 )
 
+# What limits the session: its bottleneck class, confidence, evidence and advice.
 BOTTLENECK_REPORTS = pa.schema(
     [
         ("session_id", STR),
@@ -129,6 +133,7 @@ CRITICAL_PATHS = pa.schema(
     ]
 )
 
+# Each node on or off the critical path: critical time, slack, and the gain if 2x faster.
 CRITICAL_PATH_NODES = pa.schema(
     [
         ("session_id", STR),

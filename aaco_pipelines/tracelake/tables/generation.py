@@ -12,6 +12,7 @@ from aaco_pipelines.tracelake.tables.columns import F64, I32, I64, STR
 
 # --- LLM generation (schema v9): requests, steps and their figures, per scenario run ---------
 
+# Every request of a generation session's runs: its arrival, first token and end.
 REQUESTS = pa.schema(
     [
         ("session_id", STR),
@@ -33,6 +34,7 @@ REQUESTS = pa.schema(
     ]
 )
 
+# Every batched step of a generation session: its prefill, then one decode per token.
 GENERATION_STEPS = pa.schema(
     [
         ("session_id", STR),
@@ -50,6 +52,7 @@ GENERATION_STEPS = pa.schema(
     ]
 )
 
+# A generation session's figures per run (and per curve point): TTFT, TPOT, goodput...
 GENERATION_METRICS = pa.schema(
     [
         ("session_id", STR),

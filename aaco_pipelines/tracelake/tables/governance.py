@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from aaco_pipelines.tracelake.tables.columns import BOOL, F64, I64, STR, TS
 
+# Each metric of a session judged against its model's history: regression or not.
 DRIFT_VERDICTS = pa.schema(
     [
         ("session_id", STR),  # the session judged (the newest point of the series)
@@ -84,6 +85,7 @@ ALERTS = pa.schema(
     ]
 )
 
+# Every change of an alert (opened, acknowledged, fixed...): its audit log.
 ALERT_EVENTS = pa.schema(
     [
         ("event_id", STR),  # unique: a notification's delivery key
@@ -149,6 +151,7 @@ BISECTIONS = pa.schema(
 
 # --- Governance (schema v4): named baselines, keyed by their name -----------------------------
 
+# Named baselines: the sessions a CI gate compares with, and their summary figures.
 BASELINES = pa.schema(
     [
         ("baseline_name", STR),  # unique across the lake

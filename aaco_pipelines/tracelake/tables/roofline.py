@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from aaco_pipelines.tracelake.tables.columns import BOOL, F64, I32, I64, STR, TS
 
+# A target's measured (or datasheet) peaks: GEMM FLOP/s and streaming bandwidth.
 HARDWARE_ENVELOPES = pa.schema(
     [
         ("envelope_id", STR),
@@ -36,6 +37,7 @@ HARDWARE_ENVELOPES = pa.schema(
     ]
 )
 
+# Each ONNX node of a session on the roofline of its target's envelope.
 ROOFLINE_POINTS = pa.schema(
     [
         ("session_id", STR),

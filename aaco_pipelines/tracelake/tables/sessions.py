@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from aaco_pipelines.tracelake.tables.columns import BOOL, F64, I32, I64, STR, TS
 
+# One row per model file (by content hash): what the graph extraction found in it.
 MODELS = pa.schema(
     [
         ("model_sha256", STR),
@@ -29,6 +30,7 @@ MODELS = pa.schema(
     ]
 )
 
+# Every node of a model's graph with its shapes and the cost model's FLOPs and bytes.
 GRAPH_NODES = pa.schema(
     [
         ("model_sha256", STR),
@@ -49,6 +51,7 @@ GRAPH_NODES = pa.schema(
     ]
 )
 
+# Every tensor between two nodes of a model's graph (inputs, initializers, outputs too).
 GRAPH_EDGES = pa.schema(
     [
         ("model_sha256", STR),
@@ -62,6 +65,7 @@ GRAPH_EDGES = pa.schema(
     ]
 )
 
+# One row per measured or ingested session: what ran where, with its headline latencies.
 SESSIONS = pa.schema(
     [
         ("session_id", STR),
@@ -105,6 +109,7 @@ SESSIONS = pa.schema(
     ]
 )
 
+# Every run of a session's warm-up, measured and profiled passes, with its latency.
 ITERATIONS = pa.schema(
     [
         ("session_id", STR),
@@ -115,6 +120,7 @@ ITERATIONS = pa.schema(
     ]
 )
 
+# The host's (and the GPUs') samples taken while a session ran: CPU, memory, power, clocks.
 TELEMETRY = pa.schema(
     [
         ("session_id", STR),

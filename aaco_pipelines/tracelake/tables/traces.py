@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from aaco_pipelines.tracelake.tables.columns import F64, I32, I64, STR
 
+# Every event the profilers recorded: ONNX Runtime's node and session events, GPU kernels.
 KERNEL_EVENTS = pa.schema(
     [
         ("session_id", STR),
@@ -59,6 +60,7 @@ KERNEL_EVENTS = pa.schema(
 
 # --- Device traces (schema v3): host API calls, copies, counters and agents of GPU profilers -
 
+# A device trace's host API calls (HIP, HSA), tied to their kernels by correlation_id.
 API_CALLS = pa.schema(
     [
         ("session_id", STR),
@@ -73,6 +75,7 @@ API_CALLS = pa.schema(
     ]
 )
 
+# A device trace's memory copies between host and device (or between devices).
 MEMORY_COPIES = pa.schema(
     [
         ("session_id", STR),
@@ -88,6 +91,7 @@ MEMORY_COPIES = pa.schema(
     ]
 )
 
+# The hardware counters read per kernel dispatch (counter passes, or an ingested trace's).
 COUNTERS = pa.schema(
     [
         ("session_id", STR),
@@ -101,6 +105,7 @@ COUNTERS = pa.schema(
     ]
 )
 
+# The devices (GPUs, CPUs) a device trace names, with their properties.
 AGENTS = pa.schema(
     [
         ("session_id", STR),
