@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import resource
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -63,13 +64,16 @@ def fit_address_space() -> None:
     """Under an address-space limit, at most two malloc arenas (glibc; elsewhere nothing): each
     thread's arena otherwise reserves 64 MiB; and one thread in each of Arrow's pools: a pool
     thread that cannot get its stack hung a Parquet read for ever (pyarrow 22, `ulimit -v`
-    800000). Call before any thread starts."""
+    800000). And one OpenBLAS thread, set before numpy loads it: an OpenBLAS thread that
+    cannot get its stack makes OpenBLAS raise SIGINT in its own process (300 MiB), which read
+    as a user's Ctrl-C. Call before any thread starts."""
     if address_space_limit() is None:
         return
     try:
         ctypes.CDLL(ctypes.util.find_library("c")).mallopt(_M_ARENA_MAX, 2)
     except (OSError, AttributeError):
         pass
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # the measuring process inherits it
     import pyarrow
 
     pyarrow.set_cpu_count(1)
