@@ -1,35 +1,7 @@
 """The CI gate: one answer to "is this session a regression against its baseline?", shaped for a
 CI job (regression, severity, confidence, each metric's change with its CI and decision, suspected
-cause, what to do next).
-
-Decision. The gate decides on the metrics the Dagster drift check gates (series.GATED_METRICS):
-latency p50 and p99 and throughput, and a generation session's TTFT and TPOT p50, each with the
-hierarchical bootstrap CI of `governance.drift.session_bootstrap` (baseline sessions, then their
-iterations or requests; the current session's, moved by the session-to-session spread: one
-session is one draw of it). The CIs hold together at the confidence asked for (Bonferroni over
-the metrics: any one of them fails the build, so each is held to 1 - (1 - confidence) / k). A
-metric regressed when both hold: the CI
-excludes 0 on its worse side (the change is real) and the effect is at least its threshold (it
-is worth failing a build): the gate's threshold T, or the metric's own session-to-session noise
-floor where that is larger (p99 10 %, throughput 5 %: series.NOISE_FLOORS). The session is a
-regression when any metric regressed; every metric's decision is reported, so a significant
-change is never hidden under "no regression". On a session whose measurement was judged suspect
-(measurement_quality), a p99 or throughput regression is "uncertain", not a regression: a
-preempted iteration moves the tail and the mean, not the median, and the gate says to measure
-again (or to compare side by side: governance.gate.paired) rather than fail a build on the host's
-neighbours.
-
-Severity is the worst regressed metric's effect in multiples of its threshold: minor [T, 2T),
-major [2T, 5T), critical >= 5T (with T = 3 %: 3-6 %, 6-15 %, 15 % and more); "none" when not a
-regression.
-
-Confidence is the bootstrap probability of the verdict: for a regression, the share of resampled
-effects of its worst metric at or beyond the threshold; otherwise the least, over the metrics, of
-the share below it (0.5: a coin flip at the threshold).
-
-Baseline, the first that applies: `baseline` names a stored baseline; else it is a session id
-(a one-session baseline) or a list of ids; else the pinned baseline of the model+target; else the
-PREVIOUS_SESSIONS measured sessions of the model+target started before the current one.
+cause, what to do next). How it decides (the metrics, the Bonferroni-held bootstrap CIs, the
+noise floors, severity, confidence, which baseline) is docs/concepts/gate.md.
 """
 
 from __future__ import annotations
