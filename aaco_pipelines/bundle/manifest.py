@@ -149,6 +149,18 @@ def home_bundle(sessions: Path, session_id: str) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
+def home_bundles(sessions: Path) -> dict[str, Path]:
+    """{session_id: sessions/<date>/<session_id>} of every bundle in this home, in one listing
+    (a session id found under two dates names neither)."""
+    found: dict[str, list[Path]] = {}
+    days = [d for d in sessions.iterdir() if d.is_dir()] if sessions.is_dir() else []
+    for day in days:
+        for folder in day.iterdir():
+            if folder.is_dir() and SESSION_ID.fullmatch(folder.name):
+                found.setdefault(folder.name, []).append(folder)
+    return {sid: folders[0] for sid, folders in found.items() if len(folders) == 1}
+
+
 def check_bundles(
     lake,
     session_ids: list[str] | None = None,
@@ -162,9 +174,10 @@ def check_bundles(
     recorded = lake.manifest_digests(session_ids)
     unverified = lake.unverified_sessions(session_ids)
 
+    local = home_bundles(sessions) if sessions is not None else {}
+
     def folder(sid: str, path: str | None) -> str | None:
-        local = home_bundle(sessions, sid) if sessions is not None else None
-        return str(local) if local is not None else path
+        return str(local[sid]) if sid in local else path
 
     return [
         BundleCheck(sid, folder(sid, path), "unverified", (unverified[sid],))

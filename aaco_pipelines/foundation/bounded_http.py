@@ -37,7 +37,8 @@ class ExchangeFailed(Exception):
 def post(url: str, body: bytes, headers: dict[str, str], deadline_s: float) -> Answer:
     """POST `body`; the answer as it came within `deadline_s` in all (connect, send, read)."""
     parts = urlsplit(url)
-    connection = _connection(parts, deadline_s)
+    proxy = _proxy(parts)
+    connection = _connection(parts, proxy, deadline_s)
     expired = threading.Event()
 
     def cut() -> None:
@@ -50,9 +51,11 @@ def post(url: str, body: bytes, headers: dict[str, str], deadline_s: float) -> A
     watchdog.daemon = True
     watchdog.start()
     try:
+        # a plain-HTTP request through a proxy names the whole URL
+        proxied_plain = proxy is not None and parts.scheme == "http"
         target = (
             url
-            if _proxied_plain(parts)
+            if proxied_plain
             else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         )
         connection.request("POST", target, body=body, headers=headers)
@@ -70,10 +73,9 @@ def post(url: str, body: bytes, headers: dict[str, str], deadline_s: float) -> A
         connection.close()
 
 
-def _connection(parts, deadline_s: float) -> http.client.HTTPConnection:
+def _connection(parts, proxy, deadline_s: float) -> http.client.HTTPConnection:
     """A connection to the endpoint, or to its proxy (tunnelled for https)."""
     host, port = parts.hostname, parts.port
-    proxy = _proxy(parts)
     if parts.scheme == "https":
         context = ssl.create_default_context()
         if proxy is None:
@@ -95,8 +97,3 @@ def _proxy(parts):
     if not address or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
         return None
     return urlsplit(address if "://" in address else f"http://{address}")
-
-
-def _proxied_plain(parts) -> bool:
-    """A plain-HTTP request through a proxy names the whole URL."""
-    return parts.scheme == "http" and _proxy(parts) is not None

@@ -13,12 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psutil
+
+from aaco_pipelines.instance.local_services import stop_process
 
 MARK_ENV = "AACO_CLUSTER_PROCESS"
 SAME_START_S = 0.5  # psutil's start time is in clock ticks since boot: equal within a tick
@@ -86,16 +87,23 @@ def identify(pid: int, mark: str | None = None) -> ProcessRecord:
 
 def marked(marks: Iterable[str]) -> list[psutil.Process]:
     """Every live process whose environment carries one of `marks` (this one aside)."""
+    return [process for found in marked_by(marks).values() for process in found]
+
+
+def marked_by(marks: Iterable[str]) -> dict[str, list[psutil.Process]]:
+    """{mark: its live processes} for the marks some process carries, in one look at every
+    process's environment (this one aside)."""
     wanted = {m for m in marks if m}
-    found = []
+    found: dict[str, list[psutil.Process]] = {}
     if not wanted:
         return found
     for process in psutil.process_iter():
         with contextlib.suppress(psutil.Error, OSError):
             if process.pid == os.getpid() or process.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if process.environ().get(MARK_ENV) in wanted:
-                found.append(process)
+            mark = process.environ().get(MARK_ENV)
+            if mark in wanted:
+                found.setdefault(mark, []).append(process)
     return found
 
 
@@ -116,27 +124,11 @@ def stop_marked(marks: Iterable[str], timeout_s: float) -> list[int]:
 
 
 def stop_recorded(record: ProcessRecord, sig: int, timeout_s: float) -> bool:
-    """`sig` to the recorded process if it is still that process, SIGKILL after `timeout_s`;
-    whether it was running. (Our own children are reaped, so none lingers as a zombie.)"""
+    """`sig` to the recorded process if it is still that process, SIGKILL after `timeout_s`
+    (local_services.stop_process, through the identity-checked handle); whether it was
+    running."""
     process = record.process()
     if process is None:
         return False
-    with contextlib.suppress(psutil.Error):
-        process.send_signal(sig)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _lives(process):
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(process.pid, os.WNOHANG)
-        time.sleep(0.1)
-    if _lives(process):
-        with contextlib.suppress(psutil.Error):
-            process.kill()
+    stop_process(process, sig, timeout_s)
     return True
-
-
-def _lives(process: psutil.Process) -> bool:
-    """Running, and not a zombie (exited, not yet reaped)."""
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False

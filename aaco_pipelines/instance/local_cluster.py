@@ -38,7 +38,7 @@ from aaco_pipelines.instance.cluster_processes import (
     STALE,
     ProcessRecord,
     identify,
-    marked,
+    marked_by,
     new_mark,
     stop_marked,
     stop_recorded,
@@ -79,13 +79,8 @@ class LocalCluster:
 
     def left_behind(self) -> dict[str, list[int]]:
         """What a stopped or killed head or worker left running: its marked descendants."""
-        found = {}
-        for name, record in self.processes.items():
-            if record.mark and not record.running():
-                pids = [p.pid for p in marked([record.mark])]
-                if pids:
-                    found[name] = pids
-        return found
+        gone = {r.mark: name for name, r in self.processes.items() if r.mark and not r.running()}
+        return {gone[mark]: [p.pid for p in found] for mark, found in marked_by(gone).items()}
 
     def save(self) -> None:
         state = {k: v for k, v in asdict(self).items() if k not in ("folder", "processes")}
