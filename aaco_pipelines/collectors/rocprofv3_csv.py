@@ -1,55 +1,16 @@
 """rocprofv3's CSV output → plans for kernel_events, api_calls, memory_copies, counters, agents.
 
-The output is a folder of `<prefix>_<kind>.csv` files (any subset, any prefix: the pid, the
-`--output-file` name, `out` for `rocpd convert`), or one such file, which stands for its
-run: the files of the same prefix beside it are read with it (`run_files`: the agent info names
-the GPU, the API trace the calls that launched each kernel), and `missing_from_run` says what
-is lost when they are not there. Each file is recognised by its header, not its name, and read
-by DuckDB with the header's own column names lower-cased (so `LDS_Block_Size` and
-`Lds_Block_Size` are one column) as VARCHAR with a fixed dialect (comma,
-double quotes, strict): no sniffing, so a quoted kernel name with commas or a short file reads
-the same way every time, and a malformed row is an error instead of a silent guess.
+The output is a folder of `<prefix>_<kind>.csv` files (any subset, any prefix), or one such
+file, which stands for its run: the files of the same prefix beside it are read with it, and
+`missing_from_run` says what is lost when they are not there. Each file is recognised by its
+header, not its name, and read by DuckDB with a fixed dialect and its own column names
+lower-cased, so every header generation rocprofv3 wrote (ROCm 6.2 to 7.x, `rocpd convert`) maps
+onto the same TraceLake columns.
 
-Headers by generation, as the tools wrote them (the columns mapped here; others are ignored):
+Entry points: `plans` (one plan per TraceLake table the output has), `trace_files`, `run_files`
+and `missing_from_run`.
 
-kernel_trace.csv
-- ROCm 6.2, 16 columns (rocprofiler-sdk rocprofv3.md, "Kernel trace"): Kind, Agent_Id (a
-  number), Queue_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp, End_Timestamp,
-  Private_Segment_Size, Group_Segment_Size, Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z.
-- ROCm 6.3-6.4.1, 18 columns (outputs quoted in ROCm/rocprofiler-sdk issues and LUMI course
-  notes): Thread_Id and Dispatch_Id added after Queue_Id.
-- 19 columns (rocprofiler-sdk's own documentation sample, source/docs/data/kernel_trace.csv):
-  the 18 with Stream_Id after Queue_Id; Agent_Id still a number, sizes still
-  Private_Segment_Size / Group_Segment_Size.
-- ROCm 7.x, 22 columns (the sLLM sample): Kind, Agent_Id ("Agent 2"), Queue_Id, Stream_Id,
-  Thread_Id, Dispatch_Id, Kernel_Id, Kernel_Name, Correlation_Id, Start_Timestamp,
-  End_Timestamp, LDS_Block_Size, Scratch_Size, VGPR_Count, Accum_VGPR_Count, SGPR_Count,
-  Workgroup_Size_X/Y/Z, Grid_Size_X/Y/Z.
-- `rocpd convert` (rocpd2csv), 23 columns (HPCTrainingExamples rocpd README): Guid, then the 22
-  spelled Lds_Block_Size, Vgpr_Count, Accum_Vgpr_Count, Sgpr_Count.
-  Grid_Size_* count work-items, not workgroups, in every generation (see the issue thread
-  "Grid_Size ... 1048576" on rocprofiler-sdk), so grid_size = X*Y*Z is total work-items.
-
-hip_api_trace.csv (also hsa_api_trace, marker_api_trace, rccl_api_trace: same columns; a
-leading Guid from `rocpd convert`): Domain, Function, Process_Id, Thread_Id, Correlation_Id,
-Start_Timestamp, End_Timestamp.
-
-memory_copy_trace.csv: ROCm 6.2 Kind, Direction ("HOST_TO_DEVICE"), Source_Agent_Id,
-Destination_Agent_Id, Correlation_Id, Start_Timestamp, End_Timestamp; later Stream_Id after
-Direction and directions spelled "MEMORY_COPY_HOST_TO_DEVICE". No byte count in any version.
-
-counter_collection.csv (one row per dispatch x counter): ROCm 6.2 Correlation_Id, Dispatch_Id,
-Agent_Id, Queue_Id, Process_Id, Thread_Id, Grid_Size, Kernel_Name, Workgroup_Size,
-LDS_Block_Size, Scratch_Size, VGPR_Count, SGPR_Count, Counter_Name, Counter_Value; later also
-Kernel_Id, Accum_VGPR_Count, Start_Timestamp, End_Timestamp.
-
-agent_info.csv: Node_Id, Logical_Node_Id, Agent_Type, ..., Wave_Front_Size, ..., Cu_Count, ...,
-Max_Engine_Clk_Fcompute, ..., Name (gfx target for GPUs), Vendor_Name, Product_Name, Model_Name
-(53 columns in the sample); unmapped columns go to details_json.
-
-Times are the file's raw nanoseconds; duration = End_Timestamp - Start_Timestamp, never fixed.
-vgpr_count is VGPR_Count as written (architectural VGPRs), accum_vgpr_count Accum_VGPR_Count
-(accumulation VGPRs, AGPRs), where the file has it.
+Concepts: docs/concepts/gpu-traces.md.
 """
 
 from __future__ import annotations
@@ -250,7 +211,9 @@ INTEGER_COLUMNS = frozenset(
 
 def read_csv_sql(file: Path, header: list[str]) -> str:
     """DuckDB's read_csv of one file with its own header, no sniffing: integer columns typed,
-    the rest VARCHAR."""
+    the rest VARCHAR. A fixed dialect (comma, double quotes, strict) reads a quoted kernel name
+    with commas, or a short file, the same way every time, and a malformed row is an error
+    instead of a silent guess."""
     columns = ", ".join(
         f"{sql_literal(name)}: '{'BIGINT' if name in INTEGER_COLUMNS else 'VARCHAR'}'"
         for name in header
@@ -311,6 +274,12 @@ def _agent_number(agent: str | None) -> str | None:
     )
 
 
+# kernel_trace headers by generation (docs/concepts/gpu-traces.md): ROCm 7.x and `rocpd convert`
+# write LDS_Block_Size, Scratch_Size, VGPR_Count (or Arch_VGPR_Count) and Agent_Id as
+# "Agent 2"; ROCm 6.2 to 6.4.1 and the documentation's 19-column sample write
+# Group_Segment_Size, Private_Segment_Size and a bare number. Grid_Size_* count work-items, not
+# workgroups, in every generation (rocprofiler-sdk issue "Grid_Size ... 1048576"): grid_size is
+# total work-items. Durations are End - Start of the file's raw nanoseconds, never fixed.
 def _kernel_events(c: set) -> dict[str, str]:
     name = column(c, "kernel_name")
     return present(

@@ -1,43 +1,15 @@
 """rocmProfileData's RPD SQLite trace (rpd_tracer, roctracer-era "rocpd" schema) → table plans.
 
-Not ROCm 7's rocpd: tables, as in the rocmProfileData vLLM sample (schema_version 2):
+Not ROCm 7's rocpd (collectors.rocpd): the rocpd_op, rocpd_api, rocpd_api_ops, rocpd_kernelapi,
+rocpd_copyapi and rocpd_monitor tables of the rocmProfileData vLLM sample (schema_version 2)
+become kernels, copies, host calls with their launch chain, and clock samples as telemetry. An
+RPD file numbers GPUs two ways without saying which; kernels keep the op's gpuId and telemetry
+is named in that numbering (_FIRST_GPU).
 
-- rocpd_string(id, string): every name, interned
-- rocpd_op(id, gpuId, queueId, sequenceId, completionSignal, start, end, description_id,
-  opType_id): GPU work. opType is KernelExecution (a launch), Task (a kernel of a graph
-  launch), FillBuffer (hipMemset's blit kernel), CopyHostToDevice / CopyDeviceToHost /
-  CopyDeviceToDevice / ...; description is the kernel name ('' for fills and copies)
-- rocpd_api(id, pid, tid, start, end, apiName_id, args_id): host calls; apiName 'UserMarker'
-  is a roctx range whose text is in args
-- rocpd_api_ops(api_id, op_id): which call caused which op, the launch chain
-- rocpd_kernelapi(api_ptr_id, stream, gridX/Y/Z, workgroupX/Y/Z, groupSegmentSize,
-  privateSegmentSize, kernelName_id, ...) and rocpd_copyapi(api_ptr_id, size, kind, srcDevice,
-  dstDevice, ...): launch and copy arguments, keyed by the call
-- rocpd_monitor(deviceType, deviceId, monitorType, start, end, value): sampled device state;
-  monitorType 'sclk' is the graphics clock in MHz (text values)
+Entry points: `matches` (is a SQLite database RPD), `plans` (its table plans) and
+`exported_by_rpd2tracing` (is a JSON document rpd2tracing's picture of one, to refuse).
 
-Kernel ops (FillBuffer among them: rocprof v1 and rocpd record the same blit as the kernel
-`__amd_rocclr_fillBufferAligned`) are named by their description, or by their opType when it
-is empty, as RPD's own `top` view and rpd2tracing name them. They get correlation_id = the id
-of the call that caused them (also api_calls' correlation_id), process/thread of that call,
-workgroup size from its kernelapi row. grid_size stays null: gridX is in workgroups for
-roctracer's hipLaunchKernel but in work-items for the rocprofiler-sdk back end, and the file
-does not say which. Copies take bytes and devices from the copyapi row (absent for copies
-inside graph launches). Monitor samples become telemetry (source rpd_monitor, pass 'other'):
-sclk → gfx_clock (MHz), mclk → mem_clock (MHz), any other monitorType under its own name.
-
-One device naming rule: kernels keep the op's gpuId as device_id, and a GPU's telemetry is
-named `gpu<that number>`. The file numbers GPUs two ways: rocpd_monitor's deviceId is
-rocm-smi's GPU index (0 = the first GPU), while gpuId is the tracer's device id: the ROCm node
-id, CPU nodes counted first (2 on a host with two CPU nodes), in files of rpd_tracer before its
-June 2024 "Remap device_id to gpuid", the GPU index since. The file does not say which, so the
-lowest gpuId that ran work is taken to be the first GPU, as it is for a process that uses the
-first GPU (every process not told otherwise). rocmProfileData's traces say so: in the vLLM
-sample the kernels ran on gpuId 2 while, of the eight GPUs rocm-smi watched, only GPU 0 left
-the idle clock (131-134 MHz; it climbed to 1615 MHz), and its matmul example
-(examples/rocm-profile-data/results/matmul_result.rpd) has gpuId-2 kernels and one GPU, 0. A
-run confined to later GPUs (HIP_VISIBLE_DEVICES=3) has its telemetry named as if it ran on
-the first.
+Concepts: docs/concepts/gpu-traces.md.
 """
 
 from __future__ import annotations
@@ -51,11 +23,23 @@ from aaco_pipelines.collectors.rocpd import object_names
 SOURCE = "rpd"
 
 
+# opType: KernelExecution (a launch), Task (a kernel of a graph launch), FillBuffer (hipMemset's
+# blit kernel: rocprof v1 and rocpd record the same blit as the kernel
+# `__amd_rocclr_fillBufferAligned`), CopyHostToDevice / CopyDeviceToHost / ... A kernel op is named
+# by its description, or by its opType when that is empty ('' for fills and copies), as RPD's own
+# `top` view and rpd2tracing name them.
 _COPY = "t.string LIKE 'Copy%'"
 _KERNEL = (
     f"(t.string IN ('KernelExecution', 'Task', 'FillBuffer') OR (NOT {_COPY} AND d.string <> ''))"
 )
-# The number the tracer gave the first GPU (see "One device naming rule").
+# The number the tracer gave the first GPU. rocpd_monitor's deviceId is rocm-smi's GPU index (0 =
+# the first GPU), while gpuId is the tracer's device id: the ROCm node id, CPU nodes counted first
+# (2 on a host with two CPU nodes), in files of rpd_tracer before its June 2024 "Remap device_id
+# to gpuid", the GPU index since. The file does not say which, so the lowest gpuId that ran work
+# is taken to be the first GPU, as it is for every process not told otherwise. In the vLLM sample
+# the kernels ran on gpuId 2 while of rocm-smi's eight GPUs only GPU 0 left the idle clock
+# (131-134 MHz, climbing to 1615 MHz); rocmProfileData's matmul example
+# (examples/rocm-profile-data/results/matmul_result.rpd) has gpuId-2 kernels and one GPU, 0.
 _FIRST_GPU = "coalesce((SELECT min(gpuId) FROM rocpd_op), 0)"
 # rpd2tracing's own lines (tools/rpd2tracing.py): an empty first event, then a process per
 # GPU ("GPU<gpuId>") and a thread per host thread ("Hip <tid>"), written byte for byte so.
@@ -114,6 +98,9 @@ def _linked(names: set[str], expressions: dict[str, str]) -> dict[str, str]:
 
 
 def _kernel_events(names: set[str]) -> dict[str, str]:
+    """Kernel ops, tied to the call that caused them. grid_size stays null: gridX is in
+    workgroups for roctracer's hipLaunchKernel but in work-items for the rocprofiler-sdk back
+    end, and the file does not say which."""
     details = "rocpd_kernelapi" in names and "rocpd_api_ops" in names
     return {
         "source": f"'{SOURCE}'",
@@ -132,6 +119,8 @@ def _kernel_events(names: set[str]) -> dict[str, str]:
 
 
 def _memory_copies(names: set[str]) -> dict[str, str]:
+    """Copy ops; bytes and devices from the copyapi row (absent for copies inside graph
+    launches)."""
     details = "rocpd_copyapi" in names and "rocpd_api_ops" in names
     return {
         "source": f"'{SOURCE}'",
@@ -155,6 +144,7 @@ _API_SOURCE = (
 
 
 def _api_calls() -> dict[str, str]:
+    """Host calls; apiName 'UserMarker' is a roctx range, named by its text (args)."""
     marker = "n.string = 'UserMarker'"
     return {
         "source": f"'{SOURCE}'",

@@ -1,55 +1,15 @@
 """Hardware counters of the profiled workload, in passes that fit the GPU's counter blocks.
 
-A GPU counts events in blocks (SQ, TA, TD, TCP, TCC or GL2C, SPI, GRBM, CPC, ...), each with a
-few counter registers; rocprofv3 refuses a `--pmc` group that needs more registers of a block
-than it has ("The job fails if a counter group can't be collected in a single pass", rocprofv3
-command-line options, rocprofiler-sdk docs). So the counters `execution.gpu_counters` asks for
-an architecture are split into passes, each a separate run of the workload under rocprofv3.
+A GPU counts events in blocks (SQ, TA, TCP, TCC or GL2C, SPI, ...), each with a few counter
+registers, and rocprofv3 refuses a `--pmc` group that needs more registers of a block than it
+has. So the counters `execution.gpu_counters` asks for an architecture are split into the fewest
+passes that fit, each a separate run of the measuring process under rocprofv3.
 
-Which block a counter uses: its name's prefix before the first underscore (`TCC_EA0_RDREQ_sum`
--> TCC, `GL2C_EA_RDREQ_32B` -> GL2C). On gfx9 and gfx11 the SQC counters are read through the
-SQ block's registers (their aqlprofile tables have no SQC block); gfx12 has an SQC block of its
-own. Registers per block, per architecture (BLOCK_REGISTERS):
+Entry points: `plan_counters` (the passes to run, or why none can be), `split_into_passes`,
+`counter_command` (one pass's command line), `trace_output_format` (rocpd or CSV for this host's
+ROCm) and `gpu_architecture` (the gfx target of the first GPU of the KFD topology).
 
-- gfx908, gfx90a, gfx940-942, gfx950: rocprofiler-compute's `perfmon_config`, "copy from
-  ROCm/aqlprofile gfxip/gfx9/gfx9_block_info.h" (ROCm/rocm-systems@78265b59f69f346bebe6ef6de1d25266c453a768:
-  projects/rocprofiler-compute/src/utils/mi_gpu_spec.yaml).
-- gfx1100-1103: the counter registers aqlprofile programs per block
-  (ROCm/rocm-systems@b318449db5302648ef40d154ce747943e759515c:
-  projects/aqlprofile/gfxip/gfx11/gfx11_block_table.h, one CounterRegInfo per register;
-  rocprofiler-compute's gfx115x entries in mi_gpu_spec.yaml give the same numbers).
-- gfx1200-1201: `*CounterBlockNumCounters` of aqlprofile's gfx12 block info ("Radeon RX 9070",
-  gc_12_0_1; ROCm/rocm-systems@c50a8225ae822ff03db77bb0d6c8f948cf329820:
-  projects/aqlprofile/gfxip/gfx12/gfx12_block_info.h); SQ counters use the SQG block's 8.
-
-The split (`split_into_passes`): counters grouped by block in the order given; pass k takes the
-k-th run of `registers` counters of every block, so the passes number max over blocks of
-ceil(counters / registers), the fewest any split can have. A counter of a block the table does
-not know (a derived metric's name, a block of another kind) gets a pass of its own: rocprofv3
-then says itself whether it fits.
-
-The command lines (`counter_command`): one `rocprofv3 --pmc A B C ... -- <measuring process>`
-per pass, as "Counter collection using command line" documents it (`--pmc` takes space-separated
-names, one group per flag). Not several `--pmc` groups or an input file with several `pmc:` rows
-in one rocprofv3 call, though rocprofv3 re-runs the application per group itself: a run of ours
-is one measuring process the runner watches (its time and memory limits, its progress, its
-failure named), and each pass's output goes to a folder of its own, `<trace dir>/pmc_<k>/` as
-rocprofv3 names its passes ("Kernel counter collection output": "For each pmc row, a directory
-pmc_n").
-
-Output format (`trace_output_format`): rocpd, rocprofv3's default since ROCm 7.0 ("Using rocpd
-output format", rocprofiler-sdk docs-7.0.1), whose documentation now calls direct CSV
-"deprecated and might omit data" (rocprofv3 I/O control options, docs-10.2.0); CSV before ROCm
-7.0 (rocpd output does not exist there) and when the version is unknown (every rocprofv3 writes
-CSV). The ROCm version is read as the session's environment records it (environment.rocm_version).
-
-Which GPU (`gpu_architecture`): the first GPU node of the KFD topology
-(/sys/class/kfd/kfd/topology/nodes/<n>/properties, `gfx_target_version`, 0 for a CPU node), the
-device ONNX Runtime's ROCm and MIGraphX providers use by default. The number is major * 10000 +
-minor * 100 + stepping, minor and stepping written in hex in the gfx name: rocprofv3's own
-agent_info.csv of the sLLM sample (../shared/samples/profilers/sllm_r9700_decode_attn_564735_
-agent_info.csv, jyohukuchan/sLLM@fa16a4fa) lists Gfx_Target_Version 120001 for gfx1201 and
-100300 for gfx1030; 90010 is gfx90a.
+Concepts: docs/concepts/kernel-diagnosis.md.
 """
 
 from __future__ import annotations
@@ -64,11 +24,29 @@ from aaco_pipelines.execution import environment
 from aaco_pipelines.execution.amd_gpus import KFD_NODES, gfx_name, kfd_gpu_nodes
 from aaco_pipelines.execution.gpu_counters import counters_for
 
-COUNTER_PASS_FOLDER = "pmc_{}"  # under the trace folder, as rocprofv3 names its passes
+# Under the trace folder, as rocprofv3 names its passes ("Kernel counter collection output":
+# "For each pmc row, a directory pmc_n").
+COUNTER_PASS_FOLDER = "pmc_{}"
 COUNTER_OUTPUT_FILE = "counters"
 COUNTER_PASS_PREFIX = "counters_"  # the measuring process's name of counter pass k: counters_<k>
+# rocpd is rocprofv3's default output since ROCm 7.0 ("Using rocpd output format",
+# rocprofiler-sdk docs-7.0.1), whose documentation now calls direct CSV "deprecated and might
+# omit data" (rocprofv3 I/O control options, docs-10.2.0). Before 7.0 there is no rocpd output,
+# and every rocprofv3 writes CSV: the format when the ROCm version is unknown.
 ROCPD_SINCE = (7, 0)
 
+# Counter registers per block, per architecture:
+# - gfx908, gfx90a, gfx940-942, gfx950: rocprofiler-compute's `perfmon_config`, "copy from
+#   ROCm/aqlprofile gfxip/gfx9/gfx9_block_info.h" (ROCm/rocm-systems@
+#   78265b59f69f346bebe6ef6de1d25266c453a768:
+#   projects/rocprofiler-compute/src/utils/mi_gpu_spec.yaml).
+# - gfx1100-1103: the counter registers aqlprofile programs per block (ROCm/rocm-systems@
+#   b318449db5302648ef40d154ce747943e759515c:projects/aqlprofile/gfxip/gfx11/gfx11_block_table.h,
+#   one CounterRegInfo per register; rocprofiler-compute's gfx115x entries in mi_gpu_spec.yaml
+#   give the same numbers).
+# - gfx1200-1201: `*CounterBlockNumCounters` of aqlprofile's gfx12 block info ("Radeon RX 9070",
+#   gc_12_0_1; ROCm/rocm-systems@c50a8225ae822ff03db77bb0d6c8f948cf329820:
+#   projects/aqlprofile/gfxip/gfx12/gfx12_block_info.h); SQ counters use the SQG block's 8.
 _CDNA = {"SQ": 8, "TA": 2, "TD": 2, "TCP": 4, "TCC": 4, "CPC": 2, "CPF": 2, "SPI": 6, "GRBM": 2,
          "GDS": 4}  # fmt: skip
 _RDNA3 = {"SQ": 8, "SPI": 6, "GRBM": 2, "CPC": 2, "CPF": 2, "GDS": 4, "SX": 4, "GCEA": 2,
@@ -82,7 +60,9 @@ BLOCK_REGISTERS: dict[str, dict[str, int]] = {
     **dict.fromkeys(("gfx1100", "gfx1101", "gfx1102", "gfx1103"), _RDNA3),
     **dict.fromkeys(("gfx1200", "gfx1201"), _RDNA4),
 }
-# Blocks whose counters are read through another block's registers, per architecture.
+# Blocks whose counters are read through another block's registers, per architecture: on gfx9
+# and gfx11 the SQC counters use the SQ block's (their aqlprofile tables have no SQC block);
+# gfx12 has an SQC block of its own.
 SHARED_BLOCKS: dict[str, dict[str, str]] = {
     gfx: {"SQC": "SQ"} for gfx, table in BLOCK_REGISTERS.items() if "SQC" not in table
 }
@@ -114,8 +94,12 @@ def counter_block(counter: str, gfx: str) -> str:
 
 
 def split_into_passes(counters: Sequence[str], gfx: str) -> tuple[tuple[str, ...], ...]:
-    """The counters in the fewest passes that fit every block's registers on `gfx` (see the
-    module's rule); each counter once, in the order given within a pass."""
+    """The counters in the fewest passes that fit every block's registers on `gfx`; each counter
+    once, in the order given within a pass. Counters are grouped by block in the order given, and
+    pass k takes the k-th run of `registers` counters of every block: max over blocks of
+    ceil(counters / registers) passes, the fewest any split can have. A counter of a block the
+    table does not know (a derived metric's name, a block of another kind) gets a pass of its
+    own, and rocprofv3 says itself whether it fits."""
     registers = BLOCK_REGISTERS[gfx]
     blocks: dict[str, list[str]] = {}
     alone: list[str] = []
@@ -134,7 +118,8 @@ def counter_command(
     rocprofv3: str, counters: Sequence[str], output_format: str, folder: Path, argv: list[str]
 ) -> list[str]:
     """One counter pass: rocprofv3 collecting these counters of every dispatch of `argv` (the
-    measuring process's command line)."""
+    measuring process's command line), one `--pmc` group per call, not several groups in one
+    call: each pass is one measuring process the runner watches."""
     return [
         rocprofv3,
         "--pmc",
@@ -151,8 +136,9 @@ def counter_command(
 
 
 def gpu_architecture(topology: Path = KFD_NODES) -> tuple[str | None, str]:
-    """The gfx target of the first GPU the KFD topology lists, and where it was read; None and
-    why not when there is none."""
+    """The gfx target of the first GPU the KFD topology lists (the device ONNX Runtime's ROCm and
+    MIGraphX providers use by default), and where it was read; None and why not when there is
+    none."""
     if not topology.is_dir():
         return None, f"no KFD topology at {topology} to tell the GPU's architecture"
     for node, properties in kfd_gpu_nodes(topology):
@@ -163,7 +149,7 @@ def gpu_architecture(topology: Path = KFD_NODES) -> tuple[str | None, str]:
 
 
 def trace_output_format() -> tuple[str, str]:
-    """rocprofv3's output format for this host's ROCm, and why (see the module's rule)."""
+    """rocprofv3's output format for this host's ROCm, and why (see ROCPD_SINCE)."""
     version, where = environment.rocm_version()
     parsed = _version_numbers(version)
     if parsed is None:

@@ -1,56 +1,15 @@
 """Which hardware counters to collect on each AMD GPU, and the formulas that turn them into work.
 
-One table, as data, per architecture: every quantity aaco derives from counters (FLOPs by data
-type, DRAM bytes read and written, L2 hits and misses, LDS bank-conflict cycles, the bytes
-the L2 and the LDS served) is a sum of
-counters times factors, copied from AMD's own definitions:
+One table, as data, per architecture family (FAMILIES): every quantity aaco derives from counters
+(FLOPs by data type, DRAM bytes read and written, L2 hits and misses, LDS bank-conflict cycles,
+the bytes the L2 and the LDS served, the VALU lanes in use) is a sum of raw counters times
+factors, copied from AMD's own definitions (SOURCES, cited beside each formula). What an
+architecture cannot count is absent and said (CounterFormulas.not_counted), never guessed.
 
-  [sol]   rocprofiler-compute's System Speed-of-Light panel per architecture (VALU FLOPs, MFMA
-          FLOPs, L2 Cache Hit Rate, L2-Fabric Read/Write BW), ROCm/rocm-systems@1b1610fc2b2ab32a
-          f71e6e04e4d4a6a4ae597992:projects/rocprofiler-compute/src/rocprof_compute_soc/
-          analysis_configs/<gfx>/0200_system_speed_of_light.yaml (gfx90a, gfx942, gfx950)
-  [lds]   the same tool's LDS panel ("Bank Conflict", "Bank Conflicts/Access"), .../<gfx>/
-          1200_local_data_share_lds.yaml
-  [sdk]   rocprofiler-sdk's counter definitions, ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6
-          a4ae597992:projects/rocprofiler-sdk/source/share/rocprofiler-sdk/counter_defs.yaml:
-          FETCH_SIZE and WRITE_SIZE per architecture (DRAM bytes), L2CacheHit, LDSBankConflict,
-          and which architectures define each raw counter
-  [mfma]  ROCm documentation, "MI300 and MI200 series performance counters and metrics",
-          https://rocm.docs.amd.com/en/latest/conceptual/gpu-arch/mi300-mi200-performance-
-          counters.html ("Matrix fused multiply-add operation counters": SQ_INSTS_VALU_MFMA_MOPS_*
-          count matrix FMA ops "in the unit of 512")
-  [roof]  rocprofiler-compute's empirical roofline panel, the bytes behind its L2 and LDS
-          arithmetic intensities ("Total L2 Cache Data", "Total LDS Data"), ROCm/rocm-systems@
-          10d7b2605a5caad379d1bcb878942eacfedc17f1:projects/rocprofiler-compute/src/
-          rocprof_compute_soc/analysis_configs/<gfx>/0400_roofline.yaml (gfx90a, gfx942, gfx950;
-          gfx908 at 11fb0725b50d80a1ec97a1c880c7db9f492edd9b):
-            l2_bytes  = 64 x (TCP_TCC_READ_REQ + TCP_TCC_WRITE_REQ + TCP_TCC_ATOMIC_WITH_RET_REQ
-                              + TCP_TCC_ATOMIC_WITHOUT_RET_REQ)      vL1D -> L2 requests
-            lds_bytes = (SQ_LDS_IDX_ACTIVE - SQ_LDS_BANK_CONFLICT) x 4 x $lds_banks_per_cu
-          with $lds_banks_per_cu = 32 on every CDNA target (rocprof_compute_soc/soc_gfx90a.py,
-          soc_gfx942.py, soc_gfx950.py at the same commit): 128 bytes per conflict-free cycle
-  [roof4] the same panel for gfx1201 ("LDS BW", the SQC_ spelling of the same form; soc_gfx1201.py
-          sets lds_banks_per_cu = 32), ROCm/rocm-systems@0a4cacac249a31fd6853fa10342c77f9e948b1cb:
-          projects/rocprofiler-compute/src/rocprof_compute_soc/analysis_configs/gfx1201/
-          0400_roofline.yaml
+Entry points: `formulas_for` (a gfx target's formulas), `counters_for` (the raw counters a runner
+collects there), `all_counters` (what a reader looks for) and `no_formulas_reason`.
 
-Formulas name raw counters only (what `rocprofv3 --pmc` collects and `counters_for` lists): a
-derived `X_sum` of counter_defs.yaml is `reduce(X, sum)`, and rocprofv3's CSV already sums a
-raw counter over its hardware instances in each dispatch's row ("Accumulate counters based on
-ID", rocprofiler-sdk source/lib/output/generateCSV.cpp at the commit above), so `X` and `X_sum`
-are the same number and readers accept either spelling (`SUM_SUFFIX`).
-
-Not counted, so absent rather than guessed: FLOPs on gfx908 (CDNA 1 has no per-type VALU or MFMA
-MOPS counters in counter_defs.yaml) and on RDNA (gfx11, gfx12 define only SQ_INSTS_VALU, an
-instruction count, and no WMMA counters); bf16/fp8/int8 VALU work (no counters on any
-architecture); the fp8 matrix rate on gfx90a (no F8 MFMA); gfx950's F6F4 matrix ops (no data type
-of aaco's). gfx12 has no WRITE_SIZE in [sdk]; its write bytes use gfx11's WRITE_SIZE form with
-gfx12's GL2C_EA_WRREQ ("transactions (either 32-byte or 64-byte)", [sdk]) in place of gfx11's
-GL2C_MC_WRREQ, and say so (`Formula.note`). L2 bytes on RDNA (the gfx1201 panel reads
-GL1C_GL2_REQ_* counters this table does not name yet) and LDS bytes on RDNA 3
-(rocprofiler-compute has no gfx11 roofline panel) are not counted. The 64-byte L2 request is
-[roof]'s: on gfx942 the vcopy capture's 8 MiB of reads are 65,536 TCP_TCC_READ_REQ, so 128-byte
-read requests count as 64 bytes there, as they do in rocprofiler-compute.
+Concepts: docs/concepts/kernel-diagnosis.md.
 """
 
 from __future__ import annotations
@@ -59,8 +18,28 @@ from dataclasses import dataclass
 
 from aaco_pipelines.execution.amd_gpus import gfx_target
 
-SUM_SUFFIX = "_sum"  # counter_defs.yaml's name of reduce(X, sum): the same value as X in rocprofv3
+# counter_defs.yaml's name of reduce(X, sum). Formulas name raw counters only (what
+# `rocprofv3 --pmc` collects): rocprofv3's CSV already sums a raw counter over its hardware
+# instances in each dispatch's row ("Accumulate counters based on ID", rocprofiler-sdk
+# source/lib/output/generateCSV.cpp at [sdk]'s commit), so X and X_sum are the same number and
+# readers accept either spelling.
+SUM_SUFFIX = "_sum"
 
+# Where each formula comes from (Formula.source is a key):
+#   sol    rocprofiler-compute's System Speed-of-Light panel per architecture (VALU FLOPs, MFMA
+#          FLOPs, L2 Cache Hit Rate, L2-Fabric Read/Write BW): projects/rocprofiler-compute/src/
+#          rocprof_compute_soc/analysis_configs/<gfx>/0200_system_speed_of_light.yaml (gfx90a,
+#          gfx942, gfx950)
+#   lds    the same tool's LDS panel ("Bank Conflict", "Bank Conflicts/Access")
+#   sdk    rocprofiler-sdk's counter definitions (projects/rocprofiler-sdk/source/share/
+#          rocprofiler-sdk/counter_defs.yaml): FETCH_SIZE and WRITE_SIZE per architecture (DRAM
+#          bytes), L2CacheHit, LDSBankConflict, and which architectures define each raw counter
+#   mfma   "Matrix fused multiply-add operation counters": SQ_INSTS_VALU_MFMA_MOPS_* count
+#          matrix FMA ops "in the unit of 512"
+#   roof   rocprofiler-compute's empirical roofline panel, the bytes behind its L2 and LDS
+#          arithmetic intensities ("Total L2 Cache Data", "Total LDS Data"), gfx90a, gfx942,
+#          gfx950; gfx908 at 11fb0725b50d80a1ec97a1c880c7db9f492edd9b
+#   roof4  the same panel for gfx1201 ("LDS BW", the SQC_ spelling of the same form)
 SOURCES = {
     "sol": "rocprofiler-compute analysis_configs/<gfx>/0200_system_speed_of_light.yaml "
     "(ROCm/rocm-systems@1b1610fc2b2ab32af71e6e04e4d4a6a4ae597992)",
@@ -78,8 +57,16 @@ SOURCES = {
     "roof4": "rocprofiler-compute analysis_configs/gfx1201/0400_roofline.yaml, LDS BW "
     "(ROCm/rocm-systems@0a4cacac249a31fd6853fa10342c77f9e948b1cb)",
 }
-L2_REQUEST_BYTES = 64.0  # [roof]: each vL1D -> L2 request counted as one 64-byte line
-LDS_BYTES_PER_CYCLE = 4.0 * 32  # [roof]: 4-byte banks x $lds_banks_per_cu (32 on CDNA, gfx1201)
+# [roof]: l2_bytes = 64 x (TCP_TCC_READ_REQ + TCP_TCC_WRITE_REQ + TCP_TCC_ATOMIC_WITH_RET_REQ
+# + TCP_TCC_ATOMIC_WITHOUT_RET_REQ), each vL1D -> L2 request counted as one 64-byte line. On gfx942
+# the vcopy capture's 8 MiB of reads are 65,536 TCP_TCC_READ_REQ: 128-byte read requests count as
+# 64 bytes there, as they do in rocprofiler-compute.
+L2_REQUEST_BYTES = 64.0
+# [roof], [roof4]: lds_bytes = (SQ_LDS_IDX_ACTIVE - SQ_LDS_BANK_CONFLICT) x 4 x $lds_banks_per_cu:
+# 4-byte banks, lds_banks_per_cu = 32 on every CDNA target and on gfx1201
+# (rocprof_compute_soc/soc_gfx90a.py, soc_gfx942.py, soc_gfx950.py, soc_gfx1201.py): 128 bytes per
+# conflict-free cycle.
+LDS_BYTES_PER_CYCLE = 4.0 * 32
 
 # The quantities a formula can give. FLOPs by data type, vector (VALU) and matrix (MFMA) apart;
 # int8 matrix work is integer ops, kept out of FLOP totals.
@@ -130,7 +117,9 @@ def _mfma(quantity: str, suffix: str) -> Formula:
     return Formula(quantity, ((f"SQ_INSTS_VALU_MFMA_MOPS_{suffix}", 512.0),), "mfma")
 
 
+# No architecture counts bf16, fp8 or int8 VALU work: no vector formulas for them.
 _VALU = (_valu("fp64", "F64"), _valu("fp32", "F32"), _valu("fp16", "F16"))
+# gfx90a has no F8 MFMA; gfx950's F6F4 matrix ops are no data type of aaco's: not counted.
 _MFMA_CDNA2 = (
     _mfma("fp64_matrix_flops", "F64"),
     _mfma("fp32_matrix_flops", "F32"),
@@ -213,7 +202,10 @@ _BYTES_RDNA3 = (  # [sdk] FETCH_SIZE / WRITE_SIZE for gfx11
     ),
     Formula("hbm_write_bytes", (("GL2C_MC_WRREQ", 32.0), ("GL2C_EA_WRREQ_64B", 32.0)), "sdk"),
 )
-_BYTES_RDNA4 = (  # [sdk] FETCH_SIZE for gfx12 (no 96-byte requests); WRITE_SIZE: see above
+# [sdk] FETCH_SIZE for gfx12 (no 96-byte requests). gfx12 has no WRITE_SIZE in [sdk]: its write
+# bytes take gfx11's WRITE_SIZE form with gfx12's GL2C_EA_WRREQ ("transactions (either 32-byte or
+# 64-byte)", [sdk]) in place of gfx11's GL2C_MC_WRREQ, and the formula's note says so.
+_BYTES_RDNA4 = (
     Formula(
         "hbm_read_bytes", tuple((f"GL2C_EA_RDREQ_{n}B", float(n)) for n in (32, 64, 128)), "sdk"
     ),
@@ -225,6 +217,9 @@ _BYTES_RDNA4 = (  # [sdk] FETCH_SIZE for gfx12 (no 96-byte requests); WRITE_SIZE
     ),
 )
 
+# [sdk]: CDNA 1 defines no per-type VALU or MFMA MOPS counters; gfx11 and gfx12 define only
+# SQ_INSTS_VALU (an instruction count) and no WMMA counters. L2 bytes on RDNA 4 would need the
+# GL1C_GL2_REQ_* counters its roofline panel reads.
 _NO_FLOPS_CDNA1 = "gfx908 has no per-type VALU or MFMA MOPS counters: FLOPs are not counted"
 _NO_FLOPS_RDNA = (
     "RDNA counts VALU instructions (SQ_INSTS_VALU), not FLOPs by data type, and no WMMA work: "

@@ -2,44 +2,15 @@
 session as itself: its id, slug, model version, rows, drift verdicts, and the envelopes and
 baselines it was judged with.
 
-Table by table, how each comes back:
-- Recomputed from the bundles, by the stages that made them, one session at a time in the
-  order history was made (started_at, then session id), so each drift verdict is judged on the
-  history it had:
-  - load: session_records (the `sessions` view), iterations, kernel_events (its profile rows,
-    and its device trace read again from the bundle's raw copy), telemetry, api_calls,
-    memory_copies, counters, agents, requests, generation_steps, generation_metrics, models,
-    graph_nodes, graph_edges, kernel_symbols, and measurement_quality for a measured session
-    (`aaco ingest` never judged one).
-  - attribute: node_attribution, op_breakdown, phase_breakdown, derived_metrics.
-  - critical path: critical_paths, critical_path_nodes.
-  - diagnose: roofline_points and bottleneck_reports, judged against the envelope the session
-    was judged against then.
-  - judge_drift: drift_verdicts and completed_sessions; then the false-discovery sweeps of
-    nights and `aaco sweep` run again over the same sessions.
-- From the lake's journal (tracelake.journal), which cannot be recomputed: hardware_envelopes
-  and baselines (pins included) as they were stored; which envelope judged each session; which
-  sessions were made visible without analysis; which sessions were swept together.
-- Stamped at restore time: completed_sessions.completed_at (when each session became visible)
-  and schema_info. Nothing reads either as history. (A float DuckDB sums in parallel may differ
-  in its last bits, as it does between two runs of one analysis.)
+What a bundle holds is loaded and analysed again by the stages that made it, one session at a
+time in the order history was made; what no bundle holds (envelopes, baselines, which envelope
+judged each session, the sweeps) comes from the lake's journal. A bundle the journal does not
+vouch for is skipped and named. The lake is built beside its path and linked into place only
+once complete: a failure leaves no lake. Nothing is measured again.
 
-Every bundle is checked against the digest of its manifest that the journal recorded when the
-session was loaded (not only against its own manifest, which whoever edits the files can
-rewrite too): a bundle whose manifest is missing or is not that one is skipped and named, and
-so is one whose evidence or manifest no longer verifies, one never collected (its run was
-killed first) or one held by a live process. A bundle the journal has no record of (loaded
-before the journal kept them, or the journal is lost) is skipped too, unless asked for
-(`aaco restore --unverified`): then it is restored marked unverified (session_records.
-unverified_reason; `aaco verify` fails it, the report says so, and its measurement is suspect:
-left out of new baselines). failed/ keeps runs that never
-completed: none is restored. A session the journal does not know (analysed before the lake
-kept a journal) is analysed, judged against the stored envelope of its target and runtime.
-Nothing is measured again.
+Entry point: `restore_lake`.
 
-The lake is built beside its path under another name, with the path's writer lock held
-throughout (no writer creates a lake there meanwhile). It is checkpointed, then linked into
-place only once complete: a failure or a stop signal leaves no lake, and nothing of the attempt.
+Docs: docs/how-to/restore-a-lake.md.
 """
 
 from __future__ import annotations
@@ -136,7 +107,7 @@ def restore_lake(
     paths: AacoPaths, on_progress: Progress | None = None, *, unverified: bool = False
 ) -> Restored:
     """Rebuild the TraceLake at paths.tracelake from the bundles under AACO_HOME and the lake's
-    journal (see the module docstring); refused when a lake is there. `unverified`: restore the
+    journal (docs/how-to/restore-a-lake.md); refused when a lake is there. `unverified`: restore the
     bundles the journal has no record of too, marked unverified."""
     say = on_progress or (lambda line: None)
     target = paths.tracelake

@@ -3,36 +3,14 @@
 A new ONNX Runtime, other provider options, another optimisation level or a re-exported model
 changes the graph the runtime compiles: a LayerNorm that ran as one LayerNormalization kernel
 may run as nine elementwise nodes. `aaco diff` compares latencies and kernel names; this module
-aligns the two sessions through the chain every analysed session stores,
+aligns the two sessions through the chain every analysed session stores (original ONNX node ->
+runtime nodes -> kernels), by the original node's name, and reports the fusions lost, gained,
+reshaped or retyped, the kernel counts that changed, the kernels only one side ran, and each
+node's time with a bootstrap CI of the difference.
 
-  original ONNX node -> runtime node(s) (node_attribution) -> kernels (session_kernels),
+Entry point: `structural_diff` (its records: structure_records.StructuralDiff).
 
-by the original node's name. Nodes whose name only one model has (two model versions) are
-listed as only in A / only in B, never matched by guess.
-
-  fusion groups    each side's original nodes that ONNX Runtime ran as one (fusion_groups: the
-                   connected parts of its runtime node <-> original node mapping), typed by the
-                   runtime op that executes them (LayerNormalization, Gemm, FusedGemm, Gelu ...)
-  fusion changes   the groups of A and B that share an original node, joined (connected parts
-                   again); judged on the nodes both graphs have: a group of A with two or more of
-                   them whose nodes run apart in B is a fusion lost, the reverse one gained, two
-                   different fused member sets a fusion reshaped, the same members under another
-                   fused op a fusion retyped
-  kernel counts    kernels per profiled iteration of each original node (KAR per node; on the
-                   CPU provider a runtime node's execution is its one kernel), and of each fusion
-                   change as a whole ("1 kernel became 9"); kernels (by name; by runtime op type
-                   on the CPU provider, whose profile names none) that only one side ran
-  times            each node's median time per profiled iteration on each side (attribution's
-                   per-iteration table: a fused kernel's time split over its members), and of each
-                   fusion change's members together, with a bootstrap CI of the difference of the
-                   medians: each side's profiled iterations resampled on their own (the ranking's
-                   resampled_medians, analysis/attribution/ranking_stability.py)
-
-Which fusions each optimisation level runs: ONNX Runtime, "Graph Optimizations in ONNX Runtime",
-https://onnxruntime.ai/docs/performance/model-optimizations/graph-optimizations.html (basic:
-semantics-preserving fusions such as Conv+BatchNorm; extended: GELU, LayerNorm, attention and
-GEMM+activation fusions; layout: NCHWc). Disabling one transformer by name
-(`disabled_optimizers`) is the same session option.
+Concepts: docs/concepts/structural-diff.md.
 """
 
 from __future__ import annotations

@@ -2,33 +2,15 @@
 in blocks between host synchronisations, behind the host launches that feed them; what the
 critical path (`device_path`) reads and the what-ifs (`device_whatif`) re-time.
 
-A device queue (HIP stream) runs its kernels in order. On one queue, within one profiled
-iteration and between two host synchronisations, take kernels in start order i = 1..n with
-duration d_i, the time a_i the host let it go (its launch call's end, on the profiler's clock,
-which the kernels share) and the device's dispatch gap g_i. The queue's ends follow
+On one queue, within one iteration and block, a kernel ends at e_i = max(e_{i-1} + g_i, a_i) + d_i
+(its dispatch gap g_i, its launch call's end a_i, its duration d_i), whose closed form is a
+running maximum: every quantity is a window function in DuckDB over the chains, sorted once.
+Synchronisations (SYNC_CALLS) cut an iteration into blocks; the model's approximations are
+reported in `caveats` when they apply.
 
-    e_i = max(e_{i-1} + g_i, a_i) + d_i
+Entry point: `session_chains` (the chains of a session's kernels, as temporary tables).
 
-whose closed form is a running maximum, so every quantity is a window function in DuckDB:
-
-    P_i = sum_{k<=i} (g_k + d_k),   T_j = a_j + d_j - P_j,   M_i = max_{j<=i} T_j,
-    e_i = P_i + M_i.
-
-Reading a, g off the trace: kernel i is *device-bound* when its launch ended before the previous
-kernel did (a_i <= e_{i-1}), or it started within the queue's usual dispatch gap of it; then
-g_i = s_i - e_{i-1} and a_i := min(a_i, s_i). Otherwise it is *host-bound*: a_i := s_i (it waited
-for the host; the launch latency counts as host) and g_i := the queue's median device-bound gap.
-Both choices give back the observed timeline exactly, and the classification decides which
-constraint binds when durations change. A kernel with no launch call is device-bound (the host
-is never on the path before it), the first of a chain is anchored at its start.
-
-Synchronisations (SYNC_CALLS) cut an iteration into blocks (how a what-if shifts the blocks
-after one: `device_whatif`).
-
-Approximations, reported in `caveats` when they apply: a sync waits for every queue (a trace
-does not say which stream a hipStreamSynchronize names), on whichever host thread it ran; kernels
-that overlap the previous kernel of their queue keep their observed offset to it; memory copies
-are not chain members (a blocking copy is a sync, and an async copy's queue time is not kept).
+Concepts: docs/concepts/critical-path.md.
 """
 
 from __future__ import annotations
@@ -216,8 +198,14 @@ SELECT lane,
 FROM device_previous GROUP BY lane
 """
 
-# g and a of every kernel, read off the trace (see the module docstring), and its chain's
-# number; in chain order.
+# g and a of every kernel, read off the trace, and its chain's number; in chain order. Kernel i
+# is device-bound when its launch ended before the previous kernel did (a_i <= e_{i-1}), or it
+# started within the queue's usual dispatch gap of it: then g_i = s_i - e_{i-1} and
+# a_i := min(a_i, s_i). Otherwise it is host-bound: a_i := s_i (it waited for the host; the launch
+# latency counts as host) and g_i := the queue's median device-bound gap. Both give back the
+# observed timeline exactly; the classification decides which constraint binds when durations
+# change. A kernel with no launch call is device-bound (the host is never on the path before
+# it); the first of a chain is anchored at its start.
 CHAIN_SQL = """
 CREATE OR REPLACE TEMP VIEW device_chain AS
 SELECT row, part, it, seg, key_id, s, d,

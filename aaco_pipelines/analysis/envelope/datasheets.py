@@ -1,39 +1,16 @@
 """Published peaks of AMD GPUs, for sessions whose GPU this host cannot measure, and data types.
 
 A trace ingested from a GPU node is judged against that GPU, never against the host that
-ingests it. The envelope measured on that GPU model wins when the TraceLake has one
-(analysis.envelope.choice.session_envelope); otherwise the numbers below, marked `datasheet` wherever
-they are shown. They are dense (no structured sparsity) peaks at the product's peak engine
-clock, each computed as
+ingests it: the envelope measured on that GPU model when the TraceLake has one
+(analysis.envelope.choice.session_envelope), otherwise these datasheets, marked `datasheet`
+wherever they are shown. Each product's peaks are dense, at its peak engine clock: FLOP per
+clock per CU (RATES) x CUs x clock per data type, plus the L2 and LDS ceilings the counted
+roofline uses (LEVEL_SOURCES). A trace's GPU agent is matched to a product here.
 
-    FLOP per clock per CU (the architecture's rate for the data type) x CUs x peak clock
+Entry points: `match_datasheet`, `local_gpu` (this host's GPU), `session_gpu_targets`, and
+`node_dtype` / `kernel_dtype` (the data type whose roof a node sits under).
 
-which reproduces AMD's published figures (MI300X: 2048 x 304 x 2.1 GHz = 1307.4 TFLOP/s of
-matrix FP16). Data types are the roofs a node can sit under:
-
-  fp64 fp32 tf32 fp16 bf16 fp8 int8   matrix (MFMA / WMMA) rates where the GPU has them, else
-                                      the vector rate (RDNA 2 has no matrix cores; fp64 on
-                                      RDNA is vector); fp32 is the matrix FP32 rate on CDNA
-  fp32_vector                         the vector FP32 rate, for reference only
-
-The counted roofline's ceilings inside the GPU (analysis.kernels.diagnosis) are theoretical
-peaks computed the way rocprofiler-compute's System Speed-of-Light panel computes them
-(LEVEL_SOURCES), at the product's peak engine clock:
-
-  LDS   128 bytes per clock per CU x CUs x clock          CDNA only (RDNA: no published figure)
-  L2    128 bytes per clock per channel x channels x clock, where the product's L2 channels are
-        published (l2_channels); none otherwise (never a guess)
-
-MI300X: LDS 128 x 304 x 2.1 GHz = 81.7 TB/s; L2 128 x 128 channels x 2.1 GHz = 34.4 TB/s.
-
-A data type a GPU lacks (fp8 before CDNA 3, tf32 on CDNA 4) is absent: its nodes fall back to
-the fp32 roof, and the roofline says so (roofline_points.roof_dtype).
-
-An agent is matched to a product by its gfx architecture, then its product name, then its CU
-count. A partition of a product (one GCD of an MI250X, a CPX partition of an MI300X) shows
-fewer CUs than the product: its peaks, bandwidth included, are the product's scaled by the CU
-share. Without a product name or a CU count the first product of the architecture is assumed,
-and the envelope's reference says so.
+Concepts: docs/concepts/roofline.md.
 """
 
 from __future__ import annotations
@@ -55,7 +32,9 @@ from aaco_pipelines.execution.amd_gpus import (
 
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 FALLBACK_DTYPE = "fp32"  # the roof of a node whose data type is unknown or lacks a peak
-PARTITIONS = (1, 2, 3, 4, 6, 8)  # CU shares a product can present as (GCDs, compute partitions)
+# CU shares a product can present as (GCDs, compute partitions): a partition's peaks, bandwidth
+# included, are the product's scaled by its CU share.
+PARTITIONS = (1, 2, 3, 4, 6, 8)
 CLOCK_NOTE_TOLERANCE = 0.02  # an agent clock this far from the datasheet's is mentioned
 
 # White papers and documentation with the per-CU rates (FLOPS/clock/CU tables).
@@ -103,7 +82,12 @@ LEVEL_SOURCES = {
     "spx in utils/mi_gpu_spec.yaml: 8 on MI300X / MI325X / MI350 series, 6 on MI300A)",
 }
 
-# FLOP per clock per CU, dense. CDNA: white papers above. RDNA: the rates that reproduce AMD's
+# FLOP per clock per CU, dense: x CUs x peak clock reproduces AMD's published figures (MI300X
+# matrix fp16: 2048 x 304 x 2.1 GHz = 1307.4 TFLOP/s). fp64..int8 are matrix (MFMA / WMMA)
+# rates where the GPU has them, else the vector rate (RDNA 2 has no matrix cores; fp64 on RDNA
+# is vector); fp32 is the matrix FP32 rate on CDNA, fp32_vector the vector rate, for reference
+# only. A type a GPU lacks (fp8 before CDNA 3, tf32 on CDNA 4) is absent: its nodes fall back to
+# FALLBACK_DTYPE's roof. CDNA: white papers above. RDNA: the rates that reproduce AMD's
 # published card peaks (RDNA 3 WMMA fp16/bf16/iu8 at 512, RDNA 4 WMMA at 1024 for fp16/bf16 and
 # 2048 for fp8/iu8; RDNA 2 packed fp16 at twice its 128 fp32 rate, fp64 at 1/16).
 RATES: dict[str, dict[str, int]] = {

@@ -3,43 +3,14 @@
 A roofline judged against datasheet peaks blames the model for what the runtime, the clocks or a
 shared host cannot deliver. So the peaks are measured here, through ONNX Runtime on the same
 execution provider the models use, with the same graph optimizations (session.py), each
-micro-benchmark (kernels.py) swept over its sizes until it saturates (sweep.py):
+micro-benchmark (kernels.py) swept over its sizes until it saturates (sweep.py): a float32 GEMM,
+the same GEMM in each other data type the provider runs natively, a streaming Add beyond the
+last-level cache and, on CPU, the same Add inside each data cache level. What the envelope
+holds is record.py's.
 
-  gemm_flops        one MatMul [n, n] x [n, n] (float32, weights an initializer as in real
-                    models, activations a runtime input so nothing folds): 2 n^3 FLOP per run;
-                    the fp32 roof, and the roof of nodes whose data type has no peak
-  dtype_gemm        the same GEMM in every other data type the provider runs natively: fp16
-                    and bf16 MatMul, int8 MatMulInteger (uint8 x int8 -> int32, 2 n^3 ops).
-                    A type is measured only if the provider runs it as itself: on CPU, ONNX
-                    Runtime 1.22 runs a float16 MatMul in float32 between Casts it inserts, and
-                    has no bfloat16 MatMul, so this CPU measures fp32 and int8 only; a GPU
-                    session must hold every node on the GPU (session.disable_cpu_ep_fallback).
-                    Why a type was skipped is kept in dtype_notes
-  memory_bandwidth  elementwise Add of two large float32 tensors, every size beyond the
-                    last-level cache: 3 x tensor bytes per run (two read, one written; as in
-                    STREAM, a CPU's write-allocate read of the output is not counted)
-  cache_bandwidth   CPU only: the same Add at working sets inside each data cache level sysfs
-                    lists (L2 and up, instruction caches skipped: caches.cpu_cache_levels), half
-                    then a quarter of the capacity the sessions' threads fill (a per-core cache:
-                    its size x threads, one instance per CPUs sharing it; a shared cache: its
-                    size), always above the next smaller level's capacity. Measured before the
-                    DRAM sweep, with CACHE_BUDGET_SHARE of the streaming budget
+Entry point: `measure_envelope`.
 
-What the envelope holds, and how its cache ceilings make the roofline hierarchical, is
-record.py's. A streaming size that fits in the last-level cache (caches.py) does not count
-towards memory bandwidth (sweep.CACHE_MARGIN).
-
-On CPU the envelope also keeps the host's theoretical fp32 peak (analysis.envelope.host_peak: cores x
-clock x SIMD lanes x 2 FMA units x 2, from /proc/cpuinfo and sysfs; the cores are the sessions'
-threads, at most the physical cores they may use), and describe() says what share of it the
-measured fp32 GEMM reached.
-
-fp32 gets half the GEMM budget when other types are measured, and they share the rest.
-
-A GPU provider's envelope names the GPU (device: gfx architecture, product name, CUs, clock,
-from the KFD topology; analysis.envelope.datasheets.local_gpu), so that a trace ingested from that GPU
-model finds it. An envelope can also come from a datasheet (record.datasheet_envelope): source
-says which, and reference names the document.
+Concepts: docs/concepts/roofline.md.
 """
 
 from __future__ import annotations

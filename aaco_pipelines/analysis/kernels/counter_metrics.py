@@ -1,34 +1,16 @@
 """Per-dispatch and per-kernel hardware metrics from a session's counters, in DuckDB.
 
 A counter run (`rocprofv3 --pmc`, one `pmc_N/` folder per pass) stores one `counters` row per
-dispatch and counter. Here the rows of a dispatch become one row (the passes of one run share
-dispatch ids, as rocprofiler-compute merges them; a counter repeated in several passes is
-averaged; passes merge a dispatch only where they name the same kernel), joined to its kernel
-(kernel_events on dispatch id, else correlation id, and only to a row of the same kernel name; a
-dispatch traced in several passes keeps its median duration) and to its GPU's gfx target
-(agents). The counter passes of `aaco run --counters` are runs of their own, whose dispatch ids
-need not match the traced pass's: a dispatch no kernel row matches takes the median duration of
-its kernel name in the trace (`duration_source`: dispatch | correlation | kernel_median). The
-formulas of execution.gpu_counters for that target give:
+dispatch and counter. Here the rows of a dispatch become one row, joined to its kernel's traced
+duration and to its GPU's gfx target, and the formulas of execution.gpu_counters for that target
+give its FLOPs by data type, HBM, L2 and LDS bytes, L2 hit rate, LDS bank conflicts, VALU lanes
+in use, and their rates. A metric whose counters were not collected is null and `missing` names
+them; `note` says what the architecture cannot count. Nothing is guessed.
 
-  <dtype>_flops   fp64 fp32 fp16 bf16 fp8: VALU + MFMA FLOPs of the data type (the formulas the
-                  architecture has); vector_flops, matrix_flops and total_flops (floating point
-                  only) sum them; int8_ops is MFMA integer work, outside the FLOP totals
-  hbm_read_bytes, hbm_write_bytes, hbm_bytes     bytes the L2 moved over the fabric
-  l2_bytes, lds_bytes   bytes the vector L1 requested from the L2, bytes the LDS moved
-                  (rocprofiler-compute's roofline; execution.gpu_counters [roof]);
-                  l2_bytes_per_s, lds_bytes_per_s over the dispatch's duration
-  l2_hit_rate     hits / (hits + misses), 0..1
-  lds_bank_conflict_cycles, lds_bank_conflict_rate   conflict cycles / LDS indexed-active
-                  cycles, 0..1 (rocprofiler-compute's conflicts/access is rate / (1 - rate))
-  valu_thread_utilization   the share of a wave's 64 lanes its VALU instructions kept busy,
-                  0..1 (rocprofiler-sdk's VALUUtilization / 100): low is divergence, or
-                  workgroups that are no multiple of 64
-  flops_per_s, bytes_per_s   over the dispatch's duration; arithmetic_intensity = FLOPs / bytes
+Entry points: `kernel_hardware_metrics` (one row per counted dispatch) and
+`kernel_hardware_summary` (one row per device, kernel name and gfx target).
 
-A metric is null when a counter it needs was not collected, and `missing` names it with those
-counters ("hbm_read_bytes (TCC_BUBBLE)"); `note` says what the architecture cannot count, or why
-a dispatch has no formulas at all (an unknown gfx, no agent info). Nothing is guessed.
+Concepts: docs/concepts/kernel-diagnosis.md.
 """
 
 from __future__ import annotations

@@ -1,69 +1,15 @@
 """Occupancy of every kernel of a session, from what each kernel row of the trace carries.
 
-A kernel row of rocprofv3 (CSV, JSON, rocpd) or rocprof v1 says the kernel's VGPRs, AGPRs,
-SGPRs, LDS and scratch per workgroup and its workgroup size; the architecture fixes how many
-of each a SIMD (and a CU or WGP) holds. So the waves a SIMD can hold for each kernel, and the
-resource that stops it holding more, need no counters and work on every real trace read today.
+A kernel row of rocprofv3 (CSV, JSON, rocpd) or rocprof v1 says the kernel's registers, LDS,
+scratch and workgroup size, and the architecture fixes how many of each a SIMD holds: so the
+waves a SIMD can hold for each kernel, and the resource that stops it holding more, need no
+counters and work on every real trace read today. The rules are LLVM's AMDGPU occupancy model,
+one OccupancyRules per gfx target (ARCHITECTURES, its sources cited beside each number).
 
-The rules are LLVM's AMDGPU occupancy model (the "Occupancy:" the compiler prints, and
-`llvm-calc-occupancy`), per wave slot of one SIMD:
+Entry points: `kernel_occupancy` (one row per device, kernel and resource configuration, most
+time first, computed in DuckDB) and `describe` (such a row in one sentence for a report).
 
-  vgpr        min(max_waves, total_vgprs // align(vgprs, granule)); on CDNA2+ the AGPRs share
-              the file: align(arch, 4) + accum (getTotalNumVGPRs(has90AInsts, AGPR, VGPR)); on
-              gfx908 they are a file of their own, so the larger of the two counts (agpr names
-              the AGPRs when they are the larger)
-  sgpr        GFX9 only: <= 80 -> 10, <= 88 -> 9, <= 100 -> 8, else 7 (getOccupancyWithNumSGPRs);
-              GFX10+ SGPRs never limit waves
-  lds         workgroups the block's LDS holds (per allocation granule) x waves per workgroup,
-              spread over the block's SIMDs (a block is what a workgroup's waves share: the CU
-              on GFX9, the WGP, 2 CUs and 4 SIMDs, on GFX10+ in WGP mode, LLVM's default)
-  workgroups  barrier slots: min(max_waves x SIMDs // waves per workgroup, 16 per CU or 32
-              per WGP) workgroups, a one-wave workgroup taking none (getMaxWorkGroupsPerCU)
-
-achievable = the least of these; occupancy = achievable / max_waves; `limiter` the resource
-that sets it (`none` at the maximum). A dispatch whose grid has fewer waves than the GPU's
-slots (compute units x SIMDs per CU x achievable) cannot fill it: when most of a kernel's time
-is in such dispatches its limiter is `grid`, and `grid_fill` is the share of slots its
-dispatches used (time-weighted). A kernel on a GPU the trace does not name, an architecture
-without rules here, or without the counts the rules need has null figures and a `reason`.
-Scratch use (`uses_scratch`) is private memory per work-item: register spills or stack arrays.
-
-Sources, cited at each number of ARCHITECTURES:
-
-  [BaseInfo] ROCm/llvm-project@08b7dcac0b204b5cc11cacd53ac28e0620ec568e
-             llvm/lib/Target/AMDGPU/Utils/AMDGPUBaseInfo.cpp: getMaxWavesPerEU,
-             getTotalNumVGPRs, getVGPRAllocGranule, getNumWavesPerEUWithNumVGPRs,
-             getOccupancyWithNumSGPRs, getEUsPerCU, getLocalMemorySize, getMaxWorkGroupsPerCU
-  [Subtarget] llvm/lib/Target/AMDGPU/AMDGPUSubtarget.cpp getOccupancyWithWorkGroupSizes (LDS
-             workgroups x waves per workgroup over the SIMDs, rounded up); reviews.llvm.org/D139468
-  [td]       iree-org/llvm-project@309da83928f42d7fecfb2a00e20579618734aba8
-             llvm/lib/Target/AMDGPU/AMDGPU.td: FeatureISAVersion9_0_Common (64 KiB LDS),
-             9_0_A / 9_4_Common (GFX90AInsts: unified VGPRs), 9_5_Common (160 KiB LDS),
-             11_0_0 / 11_0_1 / 11_5_1 / 12 (Feature1_5xVGPRs)
-  [hsakmt]   ROCm/ROCR-Runtime@16bf9650d104a77e672b8c3789b8fc62bf4e73e2 libhsakmt/src/queues.c
-             hsakmt_get_vgpr_size_per_cu: 512 KiB per CU for gfx908/90a/94x/950 (4 SIMDs x 512
-             x 64 lanes x 4 B), 384 KiB for gfx1100/1101/1151/1200/1201 (2 SIMDs x 1536 x 32 x 4 B)
-  [Usage]    LLVM AMDGPUUsage, COMPUTE_PGM_RSRC2.LDS_SIZE: 128-dword (512 B) blocks on GFX7-GFX11,
-             320 dwords (1280 B) on GFX950 (github.com/llvm/llvm-project/commit/5f38ae4a77d4)
-  [mesa]     mesa src/amd/common/ac_gpu_info.c (mirror/mesa@97b024e7f113): lds_alloc_granularity
-             1024 B from GFX10.3 on ("what the hardware will align the LDS size to"), 512 B before
-  [labnotes] AMD lab notes, "Register pressure in AMD CDNA2 GPUs", Table 1
-             (amd/amd-lab-notes@d0cc1529f61c7d42eb4186f62908bdfb8a91256d
-             register-pressure/img/occupancy_vgpr.JPG): 8 waves per SIMD at most, 512 VGPRs
-  [sdk]      ROCm/rocm-systems@fa9b00296149f33b64c3eb94d1024f46884e4853
-             projects/rocprofiler-sdk/source/lib/rocprofiler-sdk/code_object/code_object.cpp:
-             how the trace's counts are decoded (below)
-
-How the profiler counts (rocprofiler-sdk [sdk]): arch_vgpr_count is the kernel descriptor's
-granulated count (x 8 in wave32, x 4 in wave64), on gfx90a/gfx94x/gfx95x its ACCUM_OFFSET (x 4),
-with accum_vgpr_count the rest of the unified allocation; on gfx908 accum_vgpr_count repeats
-arch_vgpr_count; sgpr_count is 128 from GFX10 on. Before its gfx95x support (ROCm/rocprofiler-sdk
-code_object.cpp of 2024-25 matched only "gfx94"), a gfx950 kernel's arch_vgpr_count was
-(granules + 1) x 4 of a descriptor counting 8-register granules, half the allocation, and its
-accum_vgpr_count 0. A unified allocation is a multiple of 8 split as arch + accum, so a kernel
-of an odd multiple of 4 arch VGPRs and no AGPRs has that signature: a device with one is known
-to have been decoded so, its counts are doubled, and `caveat` says so. Unverified without hardware: RDNA kernels are taken as wave32 (HIP's default there) and
-as compiled for WGP mode (LLVM's default); a wave64 or CU-mode kernel would differ.
+Concepts: docs/concepts/kernel-diagnosis.md.
 """
 
 from __future__ import annotations
@@ -74,6 +20,35 @@ import duckdb
 import pyarrow as pa
 
 from aaco_pipelines.analysis.envelope.datasheets import session_gpu_targets
+
+# Sources, cited at each number of ARCHITECTURES below:
+#   [BaseInfo]  ROCm/llvm-project@08b7dcac0b204b5cc11cacd53ac28e0620ec568e
+#               llvm/lib/Target/AMDGPU/Utils/AMDGPUBaseInfo.cpp: getMaxWavesPerEU,
+#               getTotalNumVGPRs, getVGPRAllocGranule, getNumWavesPerEUWithNumVGPRs,
+#               getOccupancyWithNumSGPRs, getEUsPerCU, getLocalMemorySize, getMaxWorkGroupsPerCU
+#   [Subtarget] llvm/lib/Target/AMDGPU/AMDGPUSubtarget.cpp getOccupancyWithWorkGroupSizes (LDS
+#               workgroups x waves per workgroup over the SIMDs, rounded up);
+#               reviews.llvm.org/D139468
+#   [td]        iree-org/llvm-project@309da83928f42d7fecfb2a00e20579618734aba8
+#               llvm/lib/Target/AMDGPU/AMDGPU.td: FeatureISAVersion9_0_Common (64 KiB LDS),
+#               9_0_A / 9_4_Common (GFX90AInsts: unified VGPRs), 9_5_Common (160 KiB LDS),
+#               11_0_0 / 11_0_1 / 11_5_1 / 12 (Feature1_5xVGPRs)
+#   [hsakmt]    ROCm/ROCR-Runtime@16bf9650d104a77e672b8c3789b8fc62bf4e73e2 libhsakmt/src/queues.c
+#               hsakmt_get_vgpr_size_per_cu: 512 KiB per CU for gfx908/90a/94x/950 (4 SIMDs x
+#               512 x 64 lanes x 4 B), 384 KiB for gfx1100/1101/1151/1200/1201 (2 SIMDs x 1536 x
+#               32 x 4 B)
+#   [Usage]     LLVM AMDGPUUsage, COMPUTE_PGM_RSRC2.LDS_SIZE: 128-dword (512 B) blocks on
+#               GFX7-GFX11, 320 dwords (1280 B) on GFX950
+#               (github.com/llvm/llvm-project/commit/5f38ae4a77d4)
+#   [mesa]      mesa src/amd/common/ac_gpu_info.c (mirror/mesa@97b024e7f113): lds_alloc_granularity
+#               1024 B from GFX10.3 on ("what the hardware will align the LDS size to"), 512 B
+#               before
+#   [labnotes]  AMD lab notes, "Register pressure in AMD CDNA2 GPUs", Table 1
+#               (amd/amd-lab-notes@d0cc1529f61c7d42eb4186f62908bdfb8a91256d
+#               register-pressure/img/occupancy_vgpr.JPG): 8 waves per SIMD at most, 512 VGPRs
+#   [sdk]       ROCm/rocm-systems@fa9b00296149f33b64c3eb94d1024f46884e4853
+#               projects/rocprofiler-sdk/source/lib/rocprofiler-sdk/code_object/code_object.cpp:
+#               how the trace's counts are decoded (see _VGPRS_COUNTED)
 
 
 @dataclass(frozen=True)
@@ -171,7 +146,8 @@ _UNITS = {"vgpr": "VGPRs", "agpr": "AGPRs", "sgpr": "SGPRs"}
 def kernel_occupancy(con: duckdb.DuckDBPyConnection, session_id: str) -> pa.Table:
     """One row per (device, kernel name, resource configuration) of the session's device
     kernels, most time first: the resources, the waves per SIMD each allows, the achievable and
-    the maximum, occupancy, the limiter and the grid's fill of the GPU (module docstring)."""
+    the maximum, occupancy, the limiter and the grid's fill of the GPU
+    (docs/concepts/kernel-diagnosis.md)."""
     con.register("_occupancy_rules", rules_table())
     con.register("_occupancy_gpus", session_gpu_targets(con, session_id))
     try:
@@ -277,7 +253,12 @@ _LIMITER = (
     + " ".join(f"WHEN achievable_waves = {name}_waves THEN '{name}'" for name in LIMITERS)
     + " END"
 )
-# A device decoded as half its unified allocations (module docstring): counted twice.
+# A device decoded as half its unified allocations: counted twice. Before its gfx95x support
+# (ROCm/rocprofiler-sdk code_object.cpp of 2024-25 matched only "gfx94") rocprofiler-sdk [sdk]
+# gave a gfx950 kernel's arch_vgpr_count as (granules + 1) x 4 of a descriptor counting 8-register
+# granules, half the allocation, and its accum_vgpr_count as 0. A unified allocation is a multiple
+# of UNIFIED_GRANULE split as arch + accum, so an odd multiple of 4 arch VGPRs with no AGPRs
+# (the `decoding` step of OCCUPANCY_SQL) marks every kernel of its device as decoded so.
 _VGPRS_COUNTED = f"""
     CASE
         WHEN agprs <> 'unified' THEN vgpr_count

@@ -25,10 +25,10 @@
   top3_stability                share of those resamples whose first three nodes are the
                                 observed three
 
-Iteration wall time is the runtime's own `model_run` span from the profile, so launch tax and
-device activity are measured on the same clock as the kernels. The classifier reads the
-medians (`_p50`): one preempted iteration, 41x the others among ten, moves a mean over
-iterations 5x and leaves the median where it was; the means stay beside them.
+The report shows each metric with its definition above: report.content.metric_meanings reads
+this table. Entry point: `session_metrics`.
+
+Concepts: docs/concepts/derived-metrics.md.
 """
 
 from __future__ import annotations
