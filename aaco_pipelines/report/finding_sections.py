@@ -9,7 +9,12 @@ from aaco_pipelines.analysis.attribution.ranking_stability import (
     TICK_NS,
     TIE,
 )
-from aaco_pipelines.analysis.bottleneck.classification import CLOSE_CALL, close_call_text
+from aaco_pipelines.analysis.bottleneck.classification import (
+    CLOSE_CALL,
+    class_line,
+    close_call_text,
+    set_aside_signals,
+)
 from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
 from aaco_pipelines.report.markdown_tables import num, pct
 from aaco_pipelines.report.section_model import Section, Table
@@ -21,12 +26,14 @@ def bottleneck_section(report: dict | None, measurement: dict | None = None) -> 
         return Section("bottleneck", "Bottleneck", ["Not classified: the analysis did not run."])
     heu = report["hardware_envelope_utilization"]
     source = report.get("envelope_source")
-    text = [
-        f"{report['bottleneck']} with confidence {report['confidence']:.2f}; dominant resource "
+    undecided = report.get("decided") is False
+    text = [f"Not decided: {report['undecided_reason']}."] if undecided else []
+    text.append(
+        f"{class_line(report)}; dominant resource "
         f"{report['dominant_resource'] or '—'}, hardware envelope utilization "
         f"{pct(heu) if heu is not None else '—'}"
         + (f" (against the {source.upper()} envelope)." if source == "datasheet" else ".")
-    ]
+    )
     close = close_call_text(report.get("close_calls"))
     if close:
         text.append(
@@ -41,7 +48,17 @@ def bottleneck_section(report: dict | None, measurement: dict | None = None) -> 
             f"Across sessions: {rivals_text('bottleneck', found, others)}. Read the evidence "
             "below, or measure again, before acting on the class alone."
         )
-    if measurement and measurement["verdict"] == "suspect":
+    set_aside = set_aside_signals(report["evidence"])
+    if measurement and measurement["verdict"] == "suspect" and set_aside:
+        text.append(
+            "The measurement was suspect ("
+            + "; ".join(measurement["reasons"])
+            + "): "
+            + ", ".join(set_aside)
+            + " were set aside, as contention moves them, and the class "
+            "rests on the rest. Measure again on a quiet host to judge them."
+        )
+    elif measurement and measurement["verdict"] == "suspect":
         text.append(
             "This diagnosis is uncertain: it rests on a measurement judged suspect ("
             + "; ".join(measurement["reasons"])

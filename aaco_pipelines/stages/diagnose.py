@@ -14,11 +14,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from aaco_pipelines.analysis.bottleneck.classification import (
-    BottleneckReport,
-    Recommendation,
-    classify_bottleneck,
+from aaco_pipelines.analysis.bottleneck.actions import (
+    SessionFacts,
+    class_actions,
+    measure_again,
+    worth_reading,
 )
+from aaco_pipelines.analysis.bottleneck.classification import BottleneckReport, classify_bottleneck
+from aaco_pipelines.analysis.bottleneck.contention import judging
 from aaco_pipelines.analysis.bottleneck.evidence import (
     evidence_means,
     session_evidence,
@@ -30,19 +33,28 @@ from aaco_pipelines.analysis.bottleneck.roofline import (
     dominant_dtype,
     judge_roofline,
     node_dtypes,
+    roof_time_per_node_us,
     roofline_utilization,
 )
 from aaco_pipelines.analysis.critical_path.session_path import fix_first, node_gains
-from aaco_pipelines.analysis.envelope.choice import EnvelopeChoice, session_envelope
+from aaco_pipelines.analysis.envelope.choice import (
+    EXTERNAL_TARGET,
+    EnvelopeChoice,
+    session_envelope,
+)
 from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.analysis.kernels.diagnosis import (
     KernelDiagnoses,
     diagnose_kernels,
     recommendations,
 )
+from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
 from aaco_pipelines.tracelake.journal import JUDGED_AGAINST, LakeJournal
 from aaco_pipelines.tracelake.queries import roofline_nodes
 from aaco_pipelines.tracelake.store import TraceLake, reads_together
+from aaco_pipelines.tracelake.tables.analysis import MEASUREMENT_QUALITY
+
+MEASUREMENT_QUALITY_COLUMNS = [name for name in MEASUREMENT_QUALITY.names if name != "session_id"]
 
 
 @dataclass(frozen=True)
@@ -101,16 +113,25 @@ def judge_against_envelope(
     utilization, mean_utilization, ridge = _utilizations(
         lake, session_id, metrics, roofline, envelope
     )
-    evidence = session_evidence(lake, session_id, metrics, utilization, ridge)
-    report = classify_bottleneck(evidence, evidence_means(metrics, mean_utilization))
+    roof_time = roof_time_per_node_us(roofline, envelope) if envelope is not None else None
+    evidence = session_evidence(lake, session_id, metrics, utilization, ridge, roof_time)
+    quality, facts, p50 = _measurement(lake, session_id)
+    judged = judging(quality, trace_source=facts.trace_source, ingested=facts.ingested)
+    report = classify_bottleneck(
+        evidence,
+        evidence_means(metrics, mean_utilization),
+        set_aside=judged.set_aside,
+        classes=judged.classes,
+        context=judged.context,
+    )
     kernels = diagnose_kernels(lake, session_id, envelope)
-    first = [
-        Recommendation(len(report.recommendations) + i, action, why)
-        for i, (action, why) in enumerate(fix_first(lake, session_id), 1)
+    candidates = [
+        *((action, why, None) for action, why in class_actions(report, facts)),
+        *fix_first(lake, session_id),
+        *recommendations(kernels, node_gains(lake, session_id)),
     ]
-    rank = len(report.recommendations) + len(first) + 1
-    found = recommendations(kernels, rank, node_gains(lake, session_id))
-    report = dataclasses.replace(report, recommendations=[*report.recommendations, *first, *found])
+    advice = worth_reading(measure_again(facts), candidates, p50)
+    report = dataclasses.replace(report, recommendations=advice)
     summary = report.to_dict()
     row = {
         "session_id": session_id,
@@ -127,6 +148,8 @@ def judge_against_envelope(
         "envelope_source": envelope.source if envelope is not None else "none",
         "envelope_note": note,
         "close_calls_json": json.dumps(summary["close_calls"]),
+        "decided": report.decided,
+        "undecided_reason": report.undecided_reason,
     }
     lake.replace_session_rows(
         session_id,
@@ -138,6 +161,35 @@ def judge_against_envelope(
         },
     )
     return report, utilization, judged, kernels
+
+
+def _measurement(
+    lake: TraceLake, session_id: str
+) -> tuple[MeasurementQuality | None, SessionFacts, float | None]:
+    """The session's measurement quality (None before it was judged), the facts that decide
+    which actions apply to it, and its p50 (ns)."""
+    rows = lake.query(
+        "SELECT s.providers_used, s.trace_source, s.target, s.latency_p50_ns, "
+        "q.* EXCLUDE (session_id) FROM session_records s "
+        "LEFT JOIN measurement_quality q USING (session_id) WHERE s.session_id = $sid",
+        {"sid": session_id},
+    ).to_pylist()
+    if not rows:
+        return None, SessionFacts(), None
+    row = rows[0]
+    quality_fields = {k: row[k] for k in MEASUREMENT_QUALITY_COLUMNS}
+    quality = (
+        MeasurementQuality.from_row({"session_id": session_id, **quality_fields})
+        if row["verdict"] is not None
+        else None
+    )
+    facts = SessionFacts(
+        providers=tuple(row["providers_used"] or ()),
+        trace_source=row["trace_source"],
+        ingested=row["target"] == EXTERNAL_TARGET,
+        suspect_reasons=tuple(quality.reasons) if quality and quality.suspect else (),
+    )
+    return quality, facts, row["latency_p50_ns"]
 
 
 def _utilizations(

@@ -90,6 +90,8 @@ def analyze_session(
     return {
         "bottleneck": diagnosis.report.bottleneck,
         "confidence": diagnosis.report.confidence,
+        "decided": diagnosis.report.decided,
+        "undecided_reason": diagnosis.report.undecided_reason,
         "envelope_source": diagnosis.choice.source,
         "envelope_note": diagnosis.choice.note,
         "hardware_envelope_utilization": (

@@ -12,6 +12,19 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
 
 
+def open_lake(lake: TraceLake | str) -> TraceLake:
+    """The TraceLake, refusing a missing file (a query would otherwise read an empty lake). A
+    shared lake is there to read: one that cannot be reached says so when first read."""
+    lake = lake if isinstance(lake, TraceLake) else TraceLake(lake)
+    if not lake.exists():
+        raise AacoInputError(
+            "no TraceLake here",
+            path=lake.path,
+            fix="measure a model first (aaco run --model NAME) or point AACO_TRACELAKE at one",
+        )
+    return lake
+
+
 def resolve_session(lake: TraceLake, session_id: str) -> str:
     """The session id itself when it exists; "latest" is the most recently started session. A
     lake with nothing to read, or a session it lacks, is a one-line error with the fix (which
@@ -175,7 +188,7 @@ def registry_history(lake: TraceLake) -> dict[str, dict]:
 RUN_SUMMARY_SQL = """
 SELECT s.session_id, s.model_slug, s.providers_used, s.measured_iterations, s.latency_mean_ns,
        s.latency_p50_ns, s.latency_p99_ns, s.throughput_per_s, b.bottleneck, b.confidence,
-       b.close_calls_json, s.workload, s.scenario
+       b.close_calls_json, b.decided, b.undecided_reason, b.evidence_json, s.workload, s.scenario
 FROM sessions s LEFT JOIN bottleneck_reports b USING (session_id) WHERE s.session_id = ?
 """
 
@@ -332,3 +345,35 @@ def previous_session(lake: TraceLake, session_id: str) -> str | None:
     """The model's newest analysed session on the same target before this one."""
     rows = lake.query(PREVIOUS_SESSION_SQL, {"sid": session_id}).to_pylist()
     return rows[0]["session_id"] if rows else None
+
+
+# Every complete session, newest first, with its headline, class and measurement verdict.
+LIST_SESSIONS_SQL = """
+SELECT s.session_id, s.started_at, s.model_slug, s.target, s.trace_source, s.workload,
+       s.providers_used, s.measured_iterations, s.latency_p50_ns, s.latency_p99_ns,
+       s.throughput_per_s, b.bottleneck, b.confidence, b.decided, b.undecided_reason,
+       q.verdict AS measurement
+FROM sessions s
+LEFT JOIN bottleneck_reports b USING (session_id)
+LEFT JOIN measurement_quality q USING (session_id)
+WHERE $slug IS NULL OR s.model_slug = $slug
+ORDER BY s.started_at DESC, s.session_id DESC
+LIMIT $n
+"""
+
+
+def list_sessions(
+    lake: TraceLake, model_slug: str | None = None, limit: int | None = None
+) -> list[dict]:
+    """The complete sessions (of one model when given), newest first, at most `limit` (None:
+    all), each with its headline figures, its class and its measurement-quality verdict."""
+    return lake.query(LIST_SESSIONS_SQL, {"slug": model_slug, "n": limit}).to_pylist()
+
+
+def count_sessions(lake: TraceLake, model_slug: str | None = None) -> int:
+    """How many complete sessions there are (of one model when given)."""
+    rows = lake.query(
+        "SELECT count(*) AS n FROM sessions WHERE $slug IS NULL OR model_slug = $slug",
+        {"slug": model_slug},
+    )
+    return rows["n"][0].as_py()

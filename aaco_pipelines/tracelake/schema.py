@@ -66,7 +66,7 @@ from aaco_pipelines.tracelake.tables.traces import (
     MEMORY_COPIES,
 )
 
-SCHEMA_VERSION = 23  # v23: sessions restored without verifiable evidence say so
+SCHEMA_VERSION = 24  # v24: a bottleneck class says whether the evidence decided it
 
 TABLES: dict[str, pa.Schema] = {
     "models": MODELS,

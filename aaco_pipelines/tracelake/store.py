@@ -149,6 +149,12 @@ MIGRATIONS: dict[int, list[str]] = {
     22: [],  # structural_diffs: created as a missing table
     # Sessions restored without verifiable evidence (aaco restore --unverified) say why.
     23: ["ALTER TABLE session_records ADD COLUMN IF NOT EXISTS unverified_reason VARCHAR"],
+    # A class the evidence could not settle says so (analysis.bottleneck.contention); a
+    # report judged before v24 was taken as decided.
+    24: [
+        "ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS decided BOOLEAN DEFAULT true",
+        "ALTER TABLE bottleneck_reports ADD COLUMN IF NOT EXISTS undecided_reason VARCHAR",
+    ],
 }
 MANIFEST_SINCE = 14  # the schema version whose session rows keep their manifest's digest
 UNVERIFIED_SINCE = 23  # the schema version whose session rows say their evidence is unverified

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from aaco_pipelines.analysis.bottleneck.actions import ACTIONS, SessionFacts, class_actions
 from aaco_pipelines.analysis.bottleneck.classification import (
-    ACTIONS,
     CLASSES,
     CLOSE_CALL,
     PRIORS,
@@ -86,12 +86,17 @@ def test_weaker_evidence_lowers_confidence():
     assert classify_bottleneck(weaker).posterior["launch-bound"] < strong
 
 
-def test_no_evidence_gives_the_prior():
+def test_no_evidence_gives_the_prior_of_the_classes_it_can_reach_and_decides_nothing():
+    """Throttled needs a clock or power reading and cpu-bound the run queue: without them they
+    are out of reach (on its prior alone, throttled led an ingested trace once)."""
     report = classify_bottleneck(dict.fromkeys(SIGNAL_RULES))
-    assert report.posterior == pytest.approx(PRIORS)
-    assert report.bottleneck == max(PRIORS, key=PRIORS.__getitem__)
+    reachable = {c: p for c, p in PRIORS.items() if c not in ("throttled", "cpu-bound")}
+    total = sum(reachable.values())
+    assert report.posterior == pytest.approx({c: reachable.get(c, 0.0) / total for c in CLASSES})
+    assert report.judged_classes == tuple(reachable)
+    assert not report.decided and "with no signal judged" in report.undecided_reason
     assert all(item.bin == "absent" and item.likelihoods == {} for item in report.evidence)
-    assert classify_bottleneck({}).posterior == pytest.approx(PRIORS)
+    assert classify_bottleneck({}).posterior == pytest.approx(report.posterior)
 
 
 def test_absent_signal_contributes_nothing():
@@ -147,33 +152,34 @@ def test_value_on_an_edge_falls_in_the_lower_bin():
     assert items["launch_tax"].bin == "0.1 – 0.3"
 
 
-def test_recommendations_are_ranked_and_start_with_the_winner():
+def test_actions_start_with_the_winner_and_quote_its_evidence():
     report = classify_bottleneck(TYPICAL["cpu-bound"])
-    ranks = [rec.rank for rec in report.recommendations]
-    assert ranks == list(range(1, len(ranks) + 1))
-    first = report.recommendations[0]
-    assert first.action == ACTIONS["cpu-bound"][0][0]
-    assert "runqueue_wait_ratio = 0.6" in first.why
-    assert "involuntary_switches_per_s = 800" in first.why
+    action, why = class_actions(report, SessionFacts())[0]
+    assert action == ACTIONS["cpu-bound"][0].text
+    assert "runqueue_wait_ratio = 0.6" in why
+    assert "involuntary_switches_per_s = 800" in why
 
 
-def test_runner_up_gets_recommendations_only_when_plausible():
-    confident = classify_bottleneck(LAUNCH_BOUND)
-    assert len(confident.recommendations) == len(ACTIONS["launch-bound"])
+def test_runner_up_gets_actions_only_when_plausible():
+    confident = class_actions(classify_bottleneck(LAUNCH_BOUND), SessionFacts())
+    measured_on_cpu = [
+        a for a in ACTIONS["launch-bound"] if a.applies in ("anywhere", "onnx runtime")
+    ]
+    assert [action for action, _ in confident] == [a.text for a in measured_on_cpu]
     # Some waiting for a core (above 0.6 the session would be the host's: cpu-bound outright).
     mixed = {**LAUNCH_BOUND, "runqueue_wait_ratio": 0.45, "involuntary_switches_per_s": 1500.0}
     report = classify_bottleneck(mixed)
     runner_up = sorted(report.posterior, key=report.posterior.__getitem__)[-2]
     assert report.posterior[runner_up] > 0.2
-    actions = [rec.action for rec in report.recommendations]
-    assert actions[-len(ACTIONS[runner_up]) :] == [action for action, _ in ACTIONS[runner_up]]
+    actions = [action for action, _ in class_actions(report, SessionFacts())]
+    assert actions[-1] == ACTIONS[runner_up][-1].text
 
 
 def test_report_serializes():
     as_dict = classify_bottleneck(TYPICAL["memory-bound"]).to_dict()
     assert as_dict["bottleneck"] == "memory-bound"
     assert as_dict["evidence"][0]["signal"] == "launch_tax"
-    assert as_dict["recommendations"][0]["rank"] == 1
+    assert as_dict["decided"] is True and as_dict["undecided_reason"] is None
     assert json.loads(json.dumps(as_dict))["posterior"] == pytest.approx(as_dict["posterior"])
 
 

@@ -53,6 +53,16 @@ PRIORS: dict[str, float] = {
 }
 
 RUNNER_UP_MIN_POSTERIOR = 0.2  # below this the runner-up gets no recommendations
+# A class is decided when its posterior reaches this: an even chance against all others together.
+DECIDED_MIN = 0.5
+# A class that only these signals can tell from the others is out of reach when none of them
+# was judged: with no clock or power reading, "throttled" would win on its prior alone (an
+# ingested RPD trace once led with it, advised to check cooling).
+REQUIRES: dict[str, tuple[str, ...]] = {
+    THROTTLED: ("clock_drop", "clock_cv", "power_or_thermal_limited"),
+    CPU: ("runqueue_wait_ratio", "involuntary_switches_per_s"),
+}
+SET_ASIDE = "set aside"  # the bin of a signal shown but not judged (analysis.bottleneck.contention)
 
 # How far a signal may move between two quiet runs of one model: over five quiet zoo runs on
 # the 2-core CI host, the kernel-side signals of one model moved 10-20 % (mean kernel time
@@ -143,6 +153,23 @@ SIGNAL_RULES: dict[str, SignalRule] = {
         },
         rationale="FLOP/byte over the roofline ridge: below 1 the memory side, above 1 the math side",
     ),
+    "roof_time_per_node_us": SignalRule(
+        # The time a node takes at its roofs (its FLOPs at the GEMM peak or its bytes at its
+        # memory level's bandwidth, whichever is longer), averaged over the session's nodes: a
+        # property of the graph and the device's quiet-host envelope that no competing process
+        # moves. Under ~2 us a node costs less to run than to dispatch (ONNX Runtime's CPU
+        # dispatch is 1-3 us, a GPU launch 5-10 us); above 20 us the work dominates.
+        edges=(2.0, 20.0),
+        likelihoods={
+            LAUNCH: (0.75, 0.20, 0.05),
+            CPU: (0.35, 0.35, 0.30),
+            MEMORY: (0.10, 0.30, 0.60),
+            COMPUTE: (0.05, 0.25, 0.70),
+            THROTTLED: (0.33, 0.33, 0.34),
+            BALANCED: (0.25, 0.45, 0.30),
+        },
+        rationale="the time a node needs at its roofs: too little work per node to pay its launch",
+    ),
     "runqueue_wait_ratio": SignalRule(
         # Calibrated on this project's 2-core CI host: a quiet run of the zoo waits 0.002-0.05 s
         # per s; one competing busy process raises it to 0.8-0.95, two to ~1.0. Above 0.6 the
@@ -214,92 +241,6 @@ SIGNAL_RULES: dict[str, SignalRule] = {
     ),
 }
 
-# What to do per class: (action, signals its "why" cites), in the order to try them.
-ACTIONS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    LAUNCH: (
-        (
-            "Fuse operators: let the runtime fuse (graph optimization level ORT_ENABLE_ALL) "
-            "or compile the model with MIGraphX",
-            ("launch_tax", "microkernel_share"),
-        ),
-        ("Run larger batches so each kernel launch carries more work", ("mean_kernel_us",)),
-        (
-            "Capture the iteration once and replay it (CUDA/HIP-graph style capture) "
-            "to skip per-kernel launch cost",
-            ("launch_tax",),
-        ),
-        (
-            "Cut host ops between kernels: shape arithmetic, CPU fallbacks, host-device copies",
-            ("launch_tax",),
-        ),
-    ),
-    MEMORY: (
-        (
-            "Fuse elementwise chains so intermediates stay on chip instead of round-tripping memory",
-            ("memory_utilization", "arithmetic_intensity_ratio"),
-        ),
-        ("Lower precision (fp16/bf16) to halve the bytes moved", ("memory_utilization",)),
-        (
-            "Use a layout the kernels stream well (NHWC on GPU, NCHWc on CPU)",
-            ("memory_utilization",),
-        ),
-        (
-            "Remove redundant Transpose/Cast nodes: they move bytes without computing",
-            ("arithmetic_intensity_ratio",),
-        ),
-    ),
-    COMPUTE: (
-        (
-            "Lower precision (fp16/bf16, int8) to reach matrix cores or wider SIMD",
-            ("compute_utilization", "arithmetic_intensity_ratio"),
-        ),
-        (
-            "Use tuned GEMM libraries (hipBLASLt/rocBLAS tuning, MIGraphX tuning; oneDNN on CPU)",
-            ("compute_utilization",),
-        ),
-        (
-            "Check achieved FLOP/s against the envelope's peak: a large gap means badly shaped "
-            "GEMMs (pad dimensions to the tile size)",
-            ("compute_utilization",),
-        ),
-    ),
-    CPU: (
-        (
-            "Use fewer intra-op threads than cores to avoid oversubscription",
-            ("runqueue_wait_ratio", "involuntary_switches_per_s"),
-        ),
-        (
-            "Pin the measuring process with laboratory mode (aaco run --laboratory)",
-            ("involuntary_switches_per_s",),
-        ),
-        ("Remove competing host work while measuring", ("runqueue_wait_ratio",)),
-        (
-            "Move pre/post-processing off the inference critical path",
-            ("launch_tax", "mean_kernel_us"),
-        ),
-    ),
-    THROTTLED: (
-        (
-            "Check cooling and power capping (amd-smi power/thermal violations, CPU governor)",
-            ("power_or_thermal_limited", "clock_drop"),
-        ),
-        (
-            "Enable performance determinism mode so clocks hold steady",
-            ("clock_drop", "clock_cv"),
-        ),
-        (
-            "Re-measure once the device is cool: these numbers mix throttled and full clocks",
-            ("clock_drop", "clock_cv"),
-        ),
-    ),
-    BALANCED: (
-        (
-            "Nothing dominates: look at the top ops by time and optimize the largest",
-            ("launch_tax", "compute_utilization", "memory_utilization"),
-        ),
-    ),
-}
-
 
 @dataclass(frozen=True)
 class EvidenceItem:
@@ -352,6 +293,19 @@ def close_call_text(calls: Sequence[Mapping] | None) -> str | None:
     )
 
 
+def class_line(report: Mapping) -> str:
+    """ "memory-bound (0.89)", or "undecided (memory-bound leads at 0.45)" when the evidence did
+    not settle it: the class as every surface shows it, from a stored report's row or dict."""
+    if report.get("decided") is False:
+        return f"undecided ({report['bottleneck']} leads at {report['confidence']:.2f})"
+    return f"{report['bottleneck']} ({report['confidence']:.2f})"
+
+
+def set_aside_signals(evidence: Sequence[Mapping]) -> list[str]:
+    """The signals of a stored report's evidence that were shown but not judged."""
+    return [e["signal"] for e in evidence if str(e.get("bin") or "").startswith(SET_ASIDE)]
+
+
 @dataclass(frozen=True)
 class BottleneckReport:
     bottleneck: str
@@ -360,6 +314,11 @@ class BottleneckReport:
     evidence: list[EvidenceItem]
     recommendations: list[Recommendation]
     close_calls: tuple[CloseCall, ...] = ()  # other classes within the signals' run-to-run spread
+    # False when the evidence cannot settle the class (the leader under DECIDED_MIN): then
+    # `bottleneck` is only the leader, and undecided_reason says why, in numbers
+    decided: bool = True
+    undecided_reason: str | None = None
+    judged_classes: tuple[str, ...] = CLASSES  # the classes the evidence judged could reach
 
     def to_dict(self) -> dict:
         """Plain, JSON-ready form for storing alongside the session."""
@@ -377,12 +336,18 @@ def bin_index(value: float, edges: Sequence[float]) -> int:
     return bisect_left(edges, value)
 
 
-def judge(signal: str, value: float | None, mean: float | None = None) -> EvidenceItem:
+def judge(
+    signal: str, value: float | None, mean: float | None = None, set_aside: str | None = None
+) -> EvidenceItem:
     """One signal's bin and what that bin says about each class; `mean` is carried beside a
-    median value, for the reader."""
+    median value, for the reader. A signal `set_aside` (why) is shown and judges nothing."""
     rule = SIGNAL_RULES[signal]
     if value is None or math.isnan(value):
         return EvidenceItem(signal, None, "absent", rule.edges, {}, None)
+    if set_aside:
+        shown = float(mean) if mean is not None and not math.isnan(mean) else None
+        bin_ = f"{SET_ASIDE}: {set_aside}"
+        return EvidenceItem(signal, float(value), bin_, rule.edges, {}, None, shown)
     index = bin_index(value, rule.edges)
     likelihoods = {name: rule.likelihoods[name][index] for name in CLASSES}
     top, bottom = max(likelihoods.values()), min(likelihoods.values())
@@ -396,9 +361,17 @@ def judge(signal: str, value: float | None, mean: float | None = None) -> Eviden
     return EvidenceItem(signal, float(value), label, rule.edges, likelihoods, favours, shown_mean)
 
 
-def posterior(evidence: Sequence[EvidenceItem]) -> dict[str, float]:
-    """Prior times the likelihood of every present signal, normalized in log space."""
-    log_post = np.log([PRIORS[name] for name in CLASSES])
+def log_prior(classes: Sequence[str] = CLASSES) -> np.ndarray:
+    """The priors' logs, with the classes the evidence cannot reach at minus infinity."""
+    return np.array([math.log(PRIORS[name]) if name in classes else -np.inf for name in CLASSES])
+
+
+def posterior(
+    evidence: Sequence[EvidenceItem], classes: Sequence[str] = CLASSES
+) -> dict[str, float]:
+    """Prior times the likelihood of every present signal, normalized in log space, over
+    `classes` (every other class gets 0)."""
+    log_post = log_prior(classes)
     for item in evidence:
         if item.likelihoods:
             log_post += np.log([item.likelihoods[name] for name in CLASSES])
@@ -409,28 +382,64 @@ def posterior(evidence: Sequence[EvidenceItem]) -> dict[str, float]:
 
 
 def classify_bottleneck(
-    evidence: Mapping[str, float | None], means: Mapping[str, float | None] | None = None
+    evidence: Mapping[str, float | None],
+    means: Mapping[str, float | None] | None = None,
+    *,
+    set_aside: Mapping[str, str] | None = None,
+    classes: Sequence[str] = CLASSES,
+    context: str | None = None,
 ) -> BottleneckReport:
     """Classify a session from its signals; missing or None signals contribute nothing.
-    `means`: the mean beside a signal whose value is a per-iteration median (shown only)."""
-    unknown = (set(evidence) | set(means or {})) - set(SIGNAL_RULES)
+    `means`: the mean beside a signal whose value is a per-iteration median (shown only).
+    `set_aside`: signals the measurement moved (signal -> why), shown but not judged;
+    `classes`: the classes the judged evidence can reach; `context`: why, for the reader."""
+    unknown = (set(evidence) | set(means or {}) | set(set_aside or {})) - set(SIGNAL_RULES)
     if unknown:
         raise ValueError(f"unknown evidence signals {sorted(unknown)}; known: {list(SIGNAL_RULES)}")
-    means = means or {}
-    items = [judge(signal, evidence.get(signal), means.get(signal)) for signal in SIGNAL_RULES]
-    post = posterior(items)
+    means, set_aside = means or {}, set_aside or {}
+    items = [
+        judge(signal, evidence.get(signal), means.get(signal), set_aside.get(signal))
+        for signal in SIGNAL_RULES
+    ]
+    judged = {item.signal for item in items if item.likelihoods}
+    classes = [c for c in classes if c not in REQUIRES or not judged.isdisjoint(REQUIRES[c])]
+    post = posterior(items, classes)
     ranked = sorted(CLASSES, key=post.__getitem__, reverse=True)  # stable: ties keep table order
+    decided = post[ranked[0]] >= DECIDED_MIN
     return BottleneckReport(
         bottleneck=ranked[0],
         confidence=post[ranked[0]],
         posterior=post,
         evidence=items,
-        recommendations=recommend(ranked, post, items),
-        close_calls=close_calls(items, ranked[0]),
+        recommendations=[],
+        close_calls=close_calls(items, ranked[0], classes),
+        decided=decided,
+        undecided_reason=None if decided else undecided_reason(items, ranked, post, context),
+        judged_classes=tuple(name for name in CLASSES if name in classes),
     )
 
 
-def close_calls(items: Sequence[EvidenceItem], winner: str) -> tuple[CloseCall, ...]:
+def undecided_reason(
+    items: Sequence[EvidenceItem],
+    ranked: Sequence[str],
+    post: Mapping[str, float],
+    context: str | None,
+) -> str:
+    """Why the evidence does not settle the class, in numbers: what it rests on, the leader
+    and its runner-up."""
+    judged = [item.signal for item in items if item.likelihoods]
+    leader, runner = ranked[0], ranked[1]
+    standing = (
+        f"{leader} leads at {post[leader]:.2f} (then {runner} {post[runner]:.2f}), under the "
+        f"{DECIDED_MIN:g} a class needs"
+    )
+    rests = f"on {', '.join(judged)}" if judged else "with no signal judged"
+    return "; ".join(part for part in (context, f"{standing} {rests}") if part)
+
+
+def close_calls(
+    items: Sequence[EvidenceItem], winner: str, classes: Sequence[str] = CLASSES
+) -> tuple[CloseCall, ...]:
     """The classes that win when the signals are moved by up to CLOSE_CALL of their values
     (each signal near an edge judged in each bin it can reach, all combinations of them), each
     with the fewest signals that make it win; most likely first."""
@@ -438,7 +447,7 @@ def close_calls(items: Sequence[EvidenceItem], winner: str) -> tuple[CloseCall, 
     movable = sorted(movable, key=_edge_distance)[:CLOSE_CALL_MAX_MOVED]
     if not movable:
         return ()
-    fixed = np.log([PRIORS[name] for name in CLASSES])
+    fixed = log_prior(classes)
     moved_names = {item.signal for item in movable}
     for item in items:
         if item.likelihoods and item.signal not in moved_names:
@@ -479,33 +488,6 @@ def _nearest_edge(item: EvidenceItem) -> float:
 def _edge_distance(item: EvidenceItem) -> float:
     """How far, relative to its value, a signal sits from its nearest edge."""
     return abs(_nearest_edge(item) - item.value) / max(abs(item.value), 1e-12)
-
-
-def recommend(
-    ranked: Sequence[str], post: Mapping[str, float], items: Sequence[EvidenceItem]
-) -> list[Recommendation]:
-    """The winner's actions, then the runner-up's when it is still a real possibility."""
-    classes = [ranked[0]]
-    if post[ranked[1]] > RUNNER_UP_MIN_POSTERIOR:
-        classes.append(ranked[1])
-    by_signal = {item.signal: item for item in items}
-    pairs = [
-        (action, _why(name, post[name], [by_signal[s] for s in cited]))
-        for name in classes
-        for action, cited in ACTIONS[name]
-    ]
-    return [Recommendation(rank, action, why) for rank, (action, why) in enumerate(pairs, 1)]
-
-
-def _why(name: str, probability: float, cited: Sequence[EvidenceItem]) -> str:
-    """The class's posterior and the measured values the action rests on."""
-    present = [
-        f"{item.signal} = {item.value:.3g} ({item.bin})" for item in cited if item.likelihoods
-    ]
-    if not present:
-        missing = ", ".join(item.signal for item in cited)
-        return f"{name} posterior {probability:.2f}; {missing} not measured"
-    return f"{name} posterior {probability:.2f}; " + ", ".join(present)
 
 
 def _two_places_or_three(value: float) -> str:

@@ -72,6 +72,7 @@ def session_evidence(
     metrics: dict,
     utilization: EnvelopeUtilization | None,
     ridge_point: float,
+    roof_time_per_node_us: float | None = None,
 ) -> dict[str, float | None]:
     telemetry = lake.query(MEASURED_TELEMETRY_SQL, {"sid": session_id})
     device = np.asarray(telemetry["device"].to_pylist(), dtype=object)
@@ -91,6 +92,7 @@ def session_evidence(
         "compute_utilization": utilization.compute_utilization if utilization else None,
         "memory_utilization": utilization.memory_utilization if utilization else None,
         "arithmetic_intensity_ratio": intensity / ridge_point if intensity is not None else None,
+        "roof_time_per_node_us": roof_time_per_node_us,
         "runqueue_wait_ratio": runqueue_ms_per_s / 1000.0
         if runqueue_ms_per_s is not None
         else None,

@@ -205,6 +205,24 @@ def roofline_utilization(
     )
 
 
+def roof_time_per_node_us(points: pa.Table, envelope: HardwareEnvelope) -> float | None:
+    """The mean time a node needs at its roofs (its FLOPs at its data type's GEMM peak or its
+    bytes at its memory level's ceiling, the longer), in us, over the nodes with a known cost:
+    the graph's work per node against the device, which no competing process moves. None when
+    no node's cost is known."""
+    flops, moved = Known.of(points["flops"]), Known.of(points["bytes_moved"])
+    costed = flops.known | moved.known
+    if not costed.any():
+        return None
+    gemm = np.array(
+        [envelope.for_dtype(d).gemm.peak for d in points["roof_dtype"].to_pylist()], dtype=float
+    )
+    _, ceiling = memory_levels(moved, envelope)
+    compute_s = np.where(flops.known, flops.values / gemm, 0.0)
+    memory_s = np.where(moved.known, moved.values / ceiling, 0.0)
+    return float(np.maximum(compute_s, memory_s)[costed].mean() * 1e6)
+
+
 # --- each node under the roof of its own data type -----------------------------------------
 
 UNMATCHED = "(unmatched) "  # how attribution names a runtime node or kernel with no graph node

@@ -377,7 +377,7 @@ def _onnx_nodes(lake, session_id: str, nodes: pa.Table) -> pa.Table:
 
 # --- what to fix first ------------------------------------------------------------------
 
-FIX_FIRST_MIN_GAIN = 0.01  # of the p50: a smaller gain makes no recommendation
+FIX_FIRST_MIN_GAIN = 0.05  # of the p50: a smaller gain is not worth reading (actions.MIN_WORTH)
 FIX_FIRST_LIMIT = 3
 
 
@@ -391,8 +391,8 @@ def node_gains(lake, session_id: str) -> dict[str, float]:
     return {r["runtime_node"]: r["gain"] for r in rows}
 
 
-def fix_first(lake, session_id: str) -> list[tuple[str, str]]:
-    """(action, why) for the nodes whose 2x speedup saves the most end to end, best first:
+def fix_first(lake, session_id: str) -> list[tuple[str, str, float]]:
+    """(action, why, ns saved) for the nodes whose 2x speedup saves the most end to end, best first:
     at most FIX_FIRST_LIMIT, each saving at least FIX_FIRST_MIN_GAIN of the p50."""
     rows = lake.query(
         """
@@ -422,6 +422,7 @@ def fix_first(lake, session_id: str) -> list[tuple[str, str]]:
                 f"re-timed critical path: it holds {row['kernel_ns'] / max(row['total'], 1):.0%} "
                 f"of node time, {row['critical_ns'] / 1e6:.3g} ms of it on the critical path "
                 f"(runtime node {row['runtime_node']})",
+                float(row["gain"]),
             )
         )
     return found

@@ -1,36 +1,16 @@
 """Why each GPU kernel takes its time: its occupancy, what the hardware counted, its roof, its class.
 
-The session classifier (analysis/bottleneck/classification.py) says what limits the whole session; this
-says it per kernel, from two things that need no model of the code: the occupancy its resources
-allow (analysis/kernels/occupancy.py, every GPU trace), and what the hardware counted while it ran
-(analysis/kernels/counter_metrics.py, sessions measured with `--counters` or traces with counters). A
-kernel's class is the first row of this table that holds:
+The session classifier (analysis/bottleneck/classification.py) says what limits the whole session;
+this says it per kernel, from the occupancy its resources allow (analysis/kernels/occupancy.py,
+every GPU trace) and what the hardware counted while it ran (analysis/kernels/counter_metrics.py,
+sessions measured with `--counters` or traces with counters). Each kernel gets the first of
+CLASSES that holds; the counted work rolled up per runtime node is a counted roofline (HBM, L2,
+LDS where the counters allow), set beside the cost model's FLOPs of the node's ONNX nodes.
 
-  class                       holds when                                              evidence
-  compute_throughput_limited  counted FLOP/s >= ROOF_SHARE of its data type's peak    FLOP/s, peak
-  memory_bandwidth_bound      counted HBM bytes/s >= ROOF_SHARE of the bandwidth      bytes/s, peak
-  under_occupied              achievable occupancy <= LOW_OCCUPANCY, or its grid      limiter,
-                              fills < LOW_GRID_FILL of the GPU's wave slots           waves, fill
-  divergence_limited          its VALU work kept < DIVERGENCE of a wave's lanes busy  lanes used
-                              (branches masking threads off, or workgroups that are
-                              no multiple of 64; CDNA counts it, RDNA does not)
-  latency_bound               counted, below both roofs, occupancy fine: it waits     both shares
-                              (on memory latency, dependencies, the front end)
-  not_judged                  no counters, and occupancy does not limit it: a trace   occupancy
-                              alone cannot tell memory from compute
+Entry points: `diagnose_kernels` (every device kernel judged, and the counted roofline per node)
+and `recommendations` (the kernels' findings, ranked, for the bottleneck report).
 
-A kernel near a roof is bound by it whatever its occupancy (more waves cannot beat a roof).
-
-The counted roofline rolls the counted work up per runtime node through attribution (each
-kernel's counted FLOPs and bytes per dispatch, times its dispatches at that node per iteration).
-It is hierarchical where the counters allow: the bytes at HBM, at the L2 (vector L1 requests)
-and at the LDS each give an intensity (FLOPs per byte of that level) and an achieved bytes/s,
-set against that level's ceiling (the envelope's bandwidth; a GPU datasheet's L2 and LDS peaks,
-analysis.envelope.datasheets). The level closest to its ceiling (the largest share) binds: it is the
-slope the node sits under. A level without counted bytes or without a ceiling has no share.
-The roll-up is set beside the cost model's FLOPs of the ONNX nodes that node ran: more than
-DISAGREEMENT apart, either the cost model is wrong about the op or the kernels do work the op
-does not need (padding, recomputation, a slow algorithm), and the report says so.
+Concepts: docs/concepts/kernel-diagnosis.md.
 """
 
 from __future__ import annotations
@@ -40,7 +20,6 @@ from dataclasses import dataclass
 import duckdb
 import pyarrow as pa
 
-from aaco_pipelines.analysis.bottleneck.classification import Recommendation
 from aaco_pipelines.analysis.envelope.record import HardwareEnvelope, ResourcePeak
 from aaco_pipelines.analysis.kernels.counter_metrics import (
     kernel_hardware_metrics,
@@ -57,14 +36,19 @@ from aaco_pipelines.tracelake.schema import (
 )
 from aaco_pipelines.tracelake.store import TraceLake
 
-ROOF_SHARE = 0.5  # at half a roof or more, the roof is what holds the kernel
+# At half a roof or more, the roof is what holds the kernel, whatever its occupancy: more waves
+# cannot beat a roof.
+ROOF_SHARE = 0.5
 LOW_OCCUPANCY = 0.25  # 2 of 8 waves per SIMD (CDNA), 4 of 16 (RDNA): too few to hide latency
 LOW_GRID_FILL = 0.5  # half the GPU's wave slots idle for want of work
 DIVERGENCE = 0.5  # VALU work with fewer than half a wave's lanes active: divergence
-DISAGREEMENT = 2.0  # counted and cost-model FLOPs further apart than this are reported
+# Counted and cost-model FLOPs further apart than this are reported: either the cost model is
+# wrong about the op, or the kernels do work the op does not need (padding, recomputation, a slow
+# algorithm).
+DISAGREEMENT = 2.0
 FINDING_MIN_SHARE = 0.05  # kernels with less of the time make no recommendation
 LEVELS = ("HBM", "L2", "LDS")  # the counted memory levels, outermost first
-CLASSES = (
+CLASSES = (  # a kernel's class is the first that holds, in this order
     "compute_throughput_limited",
     "memory_bandwidth_bound",
     "under_occupied",
@@ -126,9 +110,9 @@ def diagnose_kernels(
 
 
 def recommendations(
-    diagnoses: KernelDiagnoses, first_rank: int, gains: dict[str, float] | None = None
-) -> list[Recommendation]:
-    """The kernels' findings as recommendations after the session's, ranked on from theirs:
+    diagnoses: KernelDiagnoses, gains: dict[str, float] | None = None
+) -> list[tuple[str, str, float | None]]:
+    """The kernels' findings as (action, why, ns their node saves at 2x or None when unknown),
     by the end-to-end gain of their node (`gains`: runtime node -> ns saved at 2x, from the
     critical path), then by their share of kernel time."""
     gains = gains or {}
@@ -136,9 +120,7 @@ def recommendations(
         diagnoses.findings(),
         key=lambda row: (-(gains.get(row["node_name"]) or 0.0), -(row["share"] or 0.0)),
     )
-    return [
-        Recommendation(first_rank + i, _action(row), row["finding"]) for i, row in enumerate(rows)
-    ]
+    return [(_action(row), row["finding"], gains.get(row["node_name"])) for row in rows]
 
 
 def _action(row: dict) -> str:

@@ -38,6 +38,13 @@ MAX_P99_OVER_P50 = 3.0
 MAX_MEAN_OVER_P50 = 1.5
 MAX_OUTLIER_SHARE = 0.05
 MIN_OUTLIERS = 3  # one slow iteration in 20 is not a pattern
+# How a reason that other processes held the CPUs begins (the host's or the laboratory cores').
+CONTENTION_REASON = "other processes took"
+# Fair share: with other processes holding a share c of the CPU time, the measuring process held
+# at most 1 - c of it, so its work took at most 1 / (1 - c) as long; SHARED_RESOURCES_FACTOR
+# doubles that for what shared caches and memory bandwidth add on top of the time taken away.
+SHARED_RESOURCES_FACTOR = 2.0
+MIN_FREE_SHARE = 0.01  # a host 100 % busy still left the measuring process its scheduler slice
 PROFILE_DISTORTED_PCT = 100.0
 
 QUALITY_SQL = """
@@ -94,6 +101,18 @@ class MeasurementQuality:
     @property
     def suspect(self) -> bool:
         return self.verdict == "suspect"
+
+    @property
+    def contention_reasons(self) -> list[str]:
+        """Why suspect because other processes held the CPUs (not for a tail or outliers)."""
+        return [reason for reason in self.reasons if reason.startswith(CONTENTION_REASON)]
+
+    def slowdown_bound(self) -> float | None:
+        """The most the contention measured can have slowed the session (x); None when it
+        was not measured. A breach or a change larger than this is the model's, not the host's."""
+        if self.host_contention is None:
+            return None
+        return contention_slowdown_bound(self.host_contention)
 
     def line(self) -> str:
         """One line for a summary's first row."""
@@ -160,10 +179,10 @@ def judge(session_id: str, f: dict) -> MeasurementQuality:
     contention = f["host_contention"]
     reasons = []
     if contention is not None and contention > CONTENDED_SHARE:
-        reasons.append(f"other processes took {contention:.0%} of the host's CPU time meanwhile")
+        reasons.append(f"{CONTENTION_REASON} {contention:.0%} of the host's CPU time meanwhile")
     pinned = f.get("laboratory_contention")
     if pinned is not None and pinned > BUSY_CORE_SHARE:
-        reasons.append(f"other processes took {pinned:.0%} of the laboratory cores' time meanwhile")
+        reasons.append(f"{CONTENTION_REASON} {pinned:.0%} of the laboratory cores' time meanwhile")
     if figures["p99_over_p50"] > MAX_P99_OVER_P50:
         reasons.append(f"p99 is {figures['p99_over_p50']:.1f}x p50")
     if figures["mean_over_p50"] > MAX_MEAN_OVER_P50:
@@ -182,3 +201,9 @@ def judge(session_id: str, f: dict) -> MeasurementQuality:
         profiling_overhead_pct=overhead,
         cautions=cautions,
     )
+
+
+def contention_slowdown_bound(share: float) -> float:
+    """The factor by which other processes holding `share` of the CPU time can at most have
+    stretched a measured time (see SHARED_RESOURCES_FACTOR)."""
+    return SHARED_RESOURCES_FACTOR / max(1.0 - share, MIN_FREE_SHARE)

@@ -13,7 +13,10 @@ Then the interval is widened by how much the figure moves from session to sessio
 of the model's last sessions on this target, from 3 of them on), as `session_bootstrap` widens
 a comparison: a session is one draw of many. A breach measured on a host the quality check
 calls suspect (analysis.metrics.measurement_quality: contention, a bimodal pass) is labelled so and is
-never a confirmed one: it is shown, and the asset check warns instead of failing.
+never a confirmed one: it is shown, and the asset check warns instead of failing; unless it lies
+beyond what the contention measured can explain (its slowdown bound: a p50 640x over its limit
+on a host 81 % busy, which can stretch times 10.5x at most), or contention cannot move the
+figure at all (peak memory): then it is acted on, and its basis says why.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from scipy import stats
 
+from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
 from aaco_pipelines.registry.objectives import OBJECTIVE_KINDS, ObjectiveKind
 from aaco_pipelines.tracelake.queries import measurement_quality_row
 from aaco_pipelines.tracelake.schema import OBJECTIVE_VERDICTS
@@ -104,7 +108,7 @@ def judge_objectives(
         return OBJECTIVE_VERDICTS.empty_table()
     samples = _Samples(lake, session_id, slo_ns)
     quality = measurement_quality_row(lake, session_id)
-    suspect = quality is not None and quality["verdict"] == "suspect"
+    quality = MeasurementQuality.from_row(quality) if quality is not None else None
     rows = []
     for key, limit in sorted(objectives.items()):
         kind = OBJECTIVE_KINDS[key]
@@ -114,17 +118,21 @@ def judge_objectives(
         else:
             figure = samples.figure(session_id, kind)
             spread, sessions = samples.spread(kind)
-        rows.append(_row(session_id, key, kind, limit, figure, spread, sessions, suspect, context))
+        rows.append(_row(session_id, key, kind, limit, figure, spread, sessions, quality, context))
     return pa.Table.from_pylist(rows, schema=OBJECTIVE_VERDICTS)
 
 
-def _row(sid, key, kind, limit, figure, spread, sessions, suspect, context) -> dict:
+def _row(sid, key, kind, limit, figure, spread, sessions, quality, context) -> dict:
     low, high = figure.low, figure.high
     if spread is not None and low is not None:
         widen = np.exp(stats.norm.ppf(0.5 + CONFIDENCE / 2) * spread)
         low, high = low / widen, (high * widen if high is not None else None)
     verdict = _verdict(kind.bound, limit, figure.value, low, high)
     basis = [figure.note] if figure.note else []
+    suspect = quality is not None and quality.suspect and verdict == "breached"
+    if suspect and (beyond := _beyond_contention(kind, limit, low, high, quality)):
+        suspect = False
+        basis.append(beyond)
     if spread is not None:
         basis.append(f"widened by the session-to-session spread ({spread:.1%} over {sessions})")
     elif kind.source != "peak_memory" and figure.value is not None:
@@ -143,9 +151,30 @@ def _row(sid, key, kind, limit, figure, spread, sessions, suspect, context) -> d
         "spread_pct": None if spread is None else spread * 100.0,
         "spread_sessions": sessions,
         "verdict": verdict,
-        "suspect": suspect and verdict == "breached",
+        "suspect": suspect,
         "basis": "; ".join(basis),
     }
+
+
+def _beyond_contention(kind: ObjectiveKind, limit, low, high, quality) -> str | None:
+    """Why a breach on a suspect measurement is acted on anyway, or None: contention cannot
+    move the figure (peak memory), or the breach is beyond the slowdown its measured contention
+    can cause (the interval's near end against the limit)."""
+    if kind.source == "peak_memory":
+        return "acted on: other processes do not move this process's peak memory"
+    bound = quality.slowdown_bound()
+    if bound is None or not limit:
+        return None
+    near = low if kind.bound == "max" else high
+    if near is None or not np.isfinite(near) or near <= 0:
+        return None
+    factor = near / limit if kind.bound == "max" else limit / near
+    if factor <= bound:
+        return None
+    return (
+        f"acted on: {factor:.3g}x beyond its limit, more than the {bound:.3g}x the measured "
+        f"contention ({quality.host_contention:.0%} of the host's CPU) can explain"
+    )
 
 
 def _verdict(bound: str, limit: float, value, low, high) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from aaco_pipelines.tracelake.tables.columns import F64, I64, STR
+from aaco_pipelines.tracelake.tables.columns import BOOL, F64, I64, STR
 
 # --- Analysis results (schema v2): one row set per session, replaced on re-analysis ---------
 
@@ -99,6 +99,10 @@ BOTTLENECK_REPORTS = pa.schema(
         # v13: classes that win with the signals moved by their run-to-run spread (JSON list
         # of {bottleneck, signals}; analysis/classification.close_calls); null before v13
         ("close_calls_json", STR),
+        # v24: false when the evidence could not settle the class (then `bottleneck` is only
+        # the leader) and why, in numbers; a report judged before v24 reads decided
+        ("decided", BOOL),
+        ("undecided_reason", STR),
     ]
 )
 
