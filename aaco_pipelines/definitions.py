@@ -5,7 +5,7 @@ This is the only module of the domain library that imports Dagster.
 
 import dagster as dg
 
-from aaco_pipelines.assets import MODEL_ASSETS, NIGHT_ASSETS, TARGET_ASSETS
+from aaco_pipelines.assets import MODEL_ASSETS, NIGHT_ASSETS, OBSERVED_ASSETS, TARGET_ASSETS
 from aaco_pipelines.resources import (
     AlertWebhookResource,
     BenchmarkRunnerResource,
@@ -14,6 +14,7 @@ from aaco_pipelines.resources import (
     TraceLakeResource,
 )
 from aaco_pipelines.sensors import (
+    active_alerts_sensor,
     alert_notifications_sensor,
     bisect_regression_job,
     calibrate_envelope_job,
@@ -26,13 +27,14 @@ from aaco_pipelines.sensors import (
 )
 
 defs = dg.Definitions(
-    assets=[*MODEL_ASSETS, *TARGET_ASSETS, *NIGHT_ASSETS],
+    assets=[*MODEL_ASSETS, *TARGET_ASSETS, *NIGHT_ASSETS, *OBSERVED_ASSETS],
     jobs=[measure_model_job, calibrate_envelope_job, review_night_job, bisect_regression_job],
     sensors=[
         model_registry_sensor,
         runtime_version_sensor,
         nightly_review_sensor,
         alert_notifications_sensor,
+        active_alerts_sensor,
     ],
     schedules=[nightly_regression_sweep],
     resources={

@@ -5,6 +5,7 @@ one stage → describe the stage's result (metadata, plots, asset check results)
 storage and locking are the stage's; an asset runs no SQL.
 """
 
+from aaco_pipelines.assets.active_alerts import active_alerts
 from aaco_pipelines.assets.attribution import kernel_attribution
 from aaco_pipelines.assets.benchmark import benchmark_run
 from aaco_pipelines.assets.bottleneck import bottleneck_report
@@ -38,10 +39,13 @@ MODEL_ASSETS = [
 TARGET_ASSETS = [hardware_envelope]
 # Per night of the nightly sweep: the whole night judged together.
 NIGHT_ASSETS = [nightly_review]
+# Recorded by a sensor, computed by no run: the alerts waiting for someone.
+OBSERVED_ASSETS = [active_alerts]
 
 __all__ = [
     "MODEL_ASSETS",
     "NIGHT_ASSETS",
+    "OBSERVED_ASSETS",
     "TARGET_ASSETS",
     "model_target_key",
     "model_target_partitions",

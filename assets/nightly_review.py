@@ -65,8 +65,10 @@ def nightly_review(context: dg.AssetExecutionContext, tracelake: TraceLakeResour
     sessions, failed = night_sessions(context.instance, night)
     if not sessions and not failed:
         raise dg.Failure(
-            f"no measurement runs tagged {NIGHT_TAG}={night}",
-            description="review a night the nightly_regression_sweep schedule ran",
+            description=f"night {night}: no measurement runs tagged {NIGHT_TAG}={night}; "
+            "review a night the nightly_regression_sweep schedule ran (its runs carry the tag)",
+            metadata={"night": night, "tag": f"{NIGHT_TAG}={night}"},
+            allow_retries=False,
         )
     review = review_night(tracelake.lake, list(sessions.values()))
     # the night's verdicts are final now: its alerts open, update or close (governance.alerts.lifecycle)

@@ -32,9 +32,9 @@ def model_and_target(partition_key: str) -> tuple[str, str]:
 
 # The nightly schedule's time zone, so a night's date is the same for the sweep and its review.
 NIGHT_TIMEZONE = os.environ.get("AACO_TIMEZONE", "UTC")
-# end_offset=1: tonight's partition exists as soon as tonight's sweep starts.
-nights_partitions = dg.DailyPartitionsDefinition(
-    start_date="2024-01-01", timezone=NIGHT_TIMEZONE, end_offset=1
-)
+# The nights a sweep ran, added by the nightly schedule as it starts one (and by the review
+# sensor for a night it reviews): a fresh install has none, not one "missing" per day since a
+# fixed date, and every night listed is one that can be reviewed.
+nights_partitions = dg.DynamicPartitionsDefinition(name="nights")
 # The run tag the nightly schedule puts on each of a night's measurement runs.
 NIGHT_TAG = "aaco/night"

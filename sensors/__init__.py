@@ -3,6 +3,7 @@
 assets and the resources; nothing in aaco_pipelines imports them but the code location
 (definitions.py) and the `aaco sweep` command."""
 
+from aaco_pipelines.sensors.active_alerts import active_alerts_sensor
 from aaco_pipelines.sensors.alert_notifications import alert_notifications_sensor
 from aaco_pipelines.sensors.jobs import (
     bisect_regression_job,
@@ -16,6 +17,7 @@ from aaco_pipelines.sensors.nightly_review import nightly_review_sensor
 from aaco_pipelines.sensors.runtime_version import runtime_version_sensor
 
 __all__ = [
+    "active_alerts_sensor",
     "alert_notifications_sensor",
     "bisect_regression_job",
     "calibrate_envelope_job",

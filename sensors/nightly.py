@@ -12,6 +12,7 @@ from aaco_pipelines.assets.partitions import (
     NIGHT_TAG,
     NIGHT_TIMEZONE,
     models_partitions,
+    nights_partitions,
     targets_partitions,
 )
 from aaco_pipelines.sensors.jobs import measure_model_job, measure_request
@@ -32,6 +33,9 @@ def nightly_regression_sweep(context: dg.ScheduleEvaluationContext):
     targets = context.instance.get_dynamic_partitions(targets_partitions.name)
     if not (slugs and targets):
         return dg.SkipReason("no models or no targets registered yet")
+    # A schedule cannot request partitions as a sensor does: the night is added here, so its
+    # review partition exists from the moment its runs do.
+    context.instance.add_dynamic_partitions(nights_partitions.name, [night])
     return [
         measure_request(
             f"nightly:{night}:{slug}@{target}", slug, target, "nightly", **{NIGHT_TAG: night}

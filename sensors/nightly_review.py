@@ -7,7 +7,7 @@ cursor (the newest night reviewed) keeps older nights from being looked at again
 
 import dagster as dg
 
-from aaco_pipelines.assets.partitions import NIGHT_TAG
+from aaco_pipelines.assets.partitions import NIGHT_TAG, nights_partitions
 from aaco_pipelines.sensors.jobs import review_night_job
 
 FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
@@ -43,5 +43,7 @@ def nightly_review_sensor(context: dg.SensorEvaluationContext):
         run_requests=[
             dg.RunRequest(run_key=f"review:{night}", partition_key=night) for night in ready
         ],
+        # the schedule adds its night; a night tagged by hand (or before v24) is added here
+        dynamic_partitions_requests=[nights_partitions.build_add_request(ready)],
         cursor=ready[-1],
     )

@@ -31,7 +31,7 @@ from aaco_pipelines.resources import (
     RecordIOManager,
     TraceLakeResource,
 )
-from aaco_pipelines.sensors import alert_notifications_sensor
+from aaco_pipelines.sensors import active_alerts_sensor, alert_notifications_sensor
 from aaco_pipelines.stages.pipeline import measure_model
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
@@ -101,6 +101,7 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
             # about alerts, not this host: a session it let run slow counts (a suspect one
             # would move no alert, governance.alerts.lifecycle)
             trust_every_measurement(paths.tracelake)
+            instance.add_dynamic_partitions("nights", [name])  # as the nightly schedule does
             review = dg.materialize(NIGHT_ASSETS, partition_key=name, instance=instance,
                                     resources={"tracelake": resources["tracelake"]},
                                     raise_on_error=False)  # fmt: skip
@@ -119,9 +120,30 @@ def test_a_nightly_slowdown_is_one_alert_notified_updated_silenced_and_fixed(
                 if (a["metric"], a["kind"]) == ("latency_p50_ns", "regression")
             )
 
+        def active_alerts() -> dg.SensorResult | dg.SkipReason:
+            """A tick of the sensor that records the active_alerts asset, and its cursor kept."""
+            nonlocal cursor
+            with dg.build_sensor_context(
+                instance=instance, resources=resources, cursor=cursor
+            ) as context:
+                result = active_alerts_sensor(context)
+            cursor = getattr(result, "cursor", None) or cursor
+            return result
+
+        # Before any night: the Catalog shows the alerts, none, not nothing.
+        cursor = None
+        [fresh] = active_alerts().asset_events
+        assert (
+            fresh.asset_key == dg.AssetKey("active_alerts") and fresh.metadata["active"].value == 0
+        )
+        assert isinstance(active_alerts(), dg.SkipReason)  # recorded again only on a change
+
         add_model(paths, "mlp", models.slower_mlp(SLOWER_LAYERS), STEADY_SIDECAR)
         night(21)
         alert = p50_alert()
+        [opened] = active_alerts().asset_events
+        assert opened.metadata["active"].value >= 1 and opened.metadata["new"].value >= 1
+        assert alert["alert_id"] in opened.metadata["alerts"].value
         assert alert["state"] == "new" and alert["sessions"] == 1
         regressions = [a for a in list_alerts(lake) if a["kind"] == "regression"]
         assert len({a["metric"] for a in regressions}) == len(regressions)  # one per metric
