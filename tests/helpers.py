@@ -344,3 +344,15 @@ def run_bisect_job(paths: AacoPaths, config: dict) -> dict:
             },
         )
     return run.output_for_node("bisect_versions_op")
+
+
+# The first line `aaco run` and `aaco ingest` print, before their imports: what they start.
+STARTED = ("aaco run: ", "aaco ingest: ")
+
+
+def error_lines(err: str) -> list[str]:
+    """What aaco printed on stderr besides saying what it starts and its progress bars: for a
+    mistake, the one line of error."""
+    return [
+        line for line in err.splitlines() if line.strip() and not line.startswith(("  [", *STARTED))
+    ]

@@ -4,11 +4,13 @@ User mistakes are one line with the fix (exit 2), never a traceback. Every error
 a bug's traceback too, is redacted: no connection-string password reaches the terminal.
 
 Here: the parser and `main` (the console script `aaco`). The commands live by family:
-registry (zoo build, registry list), measuring (run, ingest), reports (export, report),
+registry (zoo build, registry list), measuring (run, ingest), sessions, reports (export, report), opening (open),
 governance (diff, baseline), alerts (alert), bisect, whatif, detector (detector arl|design), services (ui, worker, sweep),
-doctor, evidence (verify) and restore; common holds what they share. Each imports its heavy
-modules inside its commands, so every command starts in well under 0.5 s. A surface: it calls the
-stages' pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
+doctor, evidence (verify), restore and completion; version answers --version; common holds what
+they share (tables, --json, colour, the examples every --help ends with). Each imports its heavy
+modules inside its commands, so every command starts in well under 0.5 s, and `aaco run` and
+`aaco ingest` say what they do before they import the pipeline. A surface: it calls the stages'
+pipeline, the readers and tracelake.queries, and runs no SQL of its own."""
 
 from __future__ import annotations
 
@@ -16,22 +18,26 @@ import argparse
 import sys
 import traceback
 
-from aaco_pipelines import __version__
 from aaco_pipelines.cli import (
     alerts,
     bisect,
     cluster,
+    completion,
     detector,
     doctor,
     evidence,
     governance,
     measuring,
+    opening,
     registry,
     reports,
     restore,
     services,
+    sessions,
     whatif,
 )
+from aaco_pipelines.cli.common import with_examples
+from aaco_pipelines.cli.version import VersionAction
 from aaco_pipelines.config import AacoPaths, old_home_notice
 from aaco_pipelines.errors import AacoInputError, Interrupted, MeasuringFailure, out_of_space
 from aaco_pipelines.foundation.address_space import (
@@ -51,14 +57,23 @@ User mistakes are one line with the fix (exit 2), never a traceback."""
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="aaco", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"aaco {__version__}")
+    parser.add_argument("--version", action=VersionAction)
+    with_examples(
+        parser,
+        "aaco run --model resnet_cnn",
+        "aaco sessions --model resnet_cnn",
+        "aaco diff --current latest --fail-on-regression",
+        "aaco completion bash > ~/.local/share/bash-completion/completions/aaco",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     # In the order `aaco --help` lists them.
     registry.add_parser(sub)  # zoo, registry
     measuring.add_parser(sub)  # run, ingest
+    sessions.add_parser(sub)
     services.add_parser(sub)  # ui, worker
     detector.add_parser(sub)
     reports.add_parser(sub)  # export, report
+    opening.add_parser(sub)  # open
     governance.add_parser(sub)  # diff, baseline
     alerts.add_parser(sub)  # alert list|show|ack|invalid|fixed|deliver
     bisect.add_parser(sub)
@@ -68,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_parser(sub)
     evidence.add_parser(sub)  # verify
     restore.add_parser(sub)
+    completion.add_parser(sub, parser)
     return parser
 
 

@@ -3,9 +3,15 @@ them: list, show, ack, invalid (noise), fixed."""
 
 from __future__ import annotations
 
+from aaco_pipelines.cli.common import add_json_option, emit, print_json, with_examples
 from aaco_pipelines.config import AacoPaths
 
 ACTIONS = {"ack": "acknowledged", "invalid": "invalid", "fixed": "fixed"}
+ACTION_EXAMPLE = {
+    "ack": "looking into the new kernel",
+    "invalid": "a noisy neighbour on the host",
+    "fixed": "reverted in 1.2.1",
+}
 ACTION_HELP = {
     "ack": "someone is on it: updates stop notifying",
     "invalid": "noise: its sessions leave the metric's baseline, not alerted again for 14 days",
@@ -14,26 +20,24 @@ ACTION_HELP = {
 
 
 def cmd_alert_list(args, paths: AacoPaths) -> int:
-    import json
-
     from aaco_pipelines.governance.alerts.lifecycle import list_alerts
     from aaco_pipelines.report.alerts_text import alert_line
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     alerts = list_alerts(open_lake(paths.tracelake), state=args.state, model=args.model)
     if args.json:
-        print(json.dumps(alerts, indent=2, default=str))
+        print_json(alerts)
     elif not alerts:
         print("no alerts" + (f" {args.state}" if args.state else ""))
     else:
-        print("\n".join(alert_line(a) for a in alerts))
+        emit("\n".join(alert_line(a) for a in alerts))
     return 0
 
 
 def cmd_alert_show(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.alerts.lifecycle import alert_history, find_alert
     from aaco_pipelines.report.alerts_text import alert_line, event_line
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     lake = open_lake(paths.tracelake)
     alert = find_alert(lake, args.alert)
@@ -46,7 +50,7 @@ def cmd_alert_show(args, paths: AacoPaths) -> int:
 def cmd_alert_set(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.alerts.lifecycle import set_state
     from aaco_pipelines.report.alerts_text import alert_line
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     alerts = set_state(
         open_lake(paths.tracelake), args.alert, ACTIONS[args.alert_command], args.reason, args.by,
@@ -60,7 +64,7 @@ def cmd_alert_deliver(args, paths: AacoPaths) -> int:
     """Deliver the notifications due now (what the Dagster sensor does on each tick)."""
     from aaco_pipelines.errors import AacoInputError
     from aaco_pipelines.governance.alerts.notifications import URL_VARIABLE, Webhook, deliver_due
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     webhook = Webhook.from_env()
     if webhook is None:
@@ -75,21 +79,26 @@ def cmd_alert_deliver(args, paths: AacoPaths) -> int:
 
 
 def add_parser(sub) -> None:
-    alert = sub.add_parser(
+    alert_parser = sub.add_parser(
         "alert", help="alerts opened by confirmed regressions, improvements and SLO breaches"
-    ).add_subparsers(dest="alert_command", required=True)
+    )
+    with_examples(alert_parser, "aaco alert list --state new", "aaco alert show 3f2a")
+    alert = alert_parser.add_subparsers(dest="alert_command", required=True)
     listing = alert.add_parser("list", help="alerts, the ones waiting for someone first")
     listing.add_argument("--state", help="new, acknowledged, invalid, fixed or reopened")
     listing.add_argument("--model", help="only this model's")
-    listing.add_argument("--json", action="store_true", help="print the alerts as JSON")
+    add_json_option(listing, "the alerts")
+    with_examples(listing, "aaco alert list", "aaco alert list --model resnet_cnn --json")
     listing.set_defaults(func=cmd_alert_list)
     show = alert.add_parser("show", help="one alert and every change of it")
     show.add_argument("alert", help="its id (a unique prefix will do)")
+    with_examples(show, "aaco alert show 3f2a")
     show.set_defaults(func=cmd_alert_show)
     deliver = alert.add_parser(
         "deliver",
         help="send the notifications due now to AACO_ALERT_WEBHOOK_URL (exit 1 if any failed)",
     )
+    with_examples(deliver, "aaco alert deliver  # with AACO_ALERT_WEBHOOK_URL set")
     deliver.set_defaults(func=cmd_alert_deliver)
     for action, help_text in ACTION_HELP.items():
         change = alert.add_parser(action, help=help_text)
@@ -102,4 +111,5 @@ def add_parser(sub) -> None:
             help="this alert alone (default: with the alerts the same change opened for its "
             "other metrics)",
         )
+        with_examples(change, f'aaco alert {action} 3f2a --reason "{ACTION_EXAMPLE[action]}"')
         change.set_defaults(func=cmd_alert_set)

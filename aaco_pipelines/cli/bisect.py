@@ -4,15 +4,14 @@ slower; or, given environments with other ONNX Runtimes (`--runtime`), which run
 
 from __future__ import annotations
 
+from aaco_pipelines.cli.common import add_json_option, path_argument, with_examples
 from aaco_pipelines.config import AacoPaths
 
 
 def cmd_bisect(args, paths: AacoPaths) -> int:
-    import json
-
-    from aaco_pipelines.cli.common import progress_printer
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.cli.common import print_json, progress_printer
     from aaco_pipelines.stages.bisect import bisect, bisection_line
+    from aaco_pipelines.tracelake.queries import open_lake
 
     lake = open_lake(paths.tracelake)
     say = progress_printer(("bisecting", "measuring", "done"))
@@ -21,7 +20,10 @@ def cmd_bisect(args, paths: AacoPaths) -> int:
         model=args.model, rounds=args.rounds, on_progress=say,
     )  # fmt: skip
     say.done()
-    print(json.dumps(row, indent=2, default=str) if args.json else bisection_line(row))
+    if args.json:
+        print_json(row)
+    else:
+        print(bisection_line(row))
     return 0
 
 
@@ -38,7 +40,7 @@ def add_parser(sub) -> None:
     bisect.add_argument("--good", metavar="SESSION", help="a session before the change")
     bisect.add_argument("--bad", metavar="SESSION", help="a session after it")
     bisect.add_argument("--alert", help="a regression alert: its first session is the bad one")
-    bisect.add_argument(
+    runtime = bisect.add_argument(
         "--runtime",
         action="append",
         metavar="ENV",
@@ -46,6 +48,13 @@ def add_parser(sub) -> None:
         "ONNX Runtime; repeat, oldest first: the first is the good one, the last the bad one. "
         "The bad session's (or --model's latest) model version is measured under each",
     )
+    path_argument(runtime, "dir")
     bisect.add_argument("--rounds", type=int, default=10, help="rounds per comparison (10)")
-    bisect.add_argument("--json", action="store_true", help="print the bisection as JSON")
+    add_json_option(bisect, "the bisection")
+    with_examples(
+        bisect,
+        "aaco bisect --good SESSION_A --bad SESSION_B",
+        "aaco bisect --alert 3f2a --json",
+        "aaco bisect --model resnet_cnn --runtime ../ort-1.21 --runtime .venv",
+    )
     bisect.set_defaults(func=cmd_bisect)

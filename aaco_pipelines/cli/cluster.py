@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from aaco_pipelines.cli.common import comma_list
+from aaco_pipelines.cli.common import comma_list, with_examples
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
@@ -72,15 +72,22 @@ def _recorded(paths: AacoPaths):
 
 
 def add_parser(sub) -> None:
-    cluster = sub.add_parser(
+    cluster_parser = sub.add_parser(
         "cluster", help="a scaled-out instance on this machine: PostgreSQL, redis, head, workers"
-    ).add_subparsers(dest="cluster_command", required=True)
+    )
+    with_examples(cluster_parser, "aaco cluster up --workers gpu0,gpu1", "aaco cluster status")
+    cluster = cluster_parser.add_subparsers(dest="cluster_command", required=True)
     up = cluster.add_parser("up", help="start the services, the head and a worker per device")
     up.add_argument("--workers", help="comma-separated devices, e.g. gpu0,gpu1")
     up.add_argument("--ui-port", type=int, help="the head's UI port (default 3000, then kept)")
+    with_examples(up, "aaco cluster up --workers gpu0,gpu1", "aaco cluster up --ui-port 3001")
     up.set_defaults(func=cmd_up)
-    cluster.add_parser("env", help="shell lines pointing aaco at the cluster").set_defaults(
-        func=cmd_env
-    )
-    cluster.add_parser("status", help="which of its processes run").set_defaults(func=cmd_status)
-    cluster.add_parser("down", help="stop every process of the cluster").set_defaults(func=cmd_down)
+    env = cluster.add_parser("env", help="shell lines pointing aaco at the cluster")
+    with_examples(env, 'aaco cluster env  # in a shell: eval "$(aaco cluster env)"')
+    env.set_defaults(func=cmd_env)
+    status = cluster.add_parser("status", help="which of its processes run")
+    with_examples(status, "aaco cluster status")
+    status.set_defaults(func=cmd_status)
+    down = cluster.add_parser("down", help="stop every process of the cluster")
+    with_examples(down, "aaco cluster down")
+    down.set_defaults(func=cmd_down)

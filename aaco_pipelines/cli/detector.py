@@ -3,6 +3,7 @@ drift detectors (CUSUM and EWMA charts)."""
 
 from __future__ import annotations
 
+from aaco_pipelines.cli.common import add_json_option, print_json, with_examples
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
@@ -66,9 +67,15 @@ def cmd_detector_arl(args, paths: AacoPaths) -> int:
         else:
             title = f"EWMA lambda={o['lam']:g} L={o['L']:g} asymptotic limits (integral equation)"
             compute = partial(arl.ewma_arl, o["lam"], o["L"])
-        rows = [f"{s:6.2f}  {arl_cell(compute(s))}" for s in args.shift or [0.0, 1.0]]
+        shifts = args.shift or [0.0, 1.0]
+        values = [compute(s) for s in shifts]
     except ValueError as exc:
         raise detector_parameter_error(exc, args) from exc
+    if args.json:  # a simulated ARL: {mean, se, runs, censored}
+        arls = [{"shift": s, "arl": v} for s, v in zip(shifts, values, strict=True)]
+        print_json({"chart": args.chart, "options": o, "method": title, "arl": arls})
+        return 0
+    rows = [f"{s:6.2f}  {arl_cell(v)}" for s, v in zip(shifts, values, strict=True)]
     print(title)
     print(f"{'shift':>6}  {'ARL':>10}")
     print("\n".join(rows))
@@ -93,6 +100,10 @@ def cmd_detector_design(args, paths: AacoPaths) -> int:
             at = partial(arl.ewma_arl, o["lam"], limit)
     except ValueError as exc:
         raise detector_parameter_error(exc, args) from exc
+    if args.json:
+        print_json({"chart": args.chart, "options": o, "h" if args.chart == "cusum" else "L": limit,
+                    "in_control_arl": at(0.0), "arl_at_shift_1": at(1.0)})  # fmt: skip
+        return 0
     print(title)
     print(f"  in-control ARL  {at(0.0):10.2f}")
     print(f"  ARL at shift 1  {at(1.0):10.2f}")
@@ -100,9 +111,14 @@ def cmd_detector_design(args, paths: AacoPaths) -> int:
 
 
 def add_parser(sub) -> None:
-    detector = sub.add_parser(
+    detector_parser = sub.add_parser(
         "detector", help="average run length (ARL) and design of the drift detectors"
-    ).add_subparsers(dest="detector_command", required=True)
+    )
+    with_examples(
+        detector_parser, "aaco detector arl --chart cusum --h 5 --shift 0 0.5 1",
+        "aaco detector design --chart ewma --target-arl 500",
+    )  # fmt: skip
+    detector = detector_parser.add_subparsers(dest="detector_command", required=True)
     # No abbreviations: `design --h 5` must be an error, not a prefix of --help.
     run_length = detector.add_parser(
         "arl", help="ARL of a CUSUM or EWMA chart at given shifts", allow_abbrev=False
@@ -129,6 +145,18 @@ def add_parser(sub) -> None:
     )
     run_length.add_argument("--runs", type=int, default=10_000, help="exact EWMA: simulated runs")
     run_length.add_argument("--seed", type=int, default=0, help="exact EWMA: simulation seed")
+    with_examples(
+        run_length,
+        "aaco detector arl --chart cusum --h 5 --shift 0 0.5 1",
+        "aaco detector arl --chart ewma --L 2.7 --limits exact --runs 2000",
+    )
+    add_json_option(run_length, "the ARL at each shift")
     run_length.set_defaults(func=cmd_detector_arl)
     design.add_argument("--target-arl", type=float, required=True, help="in-control ARL wanted")
+    with_examples(
+        design,
+        "aaco detector design --chart cusum --target-arl 370",
+        "aaco detector design --chart ewma --lambda 0.2 --target-arl 500",
+    )
+    add_json_option(design, "the limit and its ARLs")
     design.set_defaults(func=cmd_detector_design)

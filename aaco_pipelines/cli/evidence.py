@@ -4,7 +4,7 @@ before they use a session's numbers (aaco_pipelines.bundle.manifest)."""
 
 from __future__ import annotations
 
-from aaco_pipelines.cli.common import print_table
+from aaco_pipelines.cli.common import print_table, with_examples
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
@@ -13,8 +13,7 @@ def checked_session(paths: AacoPaths, session: str) -> str:
     """The session's id ("latest" resolved), once its bundle is seen unchanged (size and
     mtime against its manifest): a changed one is refused, naming the file."""
     from aaco_pipelines.bundle.manifest import require_unchanged
-    from aaco_pipelines.report.data import open_lake
-    from aaco_pipelines.tracelake.queries import resolve_session
+    from aaco_pipelines.tracelake.queries import open_lake, resolve_session
 
     lake = open_lake(paths.tracelake)
     with lake.reading():
@@ -26,8 +25,7 @@ def checked_session(paths: AacoPaths, session: str) -> str:
 def cmd_verify(args, paths: AacoPaths) -> int:
     """One row per session: ok, what changed, or not covered; exit 2 when any failed."""
     from aaco_pipelines.bundle.manifest import check_bundles
-    from aaco_pipelines.report.data import open_lake
-    from aaco_pipelines.tracelake.queries import resolve_session
+    from aaco_pipelines.tracelake.queries import open_lake, resolve_session
 
     lake = open_lake(paths.tracelake)
     with lake.reading():
@@ -55,4 +53,5 @@ def add_parser(sub) -> None:
     verify.add_argument(
         "sessions", nargs="*", metavar="SESSION", help="session ids, or latest (default: all)"
     )
+    with_examples(verify, "aaco verify", "aaco verify latest")
     verify.set_defaults(func=cmd_verify)

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import sys
 
-from aaco_pipelines.cli.common import print_table
+from aaco_pipelines.cli.common import (
+    add_json_option,
+    emit,
+    print_json,
+    print_table,
+    with_examples,
+)
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 
@@ -17,19 +23,16 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     Decided side by side where the stored sessions cannot settle it (--paired auto, the
     default); by default, where the versions cannot be measured again, the stored verdict
     stands. With --structure A B: the structural diff of two sessions instead."""
-    import json
-
     if args.structure:
         return cmd_structure(args, paths)
+    from aaco_pipelines.tracelake import queries
 
+    lake = queries.open_lake(paths.tracelake)  # no lake: said before the gate's imports
     from aaco_pipelines.bundle.manifest import require_unchanged
     from aaco_pipelines.governance.gate.decision import gate_verdict
     from aaco_pipelines.governance.gate.paired import settle
-    from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import diff_text
-    from aaco_pipelines.tracelake import queries
 
-    lake = open_lake(paths.tracelake)
     verdict = gate_verdict(
         lake,
         args.current or "latest",
@@ -52,10 +55,10 @@ def cmd_diff(args, paths: AacoPaths) -> int:
     )
     objectives = queries.objective_verdicts(lake, verdict.session_id)
     if args.json:
-        print(json.dumps({**verdict.to_dict(), "objectives": objectives}, indent=2, default=str))
+        print_json({**verdict.to_dict(), "objectives": objectives})
     else:
-        print(diff_text(verdict))
-        print(objectives_text(objectives))
+        emit(diff_text(verdict))
+        emit(objectives_text(objectives))
     return 1 if args.fail_on_regression and verdict.regression else 0
 
 
@@ -76,13 +79,10 @@ GATE_ONLY = (("baseline", "--baseline"), ("current", "--current"), ("paired", "-
 def cmd_structure(args, paths: AacoPaths) -> int:
     """`aaco diff --structure A B`: what B ran differently from A, node by node (fusions lost
     and gained, kernels per node, time per node with its CI)."""
-    import json
-
     from aaco_pipelines.analysis.comparison.stored_structure import structure_between
     from aaco_pipelines.bundle.manifest import require_unchanged
-    from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.structure_text import structure_headline, structure_tables
-    from aaco_pipelines.tracelake.queries import resolve_session
+    from aaco_pipelines.tracelake.queries import open_lake, resolve_session
 
     given = [flag for name, flag in GATE_ONLY if getattr(args, name)]
     if given:
@@ -95,7 +95,7 @@ def cmd_structure(args, paths: AacoPaths) -> int:
     diff = structure_between(lake, a, b)  # an unknown id: one line from there
     require_unchanged(lake, [a, b], paths.sessions)  # refused if their bundles changed
     if args.json:
-        print(json.dumps(diff.to_dict(), indent=2, default=str))
+        print_json(diff.to_dict())
         return 0
     print(structure_headline(diff))
     for title, rows in structure_tables(diff):
@@ -140,7 +140,13 @@ def add_diff_parser(sub) -> None:
         "node by node: fusions lost and gained, kernels per node, kernels that came and went, "
         "time per node with a bootstrap CI",
     )
-    diff.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    add_json_option(diff, "the verdict (or, with --structure, the structural diff)")
+    with_examples(
+        diff,
+        "aaco diff --current latest --fail-on-regression",
+        "aaco diff --baseline release-1.2 --json",
+        "aaco diff --structure SESSION_A latest",
+    )
     diff.set_defaults(func=cmd_diff)
 
 
@@ -166,8 +172,8 @@ def measured_model(lake, name: str) -> str:
 
 def cmd_baseline_create(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.gate.baselines import create_baseline
-    from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import baseline_text
+    from aaco_pipelines.tracelake.queries import open_lake
 
     if args.sessions and (args.target or args.last is not None):
         raise AacoInputError("--target and --last choose sessions of --model", fix="drop them")
@@ -197,11 +203,14 @@ def cmd_baseline_create(args, paths: AacoPaths) -> int:
 
 def cmd_baseline_list(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.gate.baselines import list_baselines
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     lake = open_lake(paths.tracelake)
     slug = measured_model(lake, args.model) if args.model else None
     baselines = list_baselines(lake, slug)
+    if args.json:
+        print_json(baselines)  # every field of each baseline, its sessions and window too
+        return 0
     if not baselines:
         print("no baselines" + (f" of {slug}" if slug else "") + " (aaco baseline create NAME)")
         return 0
@@ -225,8 +234,8 @@ def cmd_baseline_list(args, paths: AacoPaths) -> int:
 
 def cmd_baseline_show(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.gate.baselines import get_baseline
-    from aaco_pipelines.report.data import open_lake
     from aaco_pipelines.report.verdict_text import baseline_text
+    from aaco_pipelines.tracelake.queries import open_lake
 
     print(baseline_text(get_baseline(open_lake(paths.tracelake), args.name)))
     return 0
@@ -234,7 +243,7 @@ def cmd_baseline_show(args, paths: AacoPaths) -> int:
 
 def cmd_baseline_pin(args, paths: AacoPaths) -> int:
     from aaco_pipelines.governance.gate.baselines import pin_baseline
-    from aaco_pipelines.report.data import open_lake
+    from aaco_pipelines.tracelake.queries import open_lake
 
     b = pin_baseline(open_lake(paths.tracelake), args.name)
     print(f"pinned baseline {b.name} for {b.model_slug} on {b.target}")
@@ -242,9 +251,14 @@ def cmd_baseline_pin(args, paths: AacoPaths) -> int:
 
 
 def add_baseline_parser(sub) -> None:
-    baseline = sub.add_parser(
+    baseline_parser = sub.add_parser(
         "baseline", help="named baselines: the sessions a CI gate compares with"
-    ).add_subparsers(dest="baseline_command", required=True)
+    )
+    with_examples(
+        baseline_parser, "aaco baseline create release-1.2 --model resnet_cnn --pin",
+        "aaco baseline list --json",
+    )  # fmt: skip
+    baseline = baseline_parser.add_subparsers(dest="baseline_command", required=True)
     create = baseline.add_parser("create", help="store a baseline of sessions")
     create.add_argument("name", help="the new baseline's name")
     chosen = create.add_mutually_exclusive_group(required=True)
@@ -260,15 +274,24 @@ def add_baseline_parser(sub) -> None:
         action="store_true",
         help="with --model: keep sessions whose measurement was judged suspect (left out)",
     )
+    with_examples(
+        create,
+        "aaco baseline create release-1.2 --model resnet_cnn --last 10 --pin",
+        "aaco baseline create known-good --sessions SESSION_A SESSION_B",
+    )
     create.set_defaults(func=cmd_baseline_create)
     listing = baseline.add_parser("list", help="stored baselines")
     listing.add_argument("--model", help="only this model's")
+    add_json_option(listing, "the baselines")
+    with_examples(listing, "aaco baseline list", "aaco baseline list --model resnet_cnn --json")
     listing.set_defaults(func=cmd_baseline_list)
     show = baseline.add_parser("show", help="one baseline in full")
     show.add_argument("name", help="the baseline's name")
+    with_examples(show, "aaco baseline show release-1.2")
     show.set_defaults(func=cmd_baseline_show)
     pin = baseline.add_parser("pin", help="make a baseline the one its model+target gates on")
     pin.add_argument("name", help="the baseline's name")
+    with_examples(pin, "aaco baseline pin release-1.2")
     pin.set_defaults(func=cmd_baseline_pin)
 
 

@@ -4,9 +4,21 @@ elsewhere becomes a session), with the headline table `aaco run` prints."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from aaco_pipelines.cli.common import INGEST_STAGES, comma_list, lake_where, progress_printer
+from aaco_pipelines.cli.common import (
+    INGEST_STAGES,
+    add_json_option,
+    comma_list,
+    emit,
+    lake_where,
+    next_commands,
+    path_argument,
+    print_json,
+    progress_printer,
+    with_examples,
+)
 from aaco_pipelines.config import AacoPaths, default_target
 from aaco_pipelines.errors import AacoInputError
 
@@ -35,14 +47,10 @@ def run_providers(name: str | None) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys([provider, "CPUExecutionProvider"]))
 
 
-def run_summary(lake_path: Path, session_id: str) -> str:
-    """The session's headline numbers as an aligned two-column table, whether they can be
-    trusted first."""
-    import json
-
-    from aaco_pipelines.analysis.bottleneck.classification import close_call_text
-    from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
-    from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
+def run_figures(lake_path: Path, session_id: str) -> dict:
+    """What `aaco run` reports of a session, in one read of the lake: its headline row, a
+    generation session's figures, the measurement-quality verdict, the top op and the
+    objectives; `compare`: whether the model has an earlier session to diff against."""
     from aaco_pipelines.tracelake import queries
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -52,17 +60,43 @@ def run_summary(lake_path: Path, session_id: str) -> str:
         figures = (
             queries.generation_summary(lake, session_id) if row["workload"] == "generation" else {}
         )
-        quality = queries.measurement_quality_row(lake, session_id)
-        top = queries.top_op(lake, session_id)
-        objectives = queries.objective_verdicts(lake, session_id)
+        return {
+            "row": row,
+            "figures": figures,
+            "quality": queries.measurement_quality_row(lake, session_id),
+            "top": queries.top_op(lake, session_id),
+            "objectives": queries.objective_verdicts(lake, session_id),
+            "compare": queries.previous_session(lake, session_id) is not None,
+        }
+
+
+def run_summary(lake_path: Path, session_id: str, found: dict | None = None) -> str:
+    """The session's headline numbers as an aligned two-column table, whether they can be
+    trusted first (`found`: run_figures, when already read)."""
+    import json
+
+    from aaco_pipelines.analysis.bottleneck.classification import (
+        class_line,
+        close_call_text,
+        set_aside_signals,
+    )
+    from aaco_pipelines.analysis.comparison.across_sessions import rivals, rivals_text
+    from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
+
+    found = found or run_figures(lake_path, session_id)
+    row, figures, quality = found["row"], found["figures"], found["quality"]
+    top, objectives = found["top"], found["objectives"]
     classes = top["other_classes"] if top else []  # no class before attribution either
-    bottleneck = row["bottleneck"] or "-"
-    if row["confidence"] is not None:
-        bottleneck += f" ({row['confidence']:.2f})"
+    bottleneck = class_line(row) if row["confidence"] is not None else row["bottleneck"] or "-"
     close = close_call_text(json.loads(row["close_calls_json"] or "null"))
     if close:
         bottleneck += f", a close call: {close}"
-    if quality and quality["verdict"] == "suspect" and row["bottleneck"]:
+    set_aside = set_aside_signals(json.loads(row["evidence_json"] or "[]"))
+    if row["decided"] is False:
+        bottleneck += f": {row['undecided_reason']}"
+    elif quality and quality["verdict"] == "suspect" and set_aside:
+        bottleneck += ", on what contention does not move (the measurement was suspect)"
+    elif quality and quality["verdict"] == "suspect" and row["bottleneck"]:
         bottleneck += ", uncertain: on a suspect measurement"
     found = rivals(row["bottleneck"], classes) if row["bottleneck"] else {}
     if found:
@@ -200,11 +234,10 @@ def model_named(given: str, paths: AacoPaths):
 
 
 def cmd_run(args, paths: AacoPaths) -> int:
-    """Measure and analyse one model through the same pipeline the Dagster assets run."""
-    from aaco_pipelines.execution.runner import RunnerLimits
+    """Measure and analyse one model through the same pipeline the Dagster assets run. The
+    options and the model are checked first (a mistake is one line), then the first line is
+    printed, then the pipeline (onnx, scipy: seconds on a busy host) is imported."""
     from aaco_pipelines.registry.sidecar import TIMEOUT_RANGE_S
-    from aaco_pipelines.stages.measure import MeasureOptions
-    from aaco_pipelines.stages.pipeline import measure_model
 
     if args.iterations is not None and args.iterations < 1:
         raise AacoInputError("--iterations must be at least 1", fix="e.g. --iterations 50")
@@ -218,12 +251,23 @@ def cmd_run(args, paths: AacoPaths) -> int:
             f"--timeout must be from {low:g} to {high:g} seconds", fix="e.g. --timeout 600"
         )
     model = model_named(args.model, paths)
+    from aaco_pipelines.registry.sidecar import load_sidecar
+
+    load_sidecar(model.path)  # a mistake in it is one line, before anything is said or started
     cores = laboratory_cores(args.laboratory_cores)
+    providers = run_providers(args.provider)
+    target = default_target()  # what this host measures on, as the Dagster runs record it
+    print(f"aaco run: measuring {model.slug} ({model.path}) on {target} ...", file=sys.stderr,
+          flush=True)  # fmt: skip
+    from aaco_pipelines.execution.runner import RunnerLimits
+    from aaco_pipelines.stages.measure import MeasureOptions
+    from aaco_pipelines.stages.pipeline import measure_model
+
     options = MeasureOptions(
-        target=default_target(),  # what this host measures on, as the Dagster runs record it
+        target=target,
         laboratory=args.laboratory or cores is not None,
         laboratory_cores=cores,
-        providers=run_providers(args.provider),
+        providers=providers,
         measured_iterations=args.iterations,
         profiled_iterations=None if args.profile else 1,
         limits=RunnerLimits(
@@ -237,17 +281,83 @@ def cmd_run(args, paths: AacoPaths) -> int:
     bundle = measure_model(model, paths, options, on_progress=say, analyze=True)
     files = published(args, paths, bundle.session_id, say)
     say.done()
-    print(f"session {bundle.session_id} -> {lake_where(paths)}")
-    print(run_summary(paths.tracelake, bundle.session_id))
+    session_id = bundle.session_id
+    found = run_figures(paths.tracelake, session_id)
     observed = bundle.read_json("observed.json")
+    memory = {
+        "peak_rss_mib": observed["worker_peak_rss_bytes"] >> 20,
+        "limit_mib": observed["memory_limit_bytes"] >> 20,
+        "limit_rule": bundle.request["limits"]["memory_limit_rule"].split(":")[0],
+    }
+    then = next_commands(session_id, found["compare"])
+    if args.json:
+        print_json({"session_id": session_id, "lake": lake_where(paths), **run_json(found),
+                    "memory": memory, **files, "next": then})  # fmt: skip
+        return 0
+    print(f"session {session_id} -> {lake_where(paths)}")
+    emit(run_summary(paths.tracelake, session_id, found))
     print(
-        f"  {'peak memory':13} {observed['worker_peak_rss_bytes'] >> 20} MiB of the "
-        f"{observed['memory_limit_bytes'] >> 20} MiB limit "
-        f"({bundle.request['limits']['memory_limit_rule'].split(':')[0]})"
+        f"  {'peak memory':13} {memory['peak_rss_mib']} MiB of the {memory['limit_mib']} MiB "
+        f"limit ({memory['limit_rule']})"
     )
-    for line in files:
-        print(line)
+    print("\n".join(published_lines(files, then)))
     return 0
+
+
+def run_json(found: dict) -> dict:
+    """`aaco run --json`'s figures (run_figures): times in ms, JSON columns decoded."""
+    import json
+
+    row, top, quality = found["row"], found["top"], found["quality"]
+    ms = {k: row[f"latency_{k}_ns"] / 1e6 if row[f"latency_{k}_ns"] is not None else None
+          for k in ("mean", "p50", "p99")}  # fmt: skip
+    generation: dict[str, dict] = {}
+    for (run, metric), value in found["figures"].items():
+        generation.setdefault(run, {})[metric] = value
+    return {
+        "model": row["model_slug"],
+        "workload": row["workload"],
+        "providers": row["providers_used"] or [],
+        "measured_iterations": row["measured_iterations"],
+        "latency_ms": ms,
+        "throughput_per_s": row["throughput_per_s"],
+        "bottleneck": {
+            "class": row["bottleneck"],
+            "confidence": row["confidence"],
+            "close_calls": json.loads(row["close_calls_json"] or "null"),
+            "decided": row.get("decided"),
+            "undecided_reason": row.get("undecided_reason"),
+        },
+        "measurement": decoded(quality) if quality else None,
+        "top_op": top_op_json(top),
+        "objectives": found["objectives"],
+        "generation": generation or None,
+    }
+
+
+def top_op_json(top: dict | None) -> dict | None:
+    if top is None:
+        return None
+    p50 = top["p50_ns"]
+    return {
+        "name": top["name"],
+        "share": top["share"],
+        "p50_ms": p50 / 1e6 if p50 is not None else None,
+        "stability": top["top_op_stability"],
+        "profiled_iterations": top["profiled_iterations"],
+    }
+
+
+def decoded(row: dict) -> dict:
+    """A lake row with its `*_json` text columns as the values they hold (`reasons`, ...)."""
+    import json
+
+    return {
+        (k[: -len("_json")] if k.endswith("_json") else k): (
+            json.loads(v) if k.endswith("_json") and isinstance(v, str) else v
+        )
+        for k, v in row.items()
+    }
 
 
 def cmd_ingest(args, paths: AacoPaths) -> int:
@@ -263,8 +373,12 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
             path=model,
             fix="give the .onnx file itself",
         )
+    print(f"aaco ingest: reading {args.path} ...", file=sys.stderr, flush=True)
     # The pipeline brings the analysis stack (onnx, scipy): imported once the paths are good.
+    from aaco_pipelines.analysis.bottleneck.classification import class_line
     from aaco_pipelines.stages.pipeline import ingest_and_analyze
+    from aaco_pipelines.tracelake import queries
+    from aaco_pipelines.tracelake.store import TraceLake
 
     say = progress_printer(INGEST_STAGES)
     bundle, summary = ingest_and_analyze(
@@ -272,18 +386,27 @@ def cmd_ingest(args, paths: AacoPaths) -> int:
     )
     files = published(args, paths, bundle.session_id, say)
     say.done()
-    print(f"session {bundle.session_id} ({bundle.session['trace_source']}) -> {lake_where(paths)}")
-    print(f"  bottleneck: {summary['bottleneck']} ({summary['confidence']:.2f})")
-    for line in files:
-        print(line)
+    session_id, source = bundle.session_id, bundle.session["trace_source"]
+    compare = queries.previous_session(TraceLake(paths.tracelake), session_id) is not None
+    then = next_commands(session_id, compare)
+    if args.json:
+        print_json({"session_id": session_id, "trace_source": source, "lake": lake_where(paths),
+                    **summary, **files, "next": then})  # fmt: skip
+        return 0
+    print(f"session {session_id} ({source}) -> {lake_where(paths)}")
+    emit(f"  bottleneck: {class_line(summary)}")
+    if not summary["decided"]:
+        emit(f"    not decided: {summary['undecided_reason']}")
+    print("\n".join(published_lines(files, then)))
     return 0
 
 
-def published(args, paths: AacoPaths, session_id: str, say) -> list[str]:
-    """The publish stage, as a Dagster run ends with it: the session's report and trace files,
-    as lines to print. The session is stored by now: a failure here is a warning."""
+def published(args, paths: AacoPaths, session_id: str, say) -> dict:
+    """The publish stage, as a Dagster run ends with it: the session's report and trace files
+    ({report, trace, not_published}: null where not written, and why). The session is stored
+    by now: a failure here is a warning."""
     if not args.publish:
-        return []
+        return {"report": None, "trace": None, "not_published": "--no-publish"}
     from aaco_pipelines.stages.publish import publish
     from aaco_pipelines.tracelake.store import TraceLake
 
@@ -291,9 +414,29 @@ def published(args, paths: AacoPaths, session_id: str, say) -> list[str]:
     try:
         files = publish(TraceLake(paths.tracelake), session_id, paths.home)
     except Exception as exc:  # noqa: BLE001 - said; the measurement is kept; a stop passes
-        return [f"  {'report':13} not written ({type(exc).__name__}: {exc})"]
-    trace = files.trace if files.trace_written else files.trace_note(session_id)
-    return [f"  {'report':13} {files.report}", f"  {'trace':13} {trace}"]
+        return {"report": None, "trace": None, "not_published": f"{type(exc).__name__}: {exc}"}
+    if files.trace_written:
+        return {"report": str(files.report), "trace": str(files.trace), "not_published": None}
+    return {"report": str(files.report), "trace": None,
+            "not_published": f"trace {files.trace_note(session_id)}"}  # fmt: skip
+
+
+def published_lines(files: dict, then: list[str]) -> list[str]:
+    """The files' lines of the text output, then the commands to run next."""
+    lines = []
+    if files["report"]:
+        lines.append(f"  {'report':13} {files['report']}")
+    if files["trace"]:
+        lines.append(f"  {'trace':13} {files['trace']}")
+    why = files["not_published"]
+    if why and why != "--no-publish":
+        lines.append(
+            f"  {'trace':13} {why.removeprefix('trace ')}"
+            if why.startswith("trace ")
+            else f"  {'report':13} not written ({why})"
+        )
+    lines += [f"  {'next' if i == 0 else '':13} {command}" for i, command in enumerate(then)]
+    return lines
 
 
 def add_publish_option(parser) -> None:
@@ -308,7 +451,9 @@ def add_publish_option(parser) -> None:
 
 def add_parser(sub) -> None:
     run = sub.add_parser("run", help="measure one model now, without Dagster")
-    run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
+    path_argument(
+        run.add_argument("--model", required=True, help="registry name or path to an .onnx file")
+    )
     run.add_argument("--laboratory", action="store_true", help="pinned cores, fixed threads")
     run.add_argument(
         "--laboratory-cores",
@@ -345,13 +490,30 @@ def add_parser(sub) -> None:
         "said why not elsewhere); default: the sidecar's `counters`",
     )
     add_publish_option(run)
+    add_json_option(run, "the session's figures and files (progress stays on stderr)")
+    with_examples(
+        run,
+        "aaco run --model resnet_cnn",
+        "aaco run --model ./my_model.onnx --iterations 200 --laboratory --json",
+    )
     run.set_defaults(func=cmd_run)
 
     ingest = sub.add_parser("ingest", help="ingest a trace collected elsewhere as a session")
-    ingest.add_argument(
-        "path", help="rocprofv3 output directory or trace file (csv, json, rocpd, rpd, rocprof v1)"
+    path_argument(
+        ingest.add_argument(
+            "path",
+            help="rocprofv3 output directory or trace file (csv, json, rocpd, rpd, rocprof v1)",
+        )
     )
-    ingest.add_argument("--model", help="the ONNX model that was traced (adds its graph)")
+    path_argument(
+        ingest.add_argument("--model", help="the ONNX model that was traced (adds its graph)")
+    )
     ingest.add_argument("--name", help="model name for the session (default: model or trace name)")
     add_publish_option(ingest)
+    add_json_option(ingest, "the session and its files (progress stays on stderr)")
+    with_examples(
+        ingest,
+        "aaco ingest ./rocprof_out --model ./my_model.onnx",
+        "aaco ingest trace.rpd --name vllm_decode --json",
+    )
     ingest.set_defaults(func=cmd_ingest)

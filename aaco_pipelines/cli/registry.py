@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aaco_pipelines.cli.common import print_table
+from aaco_pipelines.cli.common import (
+    add_json_option,
+    path_argument,
+    print_json,
+    print_table,
+    with_examples,
+)
 from aaco_pipelines.config import AacoPaths
 
 
@@ -58,6 +64,9 @@ def cmd_registry_list(args, paths: AacoPaths) -> int:
 
     scan = read_registry(paths.registry)
     history, note = registry_history(paths.tracelake)
+    if args.json:
+        print_json(registry_listing(scan, history, note, paths.registry))
+        return 0
     skipped = f"; {len(scan.problems)} not measured (below)" if scan.problems else ""
     print(f"{len(scan.models)} models in {paths.registry}{skipped}")
     rows = [("model", "sha256", "sidecar", "versions", "last session", "p50", "last verdict")]
@@ -78,6 +87,30 @@ def cmd_registry_list(args, paths: AacoPaths) -> int:
     return 0
 
 
+def registry_listing(scan, history: dict | None, note: str | None, registry: Path) -> dict:
+    """`aaco registry list --json`: every model (the measurable ones and those that cannot be
+    measured, with why), its history null where it is unknown (history_known false)."""
+    models = []
+    measured = {model.slug: model for model in scan.models}
+    for slug in sorted([*measured, *scan.problems]):
+        model, problem = measured.get(slug), scan.problems.get(slug)
+        h = None if history is None else history.get(slug, {})
+        models.append({
+            "model": slug,
+            "path": str(model.path) if model else None,
+            "sha256": model.sha256 if model else None,
+            "sidecar": str(model.sidecar) if model and model.sidecar else None,
+            "measurable": model is not None,
+            "problem": str(problem) if problem is not None else None,
+            "versions": None if h is None else h.get("versions", 0),
+            "last_session_at": None if h is None else h.get("last_at"),
+            "last_p50_ms": h["last_p50_ns"] / 1e6 if h and h.get("last_p50_ns") else None,
+            "last_verdict": None if h is None else h.get("verdict"),
+        })  # fmt: skip
+    return {"registry": str(registry), "history_known": history is not None, "note": note,
+            "models": models}  # fmt: skip
+
+
 def _history_cells(h: dict | None) -> tuple[str, str, str, str]:
     """versions, last session, p50, last verdict: `?` each when the history is unknown."""
     if h is None:
@@ -92,17 +125,23 @@ def _history_cells(h: dict | None) -> tuple[str, str, str, str]:
 
 
 def add_parser(sub) -> None:
-    zoo = sub.add_parser("zoo", help="the bundled model zoo").add_subparsers(
-        dest="zoo_command", required=True
-    )
+    zoo_parser = sub.add_parser("zoo", help="the bundled model zoo")
+    zoo = zoo_parser.add_subparsers(dest="zoo_command", required=True)
     build = zoo.add_parser("build", help="write the bundled zoo into the registry")
-    build.add_argument("--registry", help="target folder (default: AACO_REGISTRY)")
+    path_argument(
+        build.add_argument("--registry", help="target folder (default: AACO_REGISTRY)"), "dir"
+    )
     build.add_argument(
         "--if-empty", action="store_true", help="only when the registry has no models"
     )
+    with_examples(build, "aaco zoo build --if-empty", "aaco zoo build --registry ./models")
     build.set_defaults(func=cmd_zoo_build)
+    with_examples(zoo_parser, "aaco zoo build --if-empty")
 
-    registry = sub.add_parser("registry", help="the model registry").add_subparsers(
-        dest="registry_command", required=True
-    )
-    registry.add_parser("list", help="registered models").set_defaults(func=cmd_registry_list)
+    registry_parser = sub.add_parser("registry", help="the model registry")
+    with_examples(registry_parser, "aaco registry list", "aaco registry list --json")
+    registry = registry_parser.add_subparsers(dest="registry_command", required=True)
+    listing = registry.add_parser("list", help="registered models, with their history")
+    add_json_option(listing, "the models")
+    with_examples(listing, "aaco registry list", "aaco registry list --json")
+    listing.set_defaults(func=cmd_registry_list)

@@ -1,13 +1,30 @@
 """`aaco export` (a session's timeline as a Perfetto trace) and `aaco report` (a session's
 report as HTML, JSON or Markdown, to a file or the terminal), each refusing a session whose
-bundle changed (cli.evidence)."""
+bundle changed (cli.evidence). Files go where a Dagster run and `aaco run` publish theirs,
+AACO_HOME/reports (report.session_files), unless --output says otherwise."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from aaco_pipelines.cli.common import path_argument, reports_folder, to_terminal, with_examples
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
+
+PROTO_SUFFIX = ".perfetto-trace"  # Perfetto's protobuf trace, as ui.perfetto.dev names it
+
+
+def export_output(paths: AacoPaths, session_id: str, export_format: str) -> Path:
+    """Where `aaco export` writes without --output: the session's trace file under
+    AACO_HOME/reports, the one its run published (.perfetto.json), or beside it for the
+    protobuf format (.perfetto-trace)."""
+    from aaco_pipelines.report.session_files import session_files
+
+    reports_folder(paths.home)
+    trace = session_files(paths.home, session_id).trace
+    if export_format == "perfetto-proto":
+        return trace.with_suffix("").with_suffix(PROTO_SUFFIX)
+    return trace
 
 
 def cmd_export(args, paths: AacoPaths) -> int:
@@ -23,11 +40,16 @@ def cmd_export(args, paths: AacoPaths) -> int:
         raise AacoInputError(
             f"unknown export format {args.format!r}", fix="use --format perfetto or perfetto-proto"
         )
-    output = check_output(Path(args.output))  # before the lake is read
+    given = check_output(Path(args.output)) if args.output else None  # before the lake is read
     session = checked_session(paths, args.session)
+    output = given or check_output(export_output(paths, session, args.format))
     write = write_perfetto_proto if args.format == "perfetto-proto" else write_perfetto
     count = write(TraceLake(paths.tracelake), session, output)
     print(f"wrote {count} events to {output} (open it in https://ui.perfetto.dev)")
+    if args.open:
+        from aaco_pipelines.cli.opening import FETCH_WAIT_S, open_trace
+
+        return open_trace(output, FETCH_WAIT_S)
     return 0
 
 
@@ -40,7 +62,24 @@ def add_export_parser(sub) -> None:
         help="perfetto (Chrome trace-event JSON) or perfetto-proto (Perfetto's protobuf trace, "
         "for .perfetto-trace/.pftrace files: about a third of the JSON's size)",
     )
-    export.add_argument("--output", required=True, help="file to write")
+    path_argument(
+        export.add_argument(
+            "--output",
+            help="file to write (default: AACO_HOME/reports/<session id>.perfetto.json, or "
+            f"<session id>{PROTO_SUFFIX} for perfetto-proto)",
+        )
+    )
+    export.add_argument(
+        "--open",
+        action="store_true",
+        help="then open it in ui.perfetto.dev (served on 127.0.0.1:9001 until it is fetched)",
+    )
+    with_examples(
+        export,
+        "aaco export --session latest",
+        "aaco export --session latest --open",
+        "aaco export --session latest --format perfetto-proto --output session.perfetto-trace",
+    )
     export.set_defaults(func=cmd_export)
 
 
@@ -48,13 +87,20 @@ REPORT_FORMATS = ("html", "json", "md")
 STDOUT = "-"
 
 
-def report_output(output: str | None, report_format: str, session_id: str) -> Path | None:
+def report_output(
+    output: str | None, report_format: str, session_id: str, home: Path
+) -> Path | None:
     """Where the report goes: the file --output names; the terminal (None) for "-", and for
     Markdown and JSON without --output (to read or pipe); an HTML page, which a terminal cannot
-    show, without --output to <session id>.html in the current folder."""
+    show, without --output to AACO_HOME/reports/<session id>.html, where its run published it."""
+    from aaco_pipelines.report.session_files import session_files
+
     if output == STDOUT or (output is None and report_format != "html"):
         return None
-    return Path(output) if output is not None else Path.cwd() / f"{session_id}.html"
+    if output is not None:
+        return Path(output)
+    reports_folder(home)
+    return session_files(home, session_id).report
 
 
 def cmd_report(args, paths: AacoPaths) -> int:
@@ -64,7 +110,7 @@ def cmd_report(args, paths: AacoPaths) -> int:
     from aaco_pipelines.report.output_file import replacing
 
     session = checked_session(paths, args.session)  # before the output is opened
-    output = report_output(args.output, args.format, session)
+    output = report_output(args.output, args.format, session, paths.home)
     if output is None:
         to_terminal(render_report(paths, session, args.format))
         return 0
@@ -73,18 +119,6 @@ def cmd_report(args, paths: AacoPaths) -> int:
         handle.write(text)
     print(f"wrote {args.format} report ({len(text.encode()) // 1024} KB) to {output}")
     return 0
-
-
-def to_terminal(text: str) -> None:
-    """Print to stdout; a reader that stops early (`| head`) ends the printing quietly, as it
-    does for any Unix tool, never with a traceback."""
-    import os
-    import sys
-
-    try:
-        print(text.rstrip("\n"), flush=True)
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no error at exit
 
 
 def render_report(paths: AacoPaths, session: str, report_format: str) -> str:
@@ -106,10 +140,18 @@ def add_report_parser(sub) -> None:
     report = sub.add_parser("report", help="a session's report (HTML, JSON or Markdown)")
     report.add_argument("--session", default="latest", help="session id, or latest (latest)")
     report.add_argument("--format", default="html", choices=REPORT_FORMATS, help="(html)")
-    report.add_argument(
-        "--output",
-        help="file to write, or - for the terminal (default: md and json to the terminal, "
-        "html to ./<session id>.html)",
+    path_argument(
+        report.add_argument(
+            "--output",
+            help="file to write, or - for the terminal (default: md and json to the terminal, "
+            "html to AACO_HOME/reports/<session id>.html)",
+        )
+    )
+    with_examples(
+        report,
+        "aaco report --session latest --format md",
+        "aaco report --session latest  # HTML, to AACO_HOME/reports/<session id>.html",
+        "aaco report --format json --output report.json",
     )
     report.set_defaults(func=cmd_report)
 

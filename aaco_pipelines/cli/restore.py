@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from aaco_pipelines.cli.common import with_examples
 from aaco_pipelines.config import AacoPaths
 
 
@@ -31,5 +32,10 @@ def add_parser(sub) -> None:
         help="also restore the bundles the lake's journal has no record of (loaded before it "
         "kept them, or the journal is lost), marked unverified: aaco verify fails them, their "
         "reports say so, no new baseline rests on them",
+    )
+    with_examples(
+        restore,
+        "aaco restore  # once the damaged tracelake.duckdb is moved aside",
+        "aaco restore --unverified",
     )
     restore.set_defaults(func=cmd_restore)

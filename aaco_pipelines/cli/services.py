@@ -9,10 +9,17 @@ import os
 import sys
 from pathlib import Path
 
-from aaco_pipelines.cli.common import comma_list
+from aaco_pipelines.cli.common import (
+    add_json_option,
+    comma_list,
+    path_argument,
+    print_json,
+    with_examples,
+)
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.instance.cluster_processes import MARK_ENV
+from aaco_pipelines.instance.report_server import REPORTS_URL_ENV
 
 UI_PORT_ENV = "AACO_UI_PORT"
 DEFAULT_UI_PORT = 3000
@@ -48,6 +55,9 @@ def cmd_ui(args, paths: AacoPaths) -> int:
     dagster_home = prepare_dagster_home(dagster_home)
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "AACO_HOME": str(paths.home),
            MARK_ENV: mark}  # fmt: skip
+    files_url = serve_reports(args.host, paths, env)
+    if files_url:
+        env[REPORTS_URL_ENV] = files_url
     workspace = Path(args.workspace).absolute()
     command = [
         str(Path(sys.executable).with_name("dagster")),
@@ -60,9 +70,68 @@ def cmd_ui(args, paths: AacoPaths) -> int:
         str(port),
     ]
     print(f"AACO_HOME={paths.home}  DAGSTER_HOME={dagster_home}  UI: http://{args.host}:{port}")
+    if files_url:
+        print(f"reports and traces: {files_url}/<session>.html (links on every session's page)")
+    log = ui_log(args.log, paths)
+    start_status_lines(env)
+    if log is not None:
+        print(f"one line per model below; Dagster's own log: {log}", flush=True)
+        into_log(log)
     os.chdir(workspace.parent)
     os.execve(command[0], command, env)
     return 0  # not reached
+
+
+def ui_log(given: str | None, paths: AacoPaths) -> Path | None:
+    """Where Dagster's stream goes: `--log`, else AACO_HOME/logs/dagster.log on a terminal
+    (which gets one status line per model instead), else nowhere but the output as it was."""
+    if given:
+        return Path(given).absolute()
+    return paths.home / "logs" / "dagster.log" if sys.stdout.isatty() else None
+
+
+def start_status_lines(env: dict) -> None:
+    """The child that prints a line per finished measurement (instance.status_lines) on this
+    output, before it is pointed at the log; it stops with `dagster dev`, this process."""
+    import subprocess
+    import time
+
+    sys.stdout.flush()
+    out = os.dup(sys.stdout.fileno())
+    command = [sys.executable, "-m", "aaco_pipelines.instance.status_lines",
+               "--fd", str(out), "--since", str(time.time())]  # fmt: skip
+    subprocess.Popen(command, env=env, pass_fds=[out], stdin=subprocess.DEVNULL)
+    os.close(out)
+
+
+def into_log(log: Path) -> None:
+    """This process's output (and so `dagster dev`'s, which it becomes) appended to `log`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def serve_reports(host: str, paths: AacoPaths, env: dict) -> str | None:
+    """Serve AACO_HOME/reports beside Dagster (instance.report_server) on AACO_REPORTS_PORT,
+    else 9001 (the port ui.perfetto.dev fetches traces from), else any free port; its URL, or
+    None (said) when it cannot listen. The server stops with `dagster dev`, this process."""
+    from aaco_pipelines.instance.report_server import REPORTS_PORT_ENV, reports_port, spawn
+    from aaco_pipelines.report.session_files import REPORTS
+
+    port = reports_port()
+    ports = [port] if os.environ.get(REPORTS_PORT_ENV) else [port, 0]
+    for port in ports:
+        try:
+            _, url = spawn(paths.home / REPORTS, host, port, env)
+            return url
+        except OSError as error:
+            reason = error
+    print(f"reports are not served ({reason}): asset pages show their paths", file=sys.stderr)
+    return None
 
 
 def ui_mark(dagster_home: Path) -> str:
@@ -151,14 +220,23 @@ def add_parser(sub) -> None:
     ui.add_argument(
         "--port", help=f"the UI's port ({UI_PORT_ENV}, else {DEFAULT_UI_PORT}); refused if busy"
     )
-    ui.add_argument(
-        "--workspace", default="workspace.yaml", help="the Dagster workspace file to load"
+    path_argument(
+        ui.add_argument(
+            "--workspace", default="workspace.yaml", help="the Dagster workspace file to load"
+        )
     )
+    ui.add_argument(
+        "--log",
+        help="append Dagster's own output to this file (default on a terminal: "
+        "AACO_HOME/logs/dagster.log, with one status line per measured model shown instead)",
+    )
+    with_examples(ui, "aaco ui", "aaco ui --port 3001", "aaco ui --log /tmp/dagster.log")
     ui.set_defaults(func=cmd_ui)
     worker = sub.add_parser(
         "worker", help="run a device's queue on this host (scaled-out instance, see README)"
     )
     worker.add_argument("--target", required=True, help="the device: cpu, gpu0, gpu1, ...")
+    with_examples(worker, "aaco worker --target gpu0  # with the head's PostgreSQL and broker")
     worker.set_defaults(func=cmd_worker)
 
 
@@ -166,24 +244,37 @@ def add_parser(sub) -> None:
 
 
 def cmd_sweep(args, paths: AacoPaths) -> int:
-    """Measure every registry model as Dagster runs; exit 1 when a model failed."""
+    """Measure every registry model as Dagster runs; exit 1 when a model failed. With --json,
+    the lines as runs end go to stderr and stdout holds the results."""
+    import dataclasses
+
     from aaco_pipelines.foundation.redaction import redact
-    from aaco_pipelines.sensors.sweep import dagster_home_for, sweep
+
+    lines = sys.stderr if args.json else sys.stdout
+    print(f"aaco sweep: sweeping {paths.registry} through Dagster ...", file=lines, flush=True)
+    from aaco_pipelines.sensors.sweep import dagster_home_for, sweep  # Dagster itself: seconds
 
     only, targets = comma_list(args.models), comma_list(args.targets)
-    print(
-        f"sweeping {paths.registry}; runs go to DAGSTER_HOME={dagster_home_for(paths)}", flush=True
-    )
+    dagster_home = dagster_home_for(paths)
+    print(f"runs go to DAGSTER_HOME={dagster_home}", file=lines, flush=True)
     results = sweep(  # a run's failure is Dagster's text: it may quote a connection string
         paths,
         only,
         targets=targets,
-        on_result=lambda r: print("  " + redact(r.line()), flush=True),
+        on_result=lambda r: print("  " + redact(r.line()), file=lines, flush=True),
         on_progress=lambda line: print(redact(line), file=sys.stderr, flush=True),
     )
     failed = [r.slug for r in results if r.status == "failed"]
     regressed = [r.slug for r in results if r.status == "regression"]
-    print(f"{len(results)} runs: {len(failed)} failed, {len(regressed)} regressed")
+    if args.json:
+        runs = [
+            {**dataclasses.asdict(r), "error": redact(r.error) if r.error else None}
+            for r in results
+        ]
+        print_json({"registry": str(paths.registry), "dagster_home": str(dagster_home),
+                    "runs": runs, "failed": failed, "regressed": regressed})  # fmt: skip
+    else:
+        print(f"{len(results)} runs: {len(failed)} failed, {len(regressed)} regressed")
     return 1 if failed or (args.fail_on_regression and regressed) else 0
 
 
@@ -199,5 +290,11 @@ def add_sweep_parser(sub) -> None:
     )
     sweep.add_argument(
         "--fail-on-regression", action="store_true", help="also exit 1 when a model regressed"
+    )
+    add_json_option(sweep, "each model's run (the progress lines go to stderr)")
+    with_examples(
+        sweep,
+        "aaco sweep --fail-on-regression",
+        "aaco sweep --models resnet_cnn,bert_encoder --json",
     )
     sweep.set_defaults(func=cmd_sweep)

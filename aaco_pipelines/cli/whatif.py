@@ -3,8 +3,7 @@ slower), by re-timing its critical-path DAG (analysis.critical_path.session_what
 
 from __future__ import annotations
 
-import json
-
+from aaco_pipelines.cli.common import add_json_option, print_json, with_examples
 from aaco_pipelines.cli.evidence import checked_session
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
@@ -14,8 +13,7 @@ def cmd_whatif(args, paths: AacoPaths) -> int:
     from aaco_pipelines.analysis.critical_path.session_whatif import what_if
     from aaco_pipelines.bundle.manifest import home_bundle
     from aaco_pipelines.bundle.session_bundle import SessionBundle
-    from aaco_pipelines.report.data import open_lake
-    from aaco_pipelines.tracelake.queries import session_bundle_path
+    from aaco_pipelines.tracelake.queries import open_lake, session_bundle_path
 
     chosen = [(s, v) for s, v in SELECTORS if getattr(args, s) is not None]
     if len(chosen) != 1:
@@ -36,7 +34,10 @@ def cmd_whatif(args, paths: AacoPaths) -> int:
             value=getattr(args, selector),
             speedup=args.speedup,
         )
-    print(json.dumps(result.to_dict(), indent=2) if args.json else whatif_text(result))
+    if args.json:
+        print_json(result.to_dict())
+    else:
+        print(whatif_text(result))
     return 0
 
 
@@ -74,5 +75,10 @@ def add_parser(sub) -> None:
     whatif.add_argument(
         "--speedup", type=float, default=2.0, help="how many times faster; < 1 slower (2)"
     )
-    whatif.add_argument("--json", action="store_true", help="print the prediction as JSON")
+    add_json_option(whatif, "the prediction")
+    with_examples(
+        whatif,
+        "aaco whatif --session latest --op-type MatMul --speedup 2",
+        "aaco whatif --node /encoder/layer.0/MatMul --speedup 1.5 --json",
+    )
     whatif.set_defaults(func=cmd_whatif)

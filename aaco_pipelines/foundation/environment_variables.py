@@ -41,6 +41,9 @@ ENVIRONMENT: dict[str, str] = {
     "fixed, a cgroup where possible)." + DEFAULT + "0 (off).",
     "AACO_UI_PORT": "The port `aaco ui` (and `make run`) serves the Dagster UI on, unless "
     "--port is given." + DEFAULT + "3000.",
+    "AACO_REPORTS_PORT": "The port `aaco ui` serves AACO_HOME/reports/ on (the sessions' HTML "
+    "reports and Perfetto traces the asset pages link to); ui.perfetto.dev fetches traces only "
+    "from 9001." + DEFAULT + "9001, else any free port.",
     # --- limits and patience
     "AACO_LOCK_TIMEOUT_S": "The longest wait, in seconds, for a TraceLake that another process "
     "holds, before the step fails naming that process." + DEFAULT + "60.",
@@ -78,7 +81,13 @@ ENVIRONMENT: dict[str, str] = {
     "and `aaco alert deliver`)." + DEFAULT + "unset: alerts are kept, not sent.",
     "AACO_ALERT_WEBHOOK_SECRET": "Signs each notification's body with HMAC-SHA256 under this "
     "secret." + DEFAULT + "unset: unsigned.",
+    # --- the terminal
+    "NO_COLOR": "Any non-empty value: the command line prints no colour, even on a terminal "
+    "(no-color.org); piped output never has any." + DEFAULT + "unset: verdicts coloured on a "
+    "terminal.",
     # --- internal: set by aaco for its own child processes
+    "AACO_REPORTS_URL": "Internal: where `aaco ui` serves the session files, handed to Dagster "
+    "so the asset pages link to them." + DEFAULT + "unset: the pages show their paths.",
     "AACO_HEARTBEAT_URL": "Internal: the result backend's URL, handed to a worker's heartbeat "
     "process (not in its command line)." + DEFAULT + "set by aaco.",
     "AACO_LIFELINE_FD": "Internal: the pipe a measuring process watches to die with the process "

@@ -17,9 +17,13 @@ from aaco_pipelines.analysis.comparison.stored_structure import stored_since_pre
 from aaco_pipelines.analysis.comparison.structure_records import StructuralDiff
 from aaco_pipelines.analysis.envelope.record import HardwareEnvelope
 from aaco_pipelines.analysis.metrics.measurement_quality import MeasurementQuality
-from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.foundation.sql import used_parameters
-from aaco_pipelines.tracelake.queries import objective_verdicts, other_sessions, resolve_session
+from aaco_pipelines.tracelake.queries import (
+    objective_verdicts,
+    open_lake,
+    other_sessions,
+    resolve_session,
+)
 from aaco_pipelines.tracelake.store import TraceLake
 
 TOP_KERNELS = 15
@@ -108,19 +112,6 @@ class ReportData:
     critical_path_nodes: pa.Table
     # what changed in the compiled graph since the model's previous session (None: its first)
     structure: StructuralDiff | None
-
-
-def open_lake(lake: TraceLake | str) -> TraceLake:
-    """The TraceLake, refusing a missing file (a query would otherwise read an empty lake). A
-    shared lake is there to read: one that cannot be reached says so when first read."""
-    lake = lake if isinstance(lake, TraceLake) else TraceLake(lake)
-    if not lake.exists():
-        raise AacoInputError(
-            "no TraceLake here",
-            path=lake.path,
-            fix="measure a model first (aaco run --model NAME) or point AACO_TRACELAKE at one",
-        )
-    return lake
 
 
 SESSION_SQL = "SELECT * FROM sessions WHERE session_id = $sid"

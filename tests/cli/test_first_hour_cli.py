@@ -102,8 +102,9 @@ def test_ingest_with_no_publish_writes_no_report(aaco_paths, monkeypatch, capsys
     trace = SHARED / "samples" / "profilers" / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
     code, out, err = _run(capsys, "ingest", str(trace), "--no-publish")
     assert code == 0, err
-    assert "publishing" not in err and "report" not in out
-    assert not (aaco_paths.home / REPORTS).exists()
+    assert "publishing" not in err and not (aaco_paths.home / REPORTS).exists()
+    labels = [line.split()[0] for line in out.splitlines()]
+    assert "report" not in labels and "trace" not in labels and labels[-1] == "next"
 
 
 def test_run_records_the_target_this_host_measures_on(first_run):
@@ -164,12 +165,15 @@ def test_report_goes_to_the_terminal_without_output(first_hour_home, tmp_path, m
     assert code == 0 and json.loads(out)["session"]["session_id"] == session
     code, out, _ = _run(capsys, "report", "--format", "html", "--output", "-")
     assert code == 0 and out.lstrip().lower().startswith("<!doctype html")
-    # HTML, which a terminal cannot show, goes to a file named after the session, here
+    # HTML, which a terminal cannot show, goes to the session's file under AACO_HOME/reports,
+    # where its run published it, never into the current folder
     monkeypatch.chdir(tmp_path)
+    written = session_files(first_hour_home.paths.home, session).report
+    written.unlink()
     code, out, _ = _run(capsys, "report")
-    written = tmp_path / f"{session}.html"
     assert code == 0 and written.is_file() and str(written) in out
     assert written.read_text().lower().startswith("<!doctype html")
+    assert list(tmp_path.iterdir()) == []
 
 
 # --- aaco export: one count of events in both formats ------------------------------------------

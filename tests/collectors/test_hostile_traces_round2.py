@@ -32,7 +32,7 @@ from aaco_pipelines.collectors.bounded_reads import TraceRead
 from aaco_pipelines.config import AacoPaths
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.tracelake.store import TraceLake
-from tests.helpers import SHARED, fill
+from tests.helpers import SHARED, error_lines, fill
 
 SAMPLES = SHARED / "samples" / "profilers"
 KERNEL_CSV = SAMPLES / "sllm_r9700_decode_attn_564735_kernel_trace.csv"
@@ -79,7 +79,7 @@ def gzipped(path: Path) -> Path:
 def one_error_line(capsys) -> str:
     """The one line aaco printed for its error (progress lines aside), checked to be one."""
     err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip() and not line.startswith("  [")]
+    lines = error_lines(err)
     assert len(lines) == 1 and lines[0].startswith("aaco: error: "), err
     assert "Traceback" not in err and "Fix:" in lines[0], err
     return lines[0]

@@ -16,7 +16,7 @@ from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.registry.scan import file_sha256, registered_model
 from aaco_pipelines.stages.prepare import prepare_model_version
 from tests import models
-from tests.helpers import fill
+from tests.helpers import error_lines, fill
 
 SNAPSHOT = re.compile(r"[0-9a-f]{64}\.onnx")
 GRAPH_FILES = {"graph.json", "nodes.parquet", "edges.parquet"}
@@ -63,7 +63,7 @@ def test_a_model_larger_than_the_free_space_is_one_line_and_no_partial_snapshot(
     _leave_a_killed_writers_temps(paths)
     fill(paths.home.parent, leave_bytes=256 << 10)
     assert main(["run", "--model", str(model), "--iterations", "5", "--no-profile"]) == 2
-    err = capsys.readouterr().err
+    err = "\n".join(error_lines(capsys.readouterr().err))
     assert len(err.splitlines()) == 1 and err.startswith(f"aaco: error: {paths.home}: "), err
     assert "no space left" in err and "big.onnx" in err and "Fix: free space" in err
     assert f"writing {model}" not in err  # the user's model is read, never written

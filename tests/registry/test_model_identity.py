@@ -16,7 +16,7 @@ from aaco_pipelines.resources import ModelRegistryResource
 from aaco_pipelines.sensors import model_registry_sensor
 from aaco_pipelines.tracelake.store import TraceLake
 from tests import models
-from tests.helpers import SHARED, store_sessions
+from tests.helpers import SHARED, error_lines, store_sessions
 
 HASHED = re.compile(r"[a-z0-9_]+_[0-9a-f]{8}")
 
@@ -96,7 +96,7 @@ def test_a_slug_holding_another_models_sessions_is_refused_before_measuring(
             ["ingest", str(trace), "--name", model],
         ):
             assert main(argv) == 2
-            err = capsys.readouterr().err.splitlines()
+            err = error_lines(capsys.readouterr().err)
             assert len(err) == 1 and err[0].startswith("aaco: error: "), err
             assert f"'{model}'" in err[0] and f"'{owner}'" in err[0] and "Fix: rename" in err[0]
             assert str(path if argv[0] == "run" else trace) in err[0]

@@ -19,6 +19,7 @@ from aaco_pipelines.llm.decoder_io import detect_decoder_io
 from aaco_pipelines.llm.engine import Generator
 from aaco_pipelines.registry.zoo import llama_decoder
 from tests import models
+from tests.helpers import error_lines
 
 POSITIONS = 40  # a decoder whose rotary tables have 40 rows
 PROMPT = 32  # so 9 output tokens fit (positions 0..39) and 10 do not
@@ -30,7 +31,7 @@ def _refused(paths, capsys, model, sidecar_text: str, *says: str) -> str:
     sidecar = model.with_suffix(".yaml")
     sidecar.write_text(sidecar_text)
     assert main(["run", "--model", str(model), "--no-profile"]) == 2
-    err = capsys.readouterr().err
+    err = "\n".join(error_lines(capsys.readouterr().err))  # (what it starts said first)
     assert len(err.splitlines()) == 1 and err.startswith(f"aaco: error: {sidecar}: "), err
     assert all(part in err for part in says) and "Fix: " in err, err
     started = [paths.sessions, paths.failed_sessions]

@@ -269,7 +269,9 @@ def test_full_disk_under_aaco_home_is_one_line_and_leaves_nothing_half_written(
     fill(full_disk, leave_bytes=96 << 10)  # room for the snapshot, not for the session
     assert main(["run", "--model", str(model), "--iterations", "50"]) == 2
     err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if not line.startswith("  [")]  # progress
+    # what it starts, its progress, then one line of error
+    errors = [line for line in err.splitlines() if not line.startswith(("  [", "aaco run: "))]
+    assert err.startswith("aaco run: measuring mlp"), err
     assert len(errors) == 1 and errors[0].startswith("aaco: error: "), err
     assert "no space left" in errors[0] and str(home) in errors[0]
     assert _staging_empty(paths) and not list(paths.sessions.glob("2*/*"))
@@ -293,7 +295,8 @@ def test_full_disk_while_ingesting_a_trace_is_one_line_and_leaves_nothing(
     fill(full_disk, leave_bytes=trace.stat().st_size // 2)
     assert main(["ingest", str(trace), "--name", "laplacian"]) == 2
     lines = capsys.readouterr().err.splitlines()
-    err = [line for line in lines if line.strip() and not line.startswith("  [")]  # no progress
+    assert lines[0].startswith("aaco ingest: reading "), lines  # what it starts, first
+    err = [ln for ln in lines[1:] if ln.strip() and not ln.startswith("  [")]  # no progress
     assert len(err) == 1 and err[0].startswith("aaco: error: ") and "no space left" in err[0]
     assert str(home) in err[0]
     paths = AacoPaths.from_env()

@@ -46,7 +46,6 @@ from aaco_pipelines.governance.drift.series import (
     SESSION_METRICS,
 )
 from aaco_pipelines.governance.gate.bisection import midpoint_pct
-from aaco_pipelines.governance.gate.decision import gate_verdict
 from aaco_pipelines.tracelake import journal
 from aaco_pipelines.tracelake.queries import measurement_quality_row
 from aaco_pipelines.tracelake.schema import ALERT_EVENTS, ALERTS
@@ -146,6 +145,10 @@ def _gate_said(lake, session_id: str):
 
     def ask() -> dict | None:
         if not said:
+            # the gate's whole analysis stack (onnx): imported when an alert needs it, which
+            # keeps `aaco alert list` light
+            from aaco_pipelines.governance.gate.decision import gate_verdict
+
             try:
                 verdict = gate_verdict(lake, session_id).to_dict()
                 said.append({k: verdict.get(k) for k in ("suspected_cause", "recommendation")})
