@@ -38,6 +38,12 @@ def _metadata(measured: MeasuredSession, home) -> dict:
     bundle, figures = measured.bundle, measured.figures
     session = bundle.session
     metadata = {
+        "summary": dg.MetadataValue.text(
+            f"Measured: p50 {figures['latency_p50_ns'] / 1e6:.4g} ms, p99 "
+            f"{figures['latency_p99_ns'] / 1e6:.4g} ms over {measured.requests} iterations.\n"
+            "Measurement quality: judged when the session is loaded (tracelake_session).\n"
+            "Bottleneck: judged by bottleneck_report."
+        ),
         "session_id": bundle.session_id,
         **session_links(home, bundle.session_id),
         "bundle": dg.MetadataValue.path(str(bundle.path)),

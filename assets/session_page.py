@@ -12,11 +12,17 @@ sampling rate, host contention, p99/p50): their chart is the host's measurement 
 time; a check's per-model magnitudes (row counts, busy time) are text too.
 """
 
+import os
 from pathlib import Path
 
 import dagster as dg
 
-from aaco_pipelines.report.report_excerpt import report_excerpt
+from aaco_pipelines.instance.report_server import (
+    DEFAULT_PORT,
+    REPORTS_URL_ENV,
+    short_perfetto_link,
+)
+from aaco_pipelines.report.report_excerpt import PageTable, report_excerpt
 from aaco_pipelines.report.session_files import session_files
 from aaco_pipelines.tracelake.store import TraceLake
 
@@ -28,12 +34,30 @@ def session_page(
     sections: tuple[str, ...],
     plots: tuple[str, ...] = (),
 ) -> dict:
-    """The page's head: the session, its plots, where its report and trace are, then the
-    report's `sections` (by key) as the report says them."""
+    """The page's head: the session in plain text (class, decided or not, measurement, first
+    actions), where its report and trace are, its plots, then the report's `sections` (by key)
+    as the report says them."""
     excerpt = report_excerpt(lake, session_id, sections, plots)
-    shown = {label: dg.MetadataValue.md(text) for label, text in excerpt.items()}
+    summary = dg.MetadataValue.text(excerpt.pop("summary"))
+    shown = {label: _shown(entry) for label, entry in excerpt.items()}
     drawn = {label: shown.pop(label) for label in list(shown) if label.endswith("_plot")}
-    return {"session_id": session_id, **drawn, **session_links(home, session_id), **shown}
+    return {
+        "summary": summary,
+        "session_id": session_id,
+        **session_links(home, session_id),
+        **drawn,
+        **shown,
+    }
+
+
+def _shown(entry):
+    """A report table as table metadata (the UI shows it inline and scrolls it), the rest as
+    Markdown."""
+    if not isinstance(entry, PageTable):
+        return dg.MetadataValue.md(entry)
+    schema = dg.TableSchema(columns=[dg.TableColumn(h, "string") for h in entry.headers])
+    records = [dg.TableRecord(dict(zip(entry.headers, row, strict=True))) for row in entry.rows]
+    return dg.MetadataValue.table(records, schema)
 
 
 def as_text(metadata: dict) -> dict:
@@ -49,9 +73,19 @@ def _text(value):
 
 def session_links(home: str | Path, session_id: str) -> dict:
     """The session's report (every plot and table) and trace, written as its run ends
-    (performance_drift): paths to open in a browser and in ui.perfetto.dev."""
+    (performance_drift): links when `aaco ui` serves them (instance.report_server), else paths
+    to open in a browser and in ui.perfetto.dev."""
     files = session_files(Path(home), session_id)
+    served = os.environ.get(REPORTS_URL_ENV)
+    if not served:
+        return {
+            "html_report (all plots)": dg.MetadataValue.path(str(files.report)),
+            "perfetto_trace (ui.perfetto.dev)": dg.MetadataValue.path(str(files.trace)),
+        }
+    trace = short_perfetto_link(served, files.trace.name)
+    if not served.endswith(f":{DEFAULT_PORT}"):  # ui.perfetto.dev fetches from :9001 only
+        trace = f"{served}/{files.trace.name}"
     return {
-        "html_report (all plots)": dg.MetadataValue.path(str(files.report)),
-        "perfetto_trace (ui.perfetto.dev)": dg.MetadataValue.path(str(files.trace)),
+        "html_report (all plots)": dg.MetadataValue.url(f"{served}/{files.report.name}"),
+        "perfetto_trace (ui.perfetto.dev)": dg.MetadataValue.url(trace),
     }

@@ -26,6 +26,12 @@ def collected_traces(
     context.add_output_metadata(
         as_text(
             {
+                "summary": dg.MetadataValue.text(
+                    f"Collected {collected.node_events} node events and "
+                    f"{collected.device_kernels} device kernels ({bundle.session['trace_source']})."
+                    "\nMeasurement quality: judged when the session is loaded (tracelake_session)."
+                    "\nBottleneck: judged by bottleneck_report."
+                ),
                 "session_id": bundle.session_id,
                 **session_links(registry.paths.home, bundle.session_id),
                 "tables": dg.MetadataValue.path(str(bundle.tables_dir)),

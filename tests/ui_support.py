@@ -171,10 +171,20 @@ class GraphQLError(AssertionError):
 class DagsterUI:
     """`aaco ui` (dagster dev: webserver, daemon, code server) in its own process group."""
 
-    def __init__(self, repo: Path, env: dict[str, str], log: Path, port: int | None = None):
+    def __init__(
+        self,
+        repo: Path,
+        env: dict[str, str],
+        log: Path,
+        port: int | None = None,
+        dagster_log: Path | None = None,
+    ):
+        """`log`: what `aaco ui` prints; `dagster_log`: where it appends Dagster's own stream
+        (`aaco ui --log`; None: into `log` as well)."""
         self.repo = repo
         self.env = env
         self.log = log
+        self.dagster_log = dagster_log
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
@@ -187,6 +197,8 @@ class DagsterUI:
             "--host", "127.0.0.1", "--port", str(self.port),
             "--workspace", str(self.repo / "workspace.yaml"),
         ]  # fmt: skip
+        if self.dagster_log is not None:
+            command += ["--log", str(self.dagster_log)]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
@@ -205,21 +217,27 @@ class DagsterUI:
             self.signals_needed = stop_group(self.process, term_timeout=45)
         return self.signals_needed
 
+    def logs(self) -> list[Path]:
+        return [p for p in (self.log, self.dagster_log) if p is not None and p.exists()]
+
     def log_tail(self, lines: int = 60) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        errors = [line for line in text.splitlines() if "ERROR" in line or "Errno" in line]
-        summary = "\n".join(errors[:10])
-        return (
-            f"--- first ERROR lines of {self.log} ---\n{summary}\n"
-            f"--- last lines of {self.log} ---\n{tail(self.log, lines)}"
-        )
+        parts = []
+        for log in self.logs():
+            text = log.read_text(errors="replace")
+            errors = [line for line in text.splitlines() if "ERROR" in line or "Errno" in line]
+            summary = "\n".join(errors[:10])
+            parts.append(
+                f"--- first ERROR lines of {log} ---\n{summary}\n"
+                f"--- last lines of {log} ---\n{tail(log, lines)}"
+            )
+        return "\n".join(parts)
 
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             raise AssertionError(
                 f"aaco ui exited with code {self.process.returncode}\n{self.log_tail()}"
             )
-        if self.log.exists() and b"address already in use" in self.log.read_bytes():
+        if any(b"address already in use" in log.read_bytes() for log in self.logs()):
             raise AssertionError(f"port {self.port} was taken\n{self.log_tail()}")
 
     def graphql(self, query: str, variables: dict | None = None, timeout: float = 30.0) -> dict:

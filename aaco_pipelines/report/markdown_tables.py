@@ -11,14 +11,21 @@ def markdown_table(
     """`columns` = (key, header, formatter or None); None values print as an em dash."""
     header = "| " + " | ".join(title for _, title, _ in columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
-    lines = [header, rule]
-    for row in rows:
-        cells = []
-        for key, _, fmt in columns:
-            value = row.get(key)
-            cells.append("—" if value is None else (fmt(value) if fmt else str(value)))
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = [header, rule] + [
+        "| " + " | ".join(cells) + " |" for cells in table_cells(rows, columns)
+    ]
     return "\n".join(lines)
+
+
+def table_cells(
+    rows: Sequence[dict], columns: Sequence[tuple[str, str, Callable | None]]
+) -> list[list[str]]:
+    """Each row's cells as text, in the columns' order: what every table shows."""
+    return [
+        ["—" if row.get(key) is None else (fmt(row[key]) if fmt else str(row[key]))
+         for key, _, fmt in columns]
+        for row in rows
+    ]  # fmt: skip
 
 
 def ms(ns: float) -> str:

@@ -9,10 +9,14 @@ test-artifacts/ui/.
 
 from __future__ import annotations
 
+import html
+import http.client
 import os
+import re
 import shutil
 import time
 import urllib.parse
+import urllib.request
 
 import pytest
 
@@ -36,7 +40,7 @@ from tests.ui_support import (
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 ARTIFACTS = REPO / "test-artifacts" / "ui"
-ASSET_KEYS = [*MODEL_ASSET_KEYS, "hardware_envelope", "nightly_review"]
+ASSET_KEYS = [*MODEL_ASSET_KEYS, "hardware_envelope", "nightly_review", "active_alerts"]
 MODEL = "tiny_mlp"
 PARTITION = f"{MODEL}|cpu"  # model x target: this host measures on cpu
 ENDLESS_SIDECAR = ModelSidecar(warmup_iterations=1, measured_iterations=100_000)
@@ -82,7 +86,9 @@ PARTITION_RUNS = """query($model: String!) { runsOrError(filter: {tags: [
 LATEST_METADATA = """query($key: [String!]!, $partition: String!) {
   assetOrError(assetKey: {path: $key}) { ... on Asset {
     assetMaterializations(partitions: [$partition], limit: 1) { metadataEntries { __typename label
-      ... on MarkdownMetadataEntry { mdStr } ... on PathMetadataEntry { path } } } } } }"""
+      ... on MarkdownMetadataEntry { mdStr } ... on PathMetadataEntry { path }
+      ... on UrlMetadataEntry { url } ... on TextMetadataEntry { text }
+      ... on TableMetadataEntry { table { records } } } } } } }"""
 PLOT_ENTRIES = {  # asset -> its plot's metadata entry
     "kernel_attribution": "op_breakdown_plot",
     "bottleneck_report": "roofline_plot",
@@ -118,15 +124,20 @@ def ui(aaco_paths, tmp_path):
         "DAGSTER_HOME": str(dagster_home),
         "PYTHONUNBUFFERED": "1",
     }
-    server = DagsterUI(REPO, env, log=tmp_path / "logs" / "aaco-ui.log")
+    server = DagsterUI(
+        REPO,
+        env,
+        log=tmp_path / "logs" / "aaco-ui.log",
+        dagster_log=tmp_path / "logs" / "dagster.log",
+    )
     server.start()
     try:
         yield server
     finally:
         signals = server.stop()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        if server.log.exists():
-            shutil.copyfile(server.log, ARTIFACTS / "aaco-ui.log")
+        for log in server.logs():
+            shutil.copyfile(log, ARTIFACTS / log.name)
         # Nothing may outlive the UI: not in its process group, nor (measuring processes run in
         # their own session) anywhere with this test's DAGSTER_HOME in its environment.
         in_group = group_members(server.process.pid)
@@ -227,15 +238,26 @@ def _terminate_a_measurement(ui: DagsterUI, aaco_paths) -> None:
 
 
 def _check_session_pages(ui: DagsterUI) -> None:
-    """Per-session pages: the report and trace paths (the files written), each plot under its
-    own name as an inline SVG, and no int or float entry (Dagster charts those across
-    partitions)."""
+    """Per-session pages: first a plain-text summary; the report and trace as links `aaco ui`
+    serves (the files written, fetched over HTTP, the trace for ui.perfetto.dev); each plot
+    under its own name as an inline SVG; tables as table metadata; and no int or float entry
+    (Dagster charts those across partitions)."""
     for key in PER_SESSION_KEYS:
         variables = {"key": [key], "partition": PARTITION}
         (latest,) = ui.graphql(LATEST_METADATA, variables)["assetOrError"]["assetMaterializations"]
         entries = {e["label"]: e for e in latest["metadataEntries"]}
-        for label in (REPORT_ENTRY, TRACE_ENTRY):
-            assert os.path.isfile(entries[label]["path"]), (key, label, entries[label])
+        first = latest["metadataEntries"][0]
+        assert (first["label"], first["__typename"]) == ("summary", "TextMetadataEntry"), key
+        assert "Bottleneck: " in first["text"] and "Measurement" in first["text"], (key, first)
+        report = entries[REPORT_ENTRY]["url"]
+        status, body = _fetch(report)
+        assert status == 200 and b"<html" in body[:2000].lower(), (key, report, status)
+        trace = entries[TRACE_ENTRY]["url"]  # the server's redirect to ui.perfetto.dev...
+        location = _redirect_target(trace)
+        assert location.startswith("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:"), location
+        served = location.split("?url=", 1)[1]  # ...which fetches the trace from the server
+        status, body = _fetch(served)
+        assert status == 200 and body.lstrip().startswith(b"{"), (key, trace, status)
         if key in PLOT_ENTRIES:
             assert "](data:image/svg+xml;base64," in entries[PLOT_ENTRIES[key]]["mdStr"], key
         charted = [
@@ -244,6 +266,26 @@ def _check_session_pages(ui: DagsterUI) -> None:
             if entry["__typename"] in ("IntMetadataEntry", "FloatMetadataEntry")
         ]
         assert not charted, (key, charted)
+    # the roofline's table carries every column, not six
+    variables = {"key": ["bottleneck_report"], "partition": PARTITION}
+    (latest,) = ui.graphql(LATEST_METADATA, variables)["assetOrError"]["assetMaterializations"]
+    tables = [e for e in latest["metadataEntries"] if e["__typename"] == "TableMetadataEntry"]
+    assert tables, [e["label"] for e in latest["metadataEntries"]]
+
+
+def _redirect_target(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    connection.request("GET", parts.path)
+    response = connection.getresponse()
+    connection.close()
+    assert response.status == 302, (url, response.status)
+    return response.getheader("Location")
+
+
+def _fetch(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.status, response.read()
 
 
 def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path, aaco_paths):
@@ -298,6 +340,16 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     sensor_run = _wait_for_run(ui, sensor_runs[0]["runId"], timeout=120)
     first, second = sorted([sensor_run, run], key=lambda r: r["startTime"])
     assert first["endTime"] <= second["startTime"], "two runs on one device overlapped"
+    # What `aaco ui` prints is one line per finished measurement; Dagster's stream is in its log.
+    ui.wait_for(
+        "aaco ui's status line of each run",
+        lambda: ui.log.read_text().count(f"measured: {PARTITION} p50 ") >= 2,
+        timeout=30,
+    )
+    printed = ui.log.read_text()
+    assert printed.count("1/1 measured: tiny_mlp|cpu p50 ") == 2, printed
+    assert " - dagster" not in printed, printed  # no Dagster log line
+    assert " - dagster" in ui.dagster_log.read_text()
     measured = time.monotonic()
 
     # 3b. A run terminated from the UI takes its measuring process with it and keeps the
@@ -348,8 +400,34 @@ def test_ui_measures_a_model_and_renders_the_asset_graph(chromium, ui, tmp_path,
     for shown in ("roofline_plot", "[Show Markdown]", REPORT_ENTRY, TRACE_ENTRY, ".perfetto.json"):
         assert shown in dom, f"bottleneck_report's page ({page}) does not show {shown!r}"
     assert SIGN_UP not in dom, "the sign-up dialog covers the asset's page"
+    # ...and what a reader needs first is on it, readable without a click: the class (decided
+    # or not), the measurement's verdict and the first actions
+    text = _visible_text(dom)
+    for shown in ("Bottleneck: ", "Measurement ", "Do first: 1. "):
+        assert shown in text, f"bottleneck_report's page ({page}) does not show {shown!r}"
+
+    # 6. The report link opens the HTML report, served by `aaco ui`, in the browser.
+    (latest,) = ui.graphql(LATEST_METADATA, {"key": ["bottleneck_report"], "partition": PARTITION})[
+        "assetOrError"
+    ]["assetMaterializations"]
+    report_url = next(e["url"] for e in latest["metadataEntries"] if e["label"] == REPORT_ENTRY)
+    opened = run_chromium(
+        chromium,
+        report_url,
+        [*window, f"--screenshot={ARTIFACTS / 'html_report.png'}", "--dump-dom"],
+        tmp_path,
+    ).decode()
+    (ARTIFACTS / "html_report.html").write_text(opened)
+    assert "Bottleneck" in opened and MODEL in opened, f"{report_url} did not open the report"
 
     print(
         f"\nUI e2e: loaded in {loaded - started:.0f} s, two runs in {measured - loaded:.0f} s,"
         f" browser {time.monotonic() - measured:.0f} s; screenshot {screenshot}"
+    )
+
+
+def _visible_text(dom: str) -> str:
+    """The page's text as a reader sees it: tags dropped, entities decoded."""
+    return html.unescape(
+        re.sub(r"<[^>]+>", " ", re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", dom, flags=re.S))
     )

@@ -227,16 +227,19 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
         meta = _metadata(instance, key)
         assert meta[REPORT].value == str(files.report), key
         assert meta[TRACE].value == str(files.trace), key
-        if key in PLOTS:  # the plot first, under its name, then the report beside it
-            assert list(meta)[1:4] == [PLOTS[key], REPORT, TRACE], (key, list(meta))
+        # the summary first, in plain text; then the session, its report and trace, its plot
+        assert list(meta)[0] == "summary" and isinstance(meta["summary"], dg.TextMetadataValue)
+        assert list(meta)[1:4] == ["session_id", REPORT, TRACE], (key, list(meta))
+        if key in PLOTS:
+            assert list(meta)[4] == PLOTS[key], (key, list(meta))
             assert "](data:image/svg+xml;base64," in meta[PLOTS[key]].value
     page = files.report.read_text()
     assert 'id="plot-roofline"' in page and 'id="plot-drift-latency_p50_ns"' in page
     assert json.loads(files.trace.read_text())["traceEvents"]
 
     attribution = _metadata(instance, "kernel_attribution")
-    header = attribution["top_op_types"].value.splitlines()[0]
-    assert header.startswith("| op type | p50 / iter |"), header  # the op type once
+    columns = [c.name for c in attribution["top_op_types"].schema.columns]  # table metadata
+    assert columns[:2] == ["op type", "p50 / iter"], columns  # the op type once
     # The pages say what the report says: its sections' sentences, its tables' rows.
     report = render_markdown(paths.tracelake, session_id)
     for key, title in (
@@ -247,18 +250,21 @@ def test_session_pages_chart_nothing_name_their_plots_and_point_at_report_and_tr
     ):
         paragraphs = _metadata(instance, key)[title].value.split("\n\n")
         assert all(p in report for p in paragraphs), (key, title)
-    top_op = attribution["top_ops"].value.splitlines()[2].split(" | ")[0].lstrip("| ")
+    top_ops = attribution["top_ops"]
+    first_column = top_ops.schema.columns[0].name
+    top_op = top_ops.records[0].data[first_column]
     assert f"| {top_op} |" in report.split("## Where the time went")[1]
     assert attribution["launch_tax"].value.endswith("%")  # text with its unit
     kernels = _metadata(instance, "bottleneck_report")["kernel_findings"].value
     assert kernels.startswith("no GPU kernels"), kernels  # the CPU provider: nothing invented
     drift = _metadata(instance, "performance_drift")
     assert drift["verdict_needs"].value.startswith("3 earlier sessions of this model")
-    for key in PER_SESSION_KEYS:  # every table fits the UI's dialog: six columns at most
+    for key in PER_SESSION_KEYS:  # every table is table metadata, six columns at most
         for label, value in _metadata(instance, key).items():
             text = value.value if isinstance(value, dg.MarkdownMetadataValue) else ""
-            if text.startswith("| "):
-                assert text.splitlines()[0].count("|") - 1 <= 6, (key, label)
+            assert not text.startswith("| "), (key, label)  # no Markdown table behind a click
+            if isinstance(value, dg.TableMetadataValue):
+                assert len(value.schema.columns) <= 6, (key, label)
     checks = {c.check_name: c.metadata for c in result.get_asset_check_evaluations()}
     assert isinstance(checks["telemetry_rate"]["sampling_hz"], dg.FloatMetadataValue)
     assert isinstance(checks["iterations_complete"]["measured_rows"], dg.TextMetadataValue)
