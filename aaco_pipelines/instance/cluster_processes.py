@@ -23,6 +23,7 @@ from aaco_pipelines.instance.local_services import stop_process
 
 MARK_ENV = "AACO_CLUSTER_PROCESS"
 SAME_START_S = 0.5  # psutil's start time is in clock ticks since boot: equal within a tick
+STOP_ROUNDS = 3  # stop_marked looks again for processes started while it stopped others
 RUNNING, STOPPED, STALE = "running", "stopped", "stale"
 
 
@@ -110,17 +111,24 @@ def marked_by(marks: Iterable[str]) -> dict[str, list[psutil.Process]]:
 def stop_marked(marks: Iterable[str], timeout_s: float) -> list[int]:
     """SIGTERM to every process carrying one of `marks`, SIGKILL to those left after
     `timeout_s`; the PIDs stopped. Each is checked by its mark just before each signal, so a
-    process that exited meanwhile and whose PID was reused is never signalled."""
-    processes = marked(marks)
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            process.send_signal(signal.SIGTERM)  # psutil checks the PID is still this process
-    _, left = psutil.wait_procs(processes, timeout=timeout_s)
-    for process in left:
-        with contextlib.suppress(psutil.Error):
-            process.kill()
-    psutil.wait_procs(left, timeout=5)
-    return [p.pid for p in processes]
+    process that exited meanwhile and whose PID was reused is never signalled. Looked for
+    again after each round (STOP_ROUNDS at most): a process a stopping one started meanwhile
+    (a Dagster code server, once, in CI) carries the mark too."""
+    stopped: list[int] = []
+    for _ in range(STOP_ROUNDS):
+        processes = marked(marks)
+        if not processes:
+            break
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGTERM)  # psutil checks the PID is this process
+        _, left = psutil.wait_procs(processes, timeout=timeout_s)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        psutil.wait_procs(left, timeout=5)
+        stopped += [p.pid for p in processes]
+    return stopped
 
 
 def stop_recorded(record: ProcessRecord, sig: int, timeout_s: float) -> bool:

@@ -14,6 +14,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -195,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--folder", required=True)
     parser.add_argument("--fd", type=int, required=True, help="the listening socket, inherited")
     args = parser.parse_args(argv)
+    # Ctrl-C in the terminal reaches the whole group: Dagster stops, and this with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
     sock = socket.socket(fileno=args.fd)

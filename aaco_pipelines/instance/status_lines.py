@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -100,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True, help="the terminal's output, inherited")
     parser.add_argument("--since", type=float, required=True)
     args = parser.parse_args(argv)
+    # Ctrl-C in the terminal reaches the whole group: Dagster stops, and this with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import dagster as dg
 
     out = os.fdopen(args.fd, "w", buffering=1)
