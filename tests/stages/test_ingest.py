@@ -131,7 +131,10 @@ def test_a_device_trace_with_its_onnx_runtime_profile_is_attributed_to_onnx_node
     source = _runtime_node_medians(trace_dir / "onnxruntime_profile_run.json")
     expected = sum(source[n] for n in conv_runtime) / sum(source.values())
     attributed = sum(p50.get(n, 0.0) for n in fused) / sum(p50.values())
-    assert abs(attributed - expected) < 0.15, (attributed, expected, p50, source)
+    # Within 0.2: the shares are sums of per-node medians on each side, and on a busy host the
+    # sum of the fused nodes' medians and the median of their kernel's time part by up to 0.16
+    # (CI, 2026-12-08); a convolution time attributed elsewhere moves it by half or more.
+    assert abs(attributed - expected) < 0.2, (attributed, expected, p50, source)
     assert {"conv1", "bn1", "relu1", "conv2", "residual_add"} <= set(nodes)
 
 
