@@ -38,6 +38,7 @@ LAYERS = {
     "aaco_pipelines.collectors": 2,
     "aaco_pipelines.analysis": 3,
     "aaco_pipelines.governance": 3,
+    "aaco_pipelines.tuning": 3,
     "aaco_pipelines.report": 4,
     "aaco_pipelines.stages": 5,
     "aaco_pipelines.cli": 6,
@@ -300,9 +301,11 @@ def top_level_names(path: Path) -> set[str]:
 
 def stage_packages() -> list[Path]:
     """Every sub-package of a package (analysis/attribution, governance/drift, graph/cost,
-    tracelake/tables...): the folders a newcomer opens to find where a change goes."""
+    tracelake/tables...), and every package whose __init__ names entry points (bundle/,
+    tuning/): the folders a newcomer opens to find where a change goes."""
     root = REPO / "aaco_pipelines"
-    return sorted(p.parent for p in root.glob("*/*/__init__.py"))
+    nested = {p.parent for p in root.glob("*/*/__init__.py")}
+    return sorted(nested | {p.parent for p in root.glob("*/__init__.py") if entry_points(p)})
 
 
 def test_each_stage_package_names_its_entry_points():
