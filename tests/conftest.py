@@ -24,7 +24,9 @@ REAL_DATA_VARIABLES = ("AACO_REGISTRY", "AACO_TRACELAKE", "AACO_DUCKLAKE_CATALOG
 LONGEST_FIRST = ("test_scale_out.py", "test_scale_out_outage.py", "test_ui_e2e.py",
                  "test_local_cluster.py", "test_sweep_recovery.py",
                  "test_instance_errors.py", "test_generation.py", "test_dagster.py",
-                 "test_alerts_dagster.py", "test_bisection.py")  # fmt: skip
+                 "test_alerts_dagster.py", "test_bisection.py", "test_faults.py",
+                 "test_bottleneck.py", "test_restore.py", "test_runtime_bisection.py",
+                 "test_runner.py", "test_cli_governance.py")  # fmt: skip
 
 
 def pytest_collection_modifyitems(items):

@@ -37,6 +37,12 @@ import yaml
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.foundation.bounded_yaml import load_yaml
 from aaco_pipelines.foundation.quoting import excerpt
+from aaco_pipelines.registry.accuracy_limits import (
+    DEFAULT_LIMITS,
+    AccuracyLimits,
+    changed_limits,
+    parse_accuracy,
+)
 from aaco_pipelines.registry.objectives import NO_OBJECTIVES, Objectives, parse_objectives
 from aaco_pipelines.registry.workload import (
     KV_LAYOUTS,
@@ -65,6 +71,7 @@ KNOWN_KEYS = {
     "generation",
     "counters",
     "objectives",
+    "accuracy",
 }
 GENERATION_KEYS = {
     "prompt_tokens", "output_tokens", "scenarios", "requests", "min_duration_s", "batch_size",
@@ -129,10 +136,15 @@ class ModelSidecar:
     objectives: Objectives = NO_OBJECTIVES  # absolute limits (registry.objectives)
     # the model's own time limit for each measuring process (None: the runner's, 600 s)
     timeout_s: float | None = None
+    # how far a tuned candidate's outputs may move from the model's (aaco tune)
+    accuracy: AccuracyLimits = DEFAULT_LIMITS
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["objectives"] = {**self.objectives.limits}
+        data["accuracy"] = changed_limits(self.accuracy)  # the defaults say nothing
+        if not data["accuracy"]:
+            data.pop("accuracy")
         if self.objectives.per_target:
             data["objectives"]["per_target"] = self.objectives.per_target
         if self.generation is None:
@@ -229,6 +241,7 @@ def parse_sidecar(data: dict, path: Path) -> ModelSidecar:
         min_measured_seconds=min_seconds,
         counters=counters,
         objectives=parse_objectives(data.get("objectives"), path),
+        accuracy=parse_accuracy(data.get("accuracy"), path),
         timeout_s=_number(data, "timeout_s", 600.0, path, *TIMEOUT_RANGE_S)
         if data.get("timeout_s") is not None
         else None,

@@ -10,8 +10,9 @@ names a key the parser no longer knows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from aaco_pipelines.registry.accuracy_limits import DEFAULT_LIMITS
 from aaco_pipelines.registry.objectives import LARGEST_LIMIT, PER_TARGET, SMALLEST_LIMIT
 from aaco_pipelines.registry.sidecar import (
     EXECUTION_MODES,
@@ -159,6 +160,15 @@ SIDECAR_KEYS: dict[str, KeyDoc] = {
         f"`{PER_TARGET}: {{target: {{objective: limit}}}}`",
         "Service-level objectives (SLOs): absolute limits on the model's headline figures, "
         "judged on every session; a breach opens an alert.",
+    ),
+    "accuracy": KeyDoc(
+        "mapping of metric to limit",
+        ", ".join(f"`{k}: {v:g}`" for k, v in asdict(DEFAULT_LIMITS).items()),
+        "`max_abs_error` and `max_rel_error` a number >= 0; `min_cosine` -1 to 1; "
+        "`min_top1_agreement` 0 to 1",
+        "How far a tuned candidate's outputs may move from the model's and still count as "
+        "correct (the defaults pass a float reordering and stop int8): loosen them to let a "
+        "lower precision through. See Concepts, Tuning.",
     ),
 }
 

@@ -8,9 +8,8 @@ storage, the producers and the readers (analysis), never a stage or a surface.
 Entry points:
 
 - `accuracy.compare_outputs` a candidate's outputs against the baseline's: max absolute and
-  relative error, cosine, top-1 agreement, and a one-line verdict against `accuracy.AccuracyLimits`.
-- `accuracy.parse_accuracy` the user's limits, from the sidecar's `accuracy` mapping or
-  `--accuracy METRIC:LIMIT[,METRIC:LIMIT]`.
+  relative error, cosine, top-1 agreement, and a one-line verdict against the limits
+  (registry.accuracy_limits: the sidecar's `accuracy` key, `--accuracy METRIC:LIMIT[,...]`).
 - `accuracy.fixed_seed_inputs` the model's inputs at a fixed seed (the measuring process's own);
   `accuracy.run_outputs` its outputs from a real ONNX Runtime session on the CPU provider.
 """

@@ -12,15 +12,9 @@ import pytest
 
 from aaco_pipelines.errors import AacoInputError
 from aaco_pipelines.graph.inputs import load_model, make_inputs, resolve_input_specs
-from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar
-from aaco_pipelines.tuning.accuracy import (
-    DEFAULT_LIMITS,
-    AccuracyLimits,
-    compare_outputs,
-    fixed_seed_inputs,
-    parse_accuracy,
-    run_outputs,
-)
+from aaco_pipelines.registry.accuracy_limits import DEFAULT_LIMITS, AccuracyLimits, parse_accuracy
+from aaco_pipelines.registry.sidecar import ModelSidecar, load_sidecar, parse_sidecar
+from aaco_pipelines.tuning.accuracy import compare_outputs, fixed_seed_inputs, run_outputs
 from tests import models
 from tests.helpers import DATA
 
@@ -201,3 +195,18 @@ def test_run_outputs_takes_session_options_or_sidecar_keys():
     keyed = run_outputs(BERT, inputs, ModelSidecar(graph_optimization_level="basic"))
     assert list(given) == ["last_hidden_state", "pooler_output"]
     assert all(np.array_equal(given[name], keyed[name]) for name in given)
+
+
+def test_the_sidecar_sets_the_limits_says_a_mistake_in_one_line_and_writes_back_only_changes(
+    tmp_path,
+):
+    path = tmp_path / "m.yaml"
+    sidecar = parse_sidecar({"accuracy": {"max_rel_error": 0.05, "min_cosine": 0.999}}, path)
+    assert (sidecar.accuracy.max_rel_error, sidecar.accuracy.min_cosine) == (0.05, 0.999)
+    assert sidecar.accuracy.max_abs_error == DEFAULT_LIMITS.max_abs_error  # the rest: defaults
+    assert sidecar.to_dict()["accuracy"] == {"max_rel_error": 0.05, "min_cosine": 0.999}
+    assert parse_sidecar(sidecar.to_dict(), path).accuracy == sidecar.accuracy  # read back
+    assert "accuracy" not in ModelSidecar().to_dict()  # the defaults say nothing
+    with pytest.raises(AacoInputError, match="unknown accuracy metric") as error:
+        parse_sidecar({"accuracy": {"max_rel_eror": 0.05}}, path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
