@@ -12,4 +12,7 @@ Entry points:
   (registry.accuracy_limits: the sidecar's `accuracy` key, `--accuracy METRIC:LIMIT[,...]`).
 - `accuracy.fixed_seed_inputs` the model's inputs at a fixed seed (the measuring process's own);
   `accuracy.run_outputs` its outputs from a real ONNX Runtime session on the CPU provider.
+- `candidates.runtime_candidates` and `candidates.graph_candidates` what may be tried: sidecar
+  changes, and ONNX Runtime's own rewrites where the graph has what they act on;
+  `candidates.search_order` in the order the session's decided class points at.
 """
