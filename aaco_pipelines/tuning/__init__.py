@@ -15,4 +15,6 @@ Entry points:
 - `candidates.runtime_candidates` and `candidates.graph_candidates` what may be tried: sidecar
   changes, and ONNX Runtime's own rewrites where the graph has what they act on;
   `candidates.search_order` in the order the session's decided class points at.
+- `rewrites.rewrite_model` a graph candidate made by ONNX Runtime's own tools (transformer
+  fusions, dynamic int8, fp16) into a new file, never over the user's model.
 """

@@ -169,8 +169,10 @@ def test_fixed_seed_inputs_are_the_measuring_processes_and_take_a_batch_size(tmp
     specs = resolve_input_specs(load_model(BERT), load_sidecar(BERT).inputs, BERT)
     inputs = fixed_seed_inputs(BERT, seed=3)
     assert inputs.keys() == specs.keys()
-    for name, array in make_inputs(specs, seed=3).items():  # what the measuring process feeds
-        np.testing.assert_array_equal(inputs[name], array)
+    measured = make_inputs(specs, seed=3)  # what the measuring process feeds...
+    np.testing.assert_array_equal(inputs["input_ids"], measured["input_ids"])
+    assert measured["attention_mask"].min() == 0  # ...with a random mask, which masks rows
+    np.testing.assert_array_equal(inputs["attention_mask"], np.ones((1, 32), np.int64))  # open
     assert inputs["input_ids"].max() < 1024  # the sidecar's bounds hold
     assert not np.array_equal(fixed_seed_inputs(BERT, seed=4)["input_ids"], inputs["input_ids"])
 
