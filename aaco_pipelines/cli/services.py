@@ -73,7 +73,7 @@ def cmd_ui(args, paths: AacoPaths) -> int:
     if files_url:
         print(f"reports and traces: {files_url}/<session>.html (links on every session's page)")
     log = ui_log(args.log, paths)
-    start_status_lines(env)
+    start_status_lines(env, args.host, port)
     if log is not None:
         print(f"one line per model below; Dagster's own log: {log}", flush=True)
         into_log(log)
@@ -90,16 +90,18 @@ def ui_log(given: str | None, paths: AacoPaths) -> Path | None:
     return paths.home / "logs" / "dagster.log" if sys.stdout.isatty() else None
 
 
-def start_status_lines(env: dict) -> None:
+def start_status_lines(env: dict, host: str, port: int) -> None:
     """The child that prints a line per finished measurement (instance.status_lines) on this
-    output, before it is pointed at the log; it stops with `dagster dev`, this process."""
+    output, before it is pointed at the log; it opens the instance once the webserver at
+    `host:port` listens, and stops with `dagster dev`, this process."""
     import subprocess
     import time
 
     sys.stdout.flush()
     out = os.dup(sys.stdout.fileno())
     command = [sys.executable, "-m", "aaco_pipelines.instance.status_lines",
-               "--fd", str(out), "--since", str(time.time())]  # fmt: skip
+               "--fd", str(out), "--since", str(time.time()),
+               "--host", "127.0.0.1" if host in ("0.0.0.0", "::") else host, "--port", str(port)]  # fmt: skip
     subprocess.Popen(command, env=env, pass_fds=[out], stdin=subprocess.DEVNULL)
     os.close(out)
 

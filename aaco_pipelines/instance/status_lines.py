@@ -10,8 +10,10 @@ writing is never opened here. A child of `aaco ui` that stops with it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -96,10 +98,23 @@ def _models(instance) -> int:
     return len(models) * len(targets)
 
 
+def wait_for_webserver(host: str, port: int, alive) -> bool:
+    """Until Dagster's webserver listens (its instance's storage is made by then): a second
+    process opening a fresh instance while `dagster dev` makes it races it (alembic's "more than
+    one head", and the code server fails to load). False when `alive()` turns false first."""
+    while alive():
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+            return True
+        time.sleep(1.0)
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="status lines for aaco ui")
     parser.add_argument("--fd", type=int, required=True, help="the terminal's output, inherited")
     parser.add_argument("--since", type=float, required=True)
+    parser.add_argument("--host", required=True, help="where the Dagster webserver listens")
+    parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
     # Ctrl-C in the terminal reaches the whole group: Dagster stops, and this with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -107,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
     out = os.fdopen(args.fd, "w", buffering=1)
     parent = os.getppid()
+    alive = lambda: os.getppid() == parent  # noqa: E731
+    if not wait_for_webserver(args.host, args.port, alive):
+        return 0
     with dg.DagsterInstance.get() as instance:
-        watch(instance, out, args.since, stop=lambda: os.getppid() != parent)
+        watch(instance, out, args.since, stop=lambda: not alive())
     return 0
 
 
