@@ -17,4 +17,6 @@ Entry points:
   `candidates.search_order` in the order the session's decided class points at.
 - `rewrites.rewrite_model` a graph candidate made by ONNX Runtime's own tools (transformer
   fusions, dynamic int8, fp16) into a new file, never over the user's model.
+- `race.race` a candidate against the baseline side by side (the gate's mirrored rounds): faster
+  only with its interval on the faster side, the threshold met and a second process agreeing.
 """
