@@ -19,4 +19,6 @@ Entry points:
   fusions, dynamic int8, fp16) into a new file, never over the user's model.
 - `race.race` a candidate against the baseline side by side (the gate's mirrored rounds): faster
   only with its interval on the faster side, the threshold met and a second process agreeing.
+- `search.search` the candidates in order: checked correct, screened, raced; the best is the
+  accepted candidate most surely faster (the highest lower bound of its speedup).
 """
