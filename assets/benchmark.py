@@ -3,7 +3,7 @@
 import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_and_target, model_target_partitions
-from aaco_pipelines.assets.session_page import as_text, session_links
+from aaco_pipelines.assets.session_page import as_text, early_summary, session_links
 from aaco_pipelines.config import device_pool
 from aaco_pipelines.graph.store import ModelVersion
 from aaco_pipelines.resources import BenchmarkRunnerResource, ModelRegistryResource
@@ -38,11 +38,9 @@ def _metadata(measured: MeasuredSession, home) -> dict:
     bundle, figures = measured.bundle, measured.figures
     session = bundle.session
     metadata = {
-        "summary": dg.MetadataValue.text(
+        "summary": early_summary(
             f"Measured: p50 {figures['latency_p50_ns'] / 1e6:.4g} ms, p99 "
-            f"{figures['latency_p99_ns'] / 1e6:.4g} ms over {measured.requests} iterations.\n"
-            "Measurement quality: judged when the session is loaded (tracelake_session).\n"
-            "Bottleneck: judged by bottleneck_report."
+            f"{figures['latency_p99_ns'] / 1e6:.4g} ms over {measured.requests} iterations."
         ),
         "session_id": bundle.session_id,
         **session_links(home, bundle.session_id),

@@ -60,6 +60,15 @@ def _shown(entry):
     return dg.MetadataValue.table(records, schema)
 
 
+def early_summary(first_line: str) -> dg.TextMetadataValue:
+    """The summary of a page that comes before the session is loaded: what the stage did, and
+    where the measurement's quality and the class will be judged."""
+    return dg.MetadataValue.text(
+        f"{first_line}\nMeasurement quality: judged when the session is loaded "
+        "(tracelake_session).\nBottleneck: judged by bottleneck_report."
+    )
+
+
 def as_text(metadata: dict) -> dict:
     """`metadata` with every int and float (not bool) as text: nothing Dagster charts."""
     return {key: _text(value) for key, value in metadata.items()}

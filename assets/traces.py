@@ -5,7 +5,7 @@ from pathlib import Path
 import dagster as dg
 
 from aaco_pipelines.assets.partitions import model_target_partitions
-from aaco_pipelines.assets.session_page import as_text, session_links
+from aaco_pipelines.assets.session_page import as_text, early_summary, session_links
 from aaco_pipelines.bundle.session_bundle import SessionBundle
 from aaco_pipelines.resources import ModelRegistryResource
 from aaco_pipelines.stages.collect import collect
@@ -26,11 +26,9 @@ def collected_traces(
     context.add_output_metadata(
         as_text(
             {
-                "summary": dg.MetadataValue.text(
+                "summary": early_summary(
                     f"Collected {collected.node_events} node events and "
                     f"{collected.device_kernels} device kernels ({bundle.session['trace_source']})."
-                    "\nMeasurement quality: judged when the session is loaded (tracelake_session)."
-                    "\nBottleneck: judged by bottleneck_report."
                 ),
                 "session_id": bundle.session_id,
                 **session_links(registry.paths.home, bundle.session_id),

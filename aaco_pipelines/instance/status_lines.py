@@ -55,25 +55,33 @@ def run_outcome(instance, run) -> dict:
 
 
 def watch(instance, out, since: float, stop=lambda: False) -> None:
-    """Print a line for each measurement run that finishes after `since`, until `stop()`."""
+    """Print a line for each measurement run that finishes after `since`, until `stop()`: one
+    query of the runs ended since then per tick."""
+    import datetime as dt
+
     import dagster as dg
 
-    finished = {
+    finished = [
         dg.DagsterRunStatus.SUCCESS,
         dg.DagsterRunStatus.FAILURE,
         dg.DagsterRunStatus.CANCELED,
-    }
+    ]
+    after = dt.datetime.fromtimestamp(since, dt.timezone.utc)
     told: set[str] = set()  # runs
     measured: set[str] = set()  # model x target partitions
     while not stop():
         try:
-            runs = instance.get_runs(filters=dg.RunsFilter(job_name="measure_model"), limit=500)
+            records = instance.get_run_records(
+                filters=dg.RunsFilter(
+                    job_name="measure_model", statuses=finished, updated_after=after
+                ),
+                ascending=True,
+            )
             fresh = [
-                r for r in reversed(runs)  # oldest first
-                if r.run_id not in told and r.status in finished
-                and _ended_after(instance, r, since)
+                r.dagster_run for r in records
+                if r.dagster_run.run_id not in told and r.end_time and r.end_time >= since
             ]  # fmt: skip
-            total = _models(instance)
+            total = _models(instance) if fresh else 0
             for run in fresh:
                 told.add(run.run_id)
                 slug = run.tags.get("dagster/partition", run.run_id[:8])
@@ -84,11 +92,6 @@ def watch(instance, out, since: float, stop=lambda: False) -> None:
         except Exception as error:  # noqa: BLE001 - a busy instance: the next tick tries again
             print(f"(status lines: {type(error).__name__}, trying again)", file=sys.stderr)
         time.sleep(POLL_S)
-
-
-def _ended_after(instance, run, since: float) -> bool:
-    record = instance.get_run_record_by_id(run.run_id)
-    return bool(record and record.end_time and record.end_time >= since)
 
 
 def _models(instance) -> int:

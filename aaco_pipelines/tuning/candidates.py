@@ -98,36 +98,34 @@ def runtime_candidates(sidecar: ModelSidecar, cores: int) -> list[Candidate]:
     return found
 
 
+# Each rewrite, offered when the graph has what it acts on: (needs, name, focus, why).
+REWRITES = (
+    (
+        lambda ops: bool((ops & ATTENTION_OPS and ops & MATMUL_OPS) or ops & NORM_OPS),
+        TRANSFORMER_FUSIONS, "transformer fusions", "fusion",
+        "attention or LayerNorm ops ONNX Runtime's transformer optimizer fuses",
+    ),
+    (
+        lambda ops: bool(ops & MATMUL_OPS),
+        INT8_DYNAMIC, "dynamic int8 quantization", "precision",
+        "MatMul/Gemm weights to int8 (checked against the accuracy limits)",
+    ),
+    (
+        lambda ops: bool(ops & FLOAT_MATH_OPS),
+        FP16, "fp16 conversion", "precision",
+        "float math in half precision (halves the bytes; on a CPU the runtime may cast around it)",
+    ),
+)  # fmt: skip
+
+
 def graph_candidates(op_types: Iterable[str]) -> list[Candidate]:
     """The rewrites that act on this graph's ops (its op types, as the graph stage reads them)."""
     ops = set(op_types)
-    found = []
-    if (ops & ATTENTION_OPS and ops & MATMUL_OPS) or ops & NORM_OPS:
-        found.append(
-            Candidate(
-                "transformer fusions", GRAPH, "fusion",
-                "attention or LayerNorm ops ONNX Runtime's transformer optimizer fuses",
-                rewrite=TRANSFORMER_FUSIONS,
-            )
-        )  # fmt: skip
-    if ops & MATMUL_OPS:
-        found.append(
-            Candidate(
-                "dynamic int8 quantization", GRAPH, "precision",
-                "MatMul/Gemm weights to int8 (checked against the accuracy limits)",
-                rewrite=INT8_DYNAMIC,
-            )
-        )  # fmt: skip
-    if ops & FLOAT_MATH_OPS:
-        found.append(
-            Candidate(
-                "fp16 conversion", GRAPH, "precision",
-                "float math in half precision (halves the bytes; on a CPU the runtime may cast "
-                "around it)",
-                rewrite=FP16,
-            )
-        )  # fmt: skip
-    return found
+    return [
+        Candidate(name, GRAPH, focus, why, rewrite=rewrite)
+        for needs, rewrite, name, focus, why in REWRITES
+        if needs(ops)
+    ]
 
 
 def search_order(

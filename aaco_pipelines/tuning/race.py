@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aaco_pipelines.execution.side_by_side import DEFAULT_ROUNDS, measure_side_by_side
+from aaco_pipelines.execution.side_by_side import DEFAULT_ROUNDS
 from aaco_pipelines.governance.gate.paired import (
-    BATCHES,
     CONFIRMING_SHARE,
     PairedComparison,
-    paired_comparison,
+    compared_until,
 )
 
 FASTER, NO_CHANGE, SLOWER, TOO_SMALL, UNCONFIRMED = (
@@ -54,15 +53,15 @@ def race(
     """Race the candidate's request against the baseline's (session requests, as measuring
     takes them), with a second measuring process wherever the first finds it faster, and more
     (up to BATCHES processes) while the interval straddles the threshold."""
-    measured = measure_side_by_side(baseline, candidate, rounds=rounds)
-    for batch in range(BATCHES):
-        paired = paired_comparison(
-            measured, threshold_pct, confidence, seed, "baseline",
-            baseline.get("model_sha256", ""), candidate.get("model_sha256", ""),
-        )  # fmt: skip
-        if _settled(paired) or batch == BATCHES - 1:
-            break
-        measured = measured.extended(measure_side_by_side(baseline, candidate, rounds=rounds))
+    paired = compared_until(
+        baseline,
+        candidate,
+        threshold_pct,
+        _settled,
+        rounds=rounds,
+        confidence=confidence,
+        seed=seed,
+    )
     return judged(paired)
 
 

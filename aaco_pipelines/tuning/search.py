@@ -87,8 +87,13 @@ def search(
     return SearchResult(tried, best, time.monotonic() - started)
 
 
+def _config(candidate: Candidate) -> dict:
+    """What a candidate changes, as its report says it: sidecar keys, or the rewrite."""
+    return dict(candidate.changes) or {"rewrite": candidate.rewrite}
+
+
 def _try(candidate, baseline, inputs, reference, work_dir, threshold_pct, limits, rounds) -> Tried:
-    config = dict(candidate.changes) or {"rewrite": candidate.rewrite}
+    config = _config(candidate)
     request, made = _request(candidate, baseline, work_dir)
     if request is None:
         return Tried(candidate.name, config, FAILED, made)
@@ -122,8 +127,9 @@ def _request(candidate: Candidate, baseline: dict, work_dir: Path) -> tuple[dict
 
 
 def _not_tried(candidate: Candidate, budget_s: float) -> Tried:
-    config = dict(candidate.changes) or {"rewrite": candidate.rewrite}
-    return Tried(candidate.name, config, NOT_TRIED, f"the {budget_s:g} s budget was spent")
+    return Tried(
+        candidate.name, _config(candidate), NOT_TRIED, f"the {budget_s:g} s budget was spent"
+    )
 
 
 def _line(error: Exception) -> str:

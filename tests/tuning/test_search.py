@@ -42,7 +42,7 @@ def test_a_known_win_is_accepted_and_an_accuracy_breaker_rejected_before_timing(
     )
     int8 = next(c for c in graph_candidates({"MatMul"}) if c.rewrite == INT8_DYNAMIC)
     lines: list[str] = []
-    result = search(poor, [int8, level_all], tmp_path, rounds=10, say=lines.append)
+    result = search(poor, [int8, level_all], tmp_path, say=lines.append)  # 20 rounds a process
     by_name = {t.name: t for t in result.tried}
     rejected = by_name[int8.name]
     assert rejected.verdict == REJECTED_INACCURATE and "over its limit" in rejected.reason

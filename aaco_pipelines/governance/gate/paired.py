@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -140,15 +141,10 @@ def judge_side_by_side(
     a_session = _newest_with_bundle(lake, paths, verdict.baseline["session_ids"])
     request_a = session_request(paths, a_session)
     request_b = session_request(paths, verdict.session_id)
-    measured = measure_side_by_side(request_a, request_b, rounds=rounds)
-    for batch in range(BATCHES):
-        paired = paired_comparison(
-            measured, verdict.threshold_pct, confidence, seed,
-            a_session, request_a["model_sha256"], request_b["model_sha256"],
-        )  # fmt: skip
-        if settled(paired) or batch == BATCHES - 1:
-            break
-        measured = measured.extended(measure_side_by_side(request_a, request_b, rounds=rounds))
+    paired = compared_until(
+        request_a, request_b, verdict.threshold_pct, settled,
+        rounds=rounds, confidence=confidence, seed=seed, baseline_session=a_session,
+    )  # fmt: skip
     regression = paired.decision == "regression"
     return dataclasses.replace(
         verdict,
@@ -159,6 +155,35 @@ def judge_side_by_side(
         paired=asdict(paired),
         recommendation=verdict.recommendation if regression else _calm(paired),
     )
+
+
+def compared_until(
+    request_a: dict,
+    request_b: dict,
+    threshold_pct: float,
+    done: Callable[[PairedComparison], bool],
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    confidence: float = 0.95,
+    seed: int = 0,
+    baseline_session: str = "baseline",
+) -> PairedComparison:
+    """The two requests measured side by side, then again by a new measuring process while
+    `done` says the comparison is not settled, up to BATCHES processes; judged on all rounds."""
+
+    def compare(measured: SideBySide) -> PairedComparison:
+        return paired_comparison(
+            measured, threshold_pct, confidence, seed, baseline_session,
+            request_a.get("model_sha256", ""), request_b.get("model_sha256", ""),
+        )  # fmt: skip
+
+    measured = measure_side_by_side(request_a, request_b, rounds=rounds)
+    for _ in range(BATCHES - 1):
+        paired = compare(measured)
+        if done(paired):
+            return paired
+        measured = measured.extended(measure_side_by_side(request_a, request_b, rounds=rounds))
+    return compare(measured)
 
 
 def paired_comparison(
